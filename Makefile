@@ -1,0 +1,54 @@
+# quiot: HTTP/3 pub-sub and MQTT over QUIC for small Linux devices, and ovsprobe.
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+PKG      := github.com/quiot/quiot
+LDFLAGS  := -s -w -X $(PKG)/internal/version.Version=$(VERSION)
+GOFLAGS_STATIC := -trimpath -tags netgo,osusergo
+DIST     := dist
+# Packages with concurrency run under the race detector in `make test`.
+RACE_PKGS ?= ./broker/... ./device/client/... ./internal/netimpair/... ./internal/wire/...
+
+.PHONY: all build pi arm64 test unit race lint demo deps deb lab bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build:
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_STATIC) -ldflags "$(LDFLAGS)" -o $(DIST)/quiot ./device
+	@if [ -f probe/main.go ]; then CGO_ENABLED=0 $(GO) build $(GOFLAGS_STATIC) -ldflags "$(LDFLAGS)" -o $(DIST)/ovsprobe ./probe; fi
+
+# The Raspberry Pi Zero / 1 binary (ARM1176, ARMv6, hard float).
+pi:
+	GOOS=linux GOARCH=arm GOARM=6 CGO_ENABLED=0 $(GO) build $(GOFLAGS_STATIC) -ldflags "$(LDFLAGS)" -o $(DIST)/quiot-linux-armv6 ./device
+	@ls -l $(DIST)/quiot-linux-armv6
+
+arm64:
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build $(GOFLAGS_STATIC) -ldflags "$(LDFLAGS)" -o $(DIST)/quiot-linux-arm64 ./device
+
+# make test: every test, as CI runs it (root: namespaces, OVS, qemu included).
+test: deps build pi lint
+	$(GO) test -count=1 -timeout 14m ./...
+	$(GO) test -count=1 -race -timeout 10m $(RACE_PKGS)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
+	$(GO) vet ./...
+	$$($(GO) env GOPATH)/bin/staticcheck ./...
+
+# make demo: the main job on loopback (see README).
+demo: deps build
+	$(DIST)/quiot demo
+
+deb: deps
+	$(GO) run ./build/deb --version $(VERSION) --out $(DIST)
+
+lab: deps build
+	$(DIST)/ovsprobe lab --quick --out results/lab
+
+bench: deps build
+	$(DIST)/quiot bench --out results/bench
+
+clean:
+	rm -rf $(DIST) results

@@ -1,0 +1,182 @@
+// Package client is quiot's publisher and subscriber for both protocols behind
+// one interface: HTTP/3 pub-sub (https://host:4433) and MQTT over QUIC
+// (mqtt-quic://host:14567) or MQTT over TCP (mqtt://host:1883). New picks the
+// implementation from the broker URL's scheme.
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlogwriter"
+
+	"github.com/quiot/quiot/internal/quictune"
+)
+
+// Message is one message delivered to a subscriber.
+type Message struct {
+	// Topic is the topic the message was published to.
+	Topic string
+	// Seq is the broker's per-topic sequence number; 0 when the protocol does
+	// not carry it (MQTT).
+	Seq uint64
+	// Sent is the publisher's send time when it stamped one; zero otherwise.
+	Sent time.Time
+	// Received is when this client received the message.
+	Received time.Time
+	// Payload is the message body.
+	Payload []byte
+	// QoS is the delivery QoS (0 or 1).
+	QoS byte
+	// Retained marks a retained message replayed on subscribe.
+	Retained bool
+	// Gap marks a gap announcement: the broker's history no longer covers
+	// sequence numbers up to Seq-1 on Topic; Payload is empty.
+	Gap bool
+}
+
+// Latency returns Received - Sent, or 0 when the message was not stamped.
+func (m *Message) Latency() time.Duration {
+	if m.Sent.IsZero() {
+		return 0
+	}
+	return m.Received.Sub(m.Sent)
+}
+
+// PublishOptions are per-message publish settings.
+type PublishOptions struct {
+	// QoS is 0 (fire and forget, no broker acknowledgement awaited for MQTT)
+	// or 1 (acknowledged once the broker accepted the message).
+	QoS byte
+	// Retain asks the broker to keep the message as the topic's retained one.
+	Retain bool
+	// Sent is the send time stamped into the message (HTTP/3 Quiot-Time
+	// header or frame field; MQTT 5 user property "quiot-time"); zero means
+	// time.Now() at send.
+	Sent time.Time
+}
+
+// Ack is the broker's acknowledgement of a publish.
+type Ack struct {
+	// Seq is the sequence number the broker gave the message (0 for MQTT).
+	Seq uint64
+}
+
+// Client is a connection to a broker that publishes and subscribes.
+// Implementations connect lazily on first use and reconnect with backoff.
+type Client interface {
+	// Publish sends one message and, for QoS 1, waits for the broker's
+	// acknowledgement.
+	Publish(ctx context.Context, topic string, payload []byte, opts PublishOptions) (Ack, error)
+	// Subscribe delivers messages matching filter to h until ctx is done or
+	// an unrecoverable error occurs (authorization, bad filter). since > 0
+	// asks for a replay of history after that sequence number (HTTP/3 only).
+	// Across reconnects the client resumes after the last sequence it saw.
+	Subscribe(ctx context.Context, filter string, since uint64, h func(Message)) error
+	// Stats reports connection-level measurements.
+	Stats() Stats
+	// Close closes the connection.
+	Close() error
+}
+
+// Stats are a client's connection measurements.
+type Stats struct {
+	// Handshake is the duration of the first connection's QUIC (or TCP+MQTT)
+	// handshake: dial -> handshake complete.
+	Handshake time.Duration
+	// Reconnects counts connections made after the first.
+	Reconnects int
+}
+
+// Options configure a client. Only Broker is required.
+type Options struct {
+	// Broker is the broker URL: https://host:4433 (HTTP/3 pub-sub),
+	// mqtt-quic://host:14567 (MQTT over QUIC) or mqtt://host:1883 (MQTT/TCP).
+	Broker string
+	// Profile is the QUIC tuning profile; nil means quictune.Default().
+	Profile *quictune.Profile
+	// RootCAs verifies the broker; nil means the system pool.
+	RootCAs *x509.CertPool
+	// Insecure skips verification of the broker's certificate (development).
+	Insecure bool
+	// Certificate is the client certificate for mTLS; nil means none.
+	Certificate *tls.Certificate
+	// Token authenticates once per connection (HTTP/3: Authorization:
+	// Bearer on the first request; MQTT: the password, with ClientID as the
+	// username unless Username is set).
+	Token string
+	// Username is the MQTT username (and HTTP Basic user when set).
+	Username string
+	// ClientID is the MQTT client identifier; empty means a random one.
+	ClientID string
+	// PublishMode is "request" (one HTTP/3 request per message, the default)
+	// or "stream" (one long-lived request carrying frames). Ignored for MQTT.
+	PublishMode string
+	// PacketConn, when set, is the UDP socket under quic-go's Transport, e.g.
+	// a counting wrapper; nil means a new socket on an ephemeral port.
+	PacketConn net.PacketConn
+	// Tracer, when set, is installed in the quic.Config.
+	Tracer func(ctx context.Context, isClient bool, connID quic.ConnectionID) qlogwriter.Trace
+	// Reconnect enables reconnection with exponential backoff and jitter;
+	// zero MaxBackoff means 30 s.
+	Reconnect bool
+	// MaxBackoff caps the reconnect backoff; zero means 30 s.
+	MaxBackoff time.Duration
+	// Logger receives diagnostics; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrUnsupportedScheme is returned by New for a broker URL it cannot serve.
+var ErrUnsupportedScheme = errors.New("unsupported broker URL scheme")
+
+// factory makes a Client for a parsed broker URL.
+type factory func(u *url.URL, opts *Options) (Client, error)
+
+var factories = map[string]factory{}
+
+// registerScheme makes New use f for URLs with scheme s; called from init.
+func registerScheme(s string, f factory) { factories[s] = f }
+
+// New returns a client for opts.Broker. It does not connect yet.
+func New(opts Options) (Client, error) {
+	u, err := url.Parse(opts.Broker)
+	if err != nil {
+		return nil, fmt.Errorf("bad broker URL %q: %w", opts.Broker, err)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("bad broker URL %q: no host (want e.g. https://localhost:4433)", opts.Broker)
+	}
+	f, ok := factories[strings.ToLower(u.Scheme)]
+	if !ok {
+		known := make([]string, 0, len(factories))
+		for s := range factories {
+			known = append(known, s+"://")
+		}
+		sort.Strings(known)
+		return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnsupportedScheme, u.Scheme, strings.Join(known, ", "))
+	}
+	o := opts
+	if o.Profile == nil {
+		o.Profile = quictune.Default()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = 30 * time.Second
+	}
+	if o.PublishMode == "" {
+		o.PublishMode = "request"
+	}
+	return f(u, &o)
+}

@@ -1,0 +1,222 @@
+// Package quictune maps named QUIC tuning profiles ("default", "lean", or a
+// TOML file) to a quic.Config and TLS settings. The lean values are first
+// guesses refined by `quiot bench` (see docs/TUNING.md once generated).
+package quictune
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/quic-go/quic-go"
+)
+
+// Duration is a time.Duration that reads from TOML strings such as "30s".
+type Duration time.Duration
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes the duration as a Go duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// Profile is a set of QUIC, TLS and HTTP/3 knobs. A zero field means
+// quic-go's default for that knob.
+type Profile struct {
+	// Name identifies the profile in logs and results.
+	Name string `toml:"name" json:"name"`
+	// HandshakeIdleTimeout bounds the handshake; zero means quic-go's 5 s.
+	HandshakeIdleTimeout Duration `toml:"handshake_idle_timeout" json:"handshake_idle_timeout"`
+	// MaxIdleTimeout closes a silent connection; zero means quic-go's 30 s.
+	MaxIdleTimeout Duration `toml:"max_idle_timeout" json:"max_idle_timeout"`
+	// KeepAlivePeriod sends PINGs when idle; zero means no keep-alive. It must
+	// stay below MaxIdleTimeout (Validate checks).
+	KeepAlivePeriod Duration `toml:"keep_alive_period" json:"keep_alive_period"`
+	// InitialStreamReceiveWindow is the initial per-stream flow-control
+	// window; zero means quic-go's 512 KiB.
+	InitialStreamReceiveWindow uint64 `toml:"initial_stream_receive_window" json:"initial_stream_receive_window"`
+	// MaxStreamReceiveWindow caps auto-tuning of the stream window; zero means
+	// quic-go's 6 MiB.
+	MaxStreamReceiveWindow uint64 `toml:"max_stream_receive_window" json:"max_stream_receive_window"`
+	// InitialConnectionReceiveWindow is the initial connection window; zero
+	// means quic-go's 768 KiB.
+	InitialConnectionReceiveWindow uint64 `toml:"initial_connection_receive_window" json:"initial_connection_receive_window"`
+	// MaxConnectionReceiveWindow caps the connection window; zero means
+	// quic-go's 15 MiB.
+	MaxConnectionReceiveWindow uint64 `toml:"max_connection_receive_window" json:"max_connection_receive_window"`
+	// MaxIncomingStreams is the bidirectional stream limit granted to the
+	// peer (the MAX_STREAMS high-watermark); zero means quic-go's 100.
+	MaxIncomingStreams int64 `toml:"max_incoming_streams" json:"max_incoming_streams"`
+	// MaxIncomingUniStreams is the unidirectional stream limit; zero means
+	// quic-go's 100.
+	MaxIncomingUniStreams int64 `toml:"max_incoming_uni_streams" json:"max_incoming_uni_streams"`
+	// InitialPacketSize is the first datagram size; zero means quic-go's 1280.
+	InitialPacketSize uint16 `toml:"initial_packet_size" json:"initial_packet_size"`
+	// DisablePathMTUDiscovery turns off DPLPMTUD probing.
+	DisablePathMTUDiscovery bool `toml:"disable_path_mtu_discovery" json:"disable_path_mtu_discovery"`
+	// SessionResumption enables TLS session tickets on clients (a session
+	// cache) and servers.
+	SessionResumption bool `toml:"session_resumption" json:"session_resumption"`
+	// Allow0RTT lets clients send early data on resumed sessions and servers
+	// accept it (only idempotent requests should be sent early).
+	Allow0RTT bool `toml:"allow_0rtt" json:"allow_0rtt"`
+}
+
+// Default is quic-go's own configuration, unchanged.
+func Default() *Profile {
+	return &Profile{Name: "default", SessionResumption: true}
+}
+
+// Lean is the profile for constrained devices and poor links: small windows
+// (a Pi Zero has 512 MB and links carry tens of kbit/s), a stream limit large
+// enough that MAX_STREAMS credit is refreshed rarely, keep-alive well below
+// the idle timeout (NAT bindings on cellular links expire in ~30-60 s), a
+// handshake timeout fit for multi-second RTTs, and the safe 1200-byte
+// initial packet with PMTUD kept (it costs a few probes only).
+func Lean() *Profile {
+	return &Profile{
+		Name:                           "lean",
+		HandshakeIdleTimeout:           Duration(20 * time.Second),
+		MaxIdleTimeout:                 Duration(90 * time.Second),
+		KeepAlivePeriod:                Duration(25 * time.Second),
+		InitialStreamReceiveWindow:     64 << 10,
+		MaxStreamReceiveWindow:         256 << 10,
+		InitialConnectionReceiveWindow: 128 << 10,
+		MaxConnectionReceiveWindow:     512 << 10,
+		MaxIncomingStreams:             1000,
+		MaxIncomingUniStreams:          16,
+		InitialPacketSize:              1200,
+		SessionResumption:              true,
+		Allow0RTT:                      false,
+	}
+}
+
+// Names lists the built-in profiles.
+func Names() []string { return []string{"default", "lean"} }
+
+// Load returns a built-in profile by name, or reads a TOML profile file.
+// A file profile starts from Lean, so it names only the knobs it changes,
+// unless it sets base = "default".
+func Load(nameOrFile string) (*Profile, error) {
+	switch nameOrFile {
+	case "", "default":
+		return Default(), nil
+	case "lean":
+		return Lean(), nil
+	}
+	b, err := os.ReadFile(nameOrFile)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("unknown tuning profile %q (want default, lean or a TOML file)", nameOrFile)
+		}
+		return nil, fmt.Errorf("couldn't read tuning profile: %w", err)
+	}
+	return Parse(b, nameOrFile)
+}
+
+// Parse reads a TOML profile; source names it in errors.
+func Parse(b []byte, source string) (*Profile, error) {
+	var base struct {
+		Base string `toml:"base"`
+	}
+	if _, err := toml.Decode(string(b), &base); err != nil {
+		return nil, fmt.Errorf("tuning profile %s: %w", source, err)
+	}
+	p := Lean()
+	switch base.Base {
+	case "", "lean":
+	case "default":
+		p = Default()
+	default:
+		return nil, fmt.Errorf("tuning profile %s: unknown base %q", source, base.Base)
+	}
+	p.Name = source
+	md, err := toml.Decode(string(b), p)
+	if err != nil {
+		return nil, fmt.Errorf("tuning profile %s: %w", source, err)
+	}
+	for _, k := range md.Undecoded() {
+		if k.String() != "base" {
+			return nil, fmt.Errorf("tuning profile %s: unknown key %q", source, k.String())
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("tuning profile %s: %w", source, err)
+	}
+	return p, nil
+}
+
+// Validate reports inconsistent knobs.
+func (p *Profile) Validate() error {
+	idle := time.Duration(p.MaxIdleTimeout)
+	if idle == 0 {
+		idle = 30 * time.Second
+	}
+	if p.KeepAlivePeriod != 0 && time.Duration(p.KeepAlivePeriod) >= idle {
+		return fmt.Errorf("keep_alive_period %v must be below max_idle_timeout %v", time.Duration(p.KeepAlivePeriod), idle)
+	}
+	if p.InitialPacketSize != 0 && p.InitialPacketSize < 1200 {
+		return fmt.Errorf("initial_packet_size %d is below QUIC's minimum of 1200", p.InitialPacketSize)
+	}
+	if p.MaxStreamReceiveWindow != 0 && p.InitialStreamReceiveWindow > p.MaxStreamReceiveWindow {
+		return errors.New("initial_stream_receive_window exceeds max_stream_receive_window")
+	}
+	if p.MaxConnectionReceiveWindow != 0 && p.InitialConnectionReceiveWindow > p.MaxConnectionReceiveWindow {
+		return errors.New("initial_connection_receive_window exceeds max_connection_receive_window")
+	}
+	if p.MaxIncomingStreams < 0 || p.MaxIncomingUniStreams < 0 {
+		return errors.New("stream limits must not be negative")
+	}
+	return nil
+}
+
+// QUICConfig returns a fresh quic.Config for the profile. Callers may set
+// Tracer on it.
+func (p *Profile) QUICConfig() *quic.Config {
+	return &quic.Config{
+		HandshakeIdleTimeout:           time.Duration(p.HandshakeIdleTimeout),
+		MaxIdleTimeout:                 time.Duration(p.MaxIdleTimeout),
+		KeepAlivePeriod:                time.Duration(p.KeepAlivePeriod),
+		InitialStreamReceiveWindow:     p.InitialStreamReceiveWindow,
+		MaxStreamReceiveWindow:         p.MaxStreamReceiveWindow,
+		InitialConnectionReceiveWindow: p.InitialConnectionReceiveWindow,
+		MaxConnectionReceiveWindow:     p.MaxConnectionReceiveWindow,
+		MaxIncomingStreams:             p.MaxIncomingStreams,
+		MaxIncomingUniStreams:          p.MaxIncomingUniStreams,
+		InitialPacketSize:              p.InitialPacketSize,
+		DisablePathMTUDiscovery:        p.DisablePathMTUDiscovery,
+		Allow0RTT:                      p.Allow0RTT,
+	}
+}
+
+// ApplyClientTLS sets the profile's TLS knobs on a client config: TLS 1.3
+// only, and a session cache when resumption is on. Go's crypto/tls already
+// prefers ChaCha20-Poly1305 on CPUs without AES instructions (the Pi Zero's
+// ARM1176), so no cipher list is forced here.
+func (p *Profile) ApplyClientTLS(c *tls.Config) {
+	c.MinVersion = tls.VersionTLS13
+	c.CurvePreferences = []tls.CurveID{tls.X25519, tls.CurveP256}
+	if p.SessionResumption && c.ClientSessionCache == nil {
+		c.ClientSessionCache = tls.NewLRUClientSessionCache(8)
+	}
+	if !p.SessionResumption {
+		c.ClientSessionCache = nil
+	}
+}
+
+// ApplyServerTLS sets the profile's TLS knobs on a server config.
+func (p *Profile) ApplyServerTLS(c *tls.Config) {
+	c.MinVersion = tls.VersionTLS13
+	c.CurvePreferences = []tls.CurveID{tls.X25519, tls.CurveP256}
+	c.SessionTicketsDisabled = !p.SessionResumption
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# deps.sh installs what quiot's build and tests need: Debian packages (when run
+# as root) and the Go tools (staticcheck). Without root it lists what is missing.
+set -euo pipefail
+
+# command -> Debian package that provides it
+declare -A need=(
+  [qemu-arm-static]=qemu-user-static
+  [ovs-vsctl]=openvswitch-switch
+  [ethtool]=ethtool
+  [ip]=iproute2
+  [nft]=nftables
+  [mcopy]=mtools
+  [mkfs.vfat]=dosfstools
+  [sfdisk]=fdisk
+  [debugfs]=e2fsprogs
+  [mkfs.ext4]=e2fsprogs
+  [ping]=iputils-ping
+  [socat]=socat
+  [mosquitto]=mosquitto
+  [mosquitto_pub]=mosquitto-clients
+  [gtlsclient]=ngtcp2-client
+  [tshark]=tshark
+  [tcpdump]=tcpdump
+  [systemd-analyze]=systemd
+  [dpkg-deb]=dpkg
+)
+
+missing=()
+for cmd in "${!need[@]}"; do
+  if ! command -v "$cmd" >/dev/null 2>&1 && [[ ! -x /usr/sbin/$cmd && ! -x /sbin/$cmd ]]; then
+    missing+=("${need[$cmd]}")
+  fi
+done
+# de-duplicate
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u | sed '/^$/d')
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # tshark asks whether non-root users may capture; answer no.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "deps: missing Debian packages: ${missing[*]}" >&2
+    echo "deps: run 'sudo scripts/deps.sh' (or apt-get install them); tests that need them will skip and say why" >&2
+  fi
+fi
+
+# Go tools, pinned.
+gobin=$(go env GOPATH)/bin
+if [[ ! -x $gobin/staticcheck ]]; then
+  echo "deps: installing staticcheck"
+  go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+fi
+go mod download

@@ -1,0 +1,21 @@
+//go:build tools
+package tools
+import (
+ _ "github.com/quic-go/quic-go"
+ _ "github.com/quic-go/quic-go/http3"
+ _ "github.com/prometheus/procfs"
+ _ "periph.io/x/host/v3"
+ _ "periph.io/x/conn/v3/gpio/gpiotest"
+ _ "github.com/mochi-mqtt/server/v2"
+ _ "github.com/eclipse/paho.golang/paho"
+ _ "gonum.org/v1/gonum/stat"
+ _ "gonum.org/v1/plot"
+ _ "github.com/HdrHistogram/hdrhistogram-go"
+ _ "github.com/prometheus/client_golang/prometheus"
+ _ "github.com/coreos/go-systemd/v22/daemon"
+ _ "github.com/schollz/progressbar/v3"
+ _ "golang.org/x/sync/errgroup"
+ _ "golang.org/x/sys/unix"
+ _ "github.com/goreleaser/nfpm/v2"
+ _ "github.com/BurntSushi/toml"
+)
