@@ -17,9 +17,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/quiot/quiot/internal/config"
 )
 
 // command is one subcommand of quiot.
@@ -97,6 +100,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("quiot "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if slices.Contains(config.Sections, name) {
+		fs.String(config.FlagName, config.DefaultPath, "TOML configuration file: table ["+name+"], keys = flag names; flags override it (a missing default file is ignored; \"\" for none)")
+	}
 	return fs
 }
 
@@ -111,7 +117,8 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments: %s", errUsage, strings.Join(fs.Args(), " "))
 	}
-	return nil
+	// Roles with a --config flag (see newFlagSet) take defaults from the file.
+	return config.ApplyFlag(fs, strings.TrimPrefix(fs.Name(), "quiot "))
 }
 
 // newLogger returns the slog logger for a role: text to stderr, at the given
