@@ -1,0 +1,591 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// The HTTP/3 pub-sub client (scheme https): see DESIGN.md, "HTTP/3 pub-sub
+// protocol, v1". One QUIC connection at a time over one quic.Transport (so a
+// counting Options.PacketConn sees every datagram of every reconnection);
+// connected lazily on the first Publish or Subscribe and redialled when it
+// dies. Requests of Publish and Subscribe share the connection.
+
+func init() { registerScheme("https", newH3) }
+
+const (
+	// h3DefaultPort is used when the broker URL names no port.
+	h3DefaultPort = "4433"
+	// framesContentType is the binary frame stream of the protocol.
+	framesContentType = "application/vnd.quiot.frames"
+	// headerTime carries the publisher's send time in unix nanoseconds.
+	headerTime = "Quiot-Time"
+	// headerSeq carries the sequence number the broker gave a message.
+	headerSeq = "Quiot-Seq"
+	// maxReasonBytes bounds how much of an error answer is read as its reason.
+	maxReasonBytes = 512
+)
+
+// ErrClosed is returned by a client's methods after Close.
+var ErrClosed = errors.New("client closed")
+
+// errSubscriptionEnded is returned when the broker ends a subscription
+// cleanly (e.g. it is shutting down); with Reconnect the client resubscribes.
+var errSubscriptionEnded = errors.New("broker ended the subscription")
+
+// StatusError is a broker's non-success HTTP answer to a request.
+type StatusError struct {
+	// Op names what was attempted, e.g. `publish to "a/b"`.
+	Op string
+	// Code is the HTTP status code.
+	Code int
+	// Reason is the broker's one-line plain-text reason, if any.
+	Reason string
+}
+
+// Error implements error.
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("%s: broker answered %d %s", e.Op, e.Code, http.StatusText(e.Code))
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s
+}
+
+// Temporary reports whether retrying may succeed: 5xx (503 shutting down)
+// and 429 (too many subscriptions or streams). Other 4xx answers (400 bad
+// topic, 401/403 authentication and ACL, 413 payload too large) are final.
+func (e *StatusError) Temporary() bool {
+	return e.Code >= 500 || e.Code == http.StatusTooManyRequests
+}
+
+// retryable reports whether err may go away on a retry or a new connection.
+// Context errors, final broker answers, closed clients and TLS verification
+// failures are not.
+func retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrClosed) {
+		return false
+	}
+	if se, ok := errors.AsType[*StatusError](err); ok {
+		return se.Temporary()
+	}
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return false
+	}
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return false
+	}
+	if te, ok := errors.AsType[*quic.TransportError](err); ok && te.ErrorCode.IsCryptoError() {
+		// A TLS alert: bad certificate on either side, no common ALPN.
+		return false
+	}
+	return true
+}
+
+// h3Client implements Client for the HTTP/3 pub-sub protocol.
+type h3Client struct {
+	opts     *Options
+	log      *slog.Logger
+	hostport string // host:port to dial
+	tlsConf  *tls.Config
+	qconf    *quic.Config
+	h3       *http3.Transport
+	backoff  Backoff
+
+	// dialSem serializes dialling (a 1-slot semaphore, so waiters can give
+	// up with their context).
+	dialSem chan struct{}
+
+	mu        sync.Mutex
+	tr        *quic.Transport
+	ownPC     net.PacketConn // the socket we created; nil when Options.PacketConn is used
+	cur       *h3Conn
+	conns     int
+	handshake time.Duration
+	closed    bool
+	sp        *streamPub // the current streamed-publish request (PublishMode "stream")
+
+	spMu sync.Mutex // serializes opening a streamed-publish request
+}
+
+// h3Conn is one QUIC connection with its HTTP/3 client.
+type h3Conn struct {
+	qc *quic.Conn
+	cc *http3.ClientConn
+
+	// Token authentication, once per connection: the first request carries
+	// the Authorization header; requests that start while it is in flight
+	// wait for its answer, so the broker has bound the identity to the
+	// connection before they arrive.
+	authMu   sync.Mutex
+	authDone bool
+	authWait chan struct{} // non-nil while the authenticating request is in flight
+}
+
+func (hc *h3Conn) alive() bool { return hc.qc.Context().Err() == nil }
+
+func newH3(u *url.URL, opts *Options) (Client, error) {
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("bad broker URL %q: want no path (e.g. https://host:4433)", opts.Broker)
+	}
+	switch opts.PublishMode {
+	case "request", "stream":
+	default:
+		return nil, fmt.Errorf("unknown publish mode %q (want request or stream)", opts.PublishMode)
+	}
+	host := u.Hostname()
+	port := u.Port()
+	if port == "" {
+		port = h3DefaultPort
+	}
+	tc := &tls.Config{
+		ServerName:         host,
+		NextProtos:         []string{http3.NextProtoH3},
+		RootCAs:            opts.RootCAs,
+		InsecureSkipVerify: opts.Insecure, //nolint:gosec // --insecure is the user's explicit choice (development)
+	}
+	if opts.Certificate != nil {
+		tc.Certificates = []tls.Certificate{*opts.Certificate}
+	}
+	opts.Profile.ApplyClientTLS(tc)
+	qc := opts.Profile.QUICConfig()
+	if opts.Tracer != nil {
+		qc.Tracer = opts.Tracer
+	}
+	c := &h3Client{
+		opts:     opts,
+		log:      opts.Logger,
+		hostport: net.JoinHostPort(host, port),
+		tlsConf:  tc,
+		qconf:    qc,
+		h3:       &http3.Transport{DisableCompression: true, Logger: nil},
+		backoff:  Backoff{Max: opts.MaxBackoff},
+		dialSem:  make(chan struct{}, 1),
+	}
+	return c, nil
+}
+
+// transport returns the quic.Transport, creating it (and the socket) once.
+func (c *h3Client) transport() (*quic.Transport, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tr != nil {
+		return c.tr, nil
+	}
+	pc := c.opts.PacketConn
+	if pc == nil {
+		udp, err := net.ListenUDP("udp", nil)
+		if err != nil {
+			return nil, fmt.Errorf("couldn't open a UDP socket: %w", err)
+		}
+		pc = udp
+		c.ownPC = udp
+	}
+	c.tr = &quic.Transport{Conn: pc}
+	return c.tr, nil
+}
+
+// conn returns the live connection, dialling a new one if there is none.
+func (c *h3Client) conn(ctx context.Context) (*h3Conn, error) {
+	select {
+	case c.dialSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.dialSem }()
+
+	c.mu.Lock()
+	closed, cur := c.closed, c.cur
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if cur != nil && cur.alive() {
+		return cur, nil
+	}
+	tr, err := c.transport()
+	if err != nil {
+		return nil, err
+	}
+	addr, err := net.ResolveUDPAddr("udp", c.hostport)
+	if err != nil {
+		return nil, fmt.Errorf("couldn't resolve broker %s: %w", c.hostport, err)
+	}
+	start := time.Now()
+	qc, err := tr.Dial(ctx, addr, c.tlsConf, c.qconf)
+	if err != nil {
+		return nil, fmt.Errorf("couldn't connect to %s: %w", c.hostport, err)
+	}
+	hs := time.Since(start)
+	hc := &h3Conn{qc: qc, cc: c.h3.NewClientConn(qc)}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		_ = qc.CloseWithError(0, "client closed")
+		return nil, ErrClosed
+	}
+	c.conns++
+	if c.conns == 1 {
+		c.handshake = hs
+	}
+	c.cur = hc
+	c.log.Debug("connected", "broker", c.hostport, "handshake", hs, "connection", c.conns)
+	return hc, nil
+}
+
+// authorize adds the Authorization header to req if it is the first request
+// of hc, or waits until the first one has been answered. done must be called
+// with whether the broker accepted the credentials once the answer (or a
+// failure) is known.
+func (c *h3Client) authorize(ctx context.Context, hc *h3Conn, req *http.Request) (done func(accepted bool), err error) {
+	noop := func(bool) {}
+	if c.opts.Token == "" {
+		return noop, nil
+	}
+	for {
+		hc.authMu.Lock()
+		if hc.authDone {
+			hc.authMu.Unlock()
+			return noop, nil
+		}
+		if w := hc.authWait; w != nil {
+			hc.authMu.Unlock()
+			select {
+			case <-w:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		w := make(chan struct{})
+		hc.authWait = w
+		hc.authMu.Unlock()
+		req.Header.Set("Authorization", c.authHeader())
+		return func(accepted bool) {
+			hc.authMu.Lock()
+			hc.authDone = accepted
+			hc.authWait = nil
+			hc.authMu.Unlock()
+			close(w)
+		}, nil
+	}
+}
+
+func (c *h3Client) authHeader() string {
+	if c.opts.Username != "" {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(c.opts.Username+":"+c.opts.Token))
+	}
+	return "Bearer " + c.opts.Token
+}
+
+// do sends one request on the current connection (dialling if needed) and
+// returns the response with its headers; the caller closes the body.
+// newReq builds the request for ctx; it is called once.
+func (c *h3Client) do(ctx context.Context, newReq func(ctx context.Context) (*http.Request, error)) (*http.Response, *h3Conn, error) {
+	hc, err := c.conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	req, err := newReq(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	done, err := c.authorize(ctx, hc, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := hc.cc.RoundTrip(req)
+	if err != nil {
+		done(false)
+		return nil, hc, err
+	}
+	done(resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden)
+	return resp, hc, nil
+}
+
+// statusError turns a non-2xx answer into a *StatusError, reading the
+// reason from the body, which it closes.
+func statusError(op string, resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxReasonBytes))
+	_ = resp.Body.Close()
+	reason := strings.TrimSpace(string(b))
+	if i := strings.IndexByte(reason, '\n'); i >= 0 {
+		reason = strings.TrimSpace(reason[:i])
+	}
+	return &StatusError{Op: op, Code: resp.StatusCode, Reason: reason}
+}
+
+// retry runs op until it succeeds, fails for good, or ctx is done; with
+// Options.Reconnect false it runs op once.
+func (c *h3Client) retry(ctx context.Context, what string, op func(ctx context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		err := op(ctx)
+		if err == nil || !c.opts.Reconnect || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		d := c.backoff.Delay(attempt)
+		c.log.Info("retrying", "op", what, "error", err, "after", d.Round(time.Millisecond))
+		if sleep(ctx, d) != nil {
+			return err
+		}
+	}
+}
+
+// pathFor returns a URL for /v1/topics/{topic-or-filter}, each level
+// escaped (so '#' travels as %23 and '/' separates levels).
+func (c *h3Client) pathFor(prefix, name string, q url.Values) *url.URL {
+	levels := strings.Split(name, "/")
+	for i, l := range levels {
+		levels[i] = url.PathEscape(l)
+	}
+	return &url.URL{
+		Scheme:   "https",
+		Host:     c.hostport,
+		Path:     prefix + name,
+		RawPath:  prefix + strings.Join(levels, "/"),
+		RawQuery: q.Encode(),
+	}
+}
+
+// Publish implements Client.
+func (c *h3Client) Publish(ctx context.Context, topicName string, payload []byte, po PublishOptions) (Ack, error) {
+	if topicName == "" {
+		return Ack{}, errors.New("publish: empty topic")
+	}
+	if po.QoS > 1 {
+		return Ack{}, fmt.Errorf("publish to %q: qos %d not supported (want 0 or 1)", topicName, po.QoS)
+	}
+	if po.Sent.IsZero() {
+		po.Sent = time.Now()
+	}
+	var ack Ack
+	op := c.publishRequest
+	if c.opts.PublishMode == "stream" {
+		op = c.publishStream
+	}
+	err := c.retry(ctx, "publish", func(ctx context.Context) error {
+		var err error
+		ack, err = op(ctx, topicName, payload, po)
+		return err
+	})
+	return ack, err
+}
+
+// publishRequest publishes with one POST /v1/topics/{topic}.
+func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload []byte, po PublishOptions) (Ack, error) {
+	op := fmt.Sprintf("publish to %q", topicName)
+	q := url.Values{"qos": {strconv.Itoa(int(po.QoS))}}
+	if po.Retain {
+		q.Set("retain", "1")
+	}
+	u := c.pathFor("/v1/topics/", topicName, q)
+	resp, _, err := c.do(ctx, func(ctx context.Context) (*http.Request, error) {
+		var body io.Reader = http.NoBody
+		if len(payload) > 0 {
+			body = bytes.NewReader(payload)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), body)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		req.ContentLength = int64(len(payload))
+		req.Header.Set(headerTime, strconv.FormatInt(po.Sent.UnixNano(), 10))
+		return req, nil
+	})
+	if err != nil {
+		return Ack{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return Ack{}, statusError(op, resp)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxReasonBytes))
+	_ = resp.Body.Close()
+	var ack Ack
+	if s := resp.Header.Get(headerSeq); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return Ack{}, fmt.Errorf("%s: bad %s header %q from broker", op, headerSeq, s)
+		}
+		ack.Seq = n
+	}
+	return ack, nil
+}
+
+// Subscribe implements Client. It returns nil when ctx is done, and an
+// error when the subscription fails for good (a final broker answer such as
+// 400 or 403, or any failure when Options.Reconnect is off).
+func (c *h3Client) Subscribe(ctx context.Context, filter string, since uint64, h func(Message)) error {
+	if filter == "" {
+		return errors.New("subscribe: empty filter")
+	}
+	st := &resumeState{filter: filter, since: since, last: map[string]uint64{}}
+	attempt := 0
+	for {
+		err := c.subscribeOnce(ctx, st, h, func() { attempt = 0 })
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !c.opts.Reconnect || !retryable(err) {
+			return err
+		}
+		d := c.backoff.Delay(attempt)
+		attempt++
+		c.log.Info("resubscribing", "filter", filter, "error", err, "after", d.Round(time.Millisecond), "since", st.resumePoint())
+		if sleep(ctx, d) != nil {
+			return nil
+		}
+	}
+}
+
+// resumeState tracks what a subscription has seen, so a resubscription
+// resumes after it and drops what it already delivered. The broker's
+// sequence numbers come from one broker-wide counter (internal/wire), so
+// the highest one seen is a resume point for any filter; retained messages
+// replayed first carry older numbers, hence the per-topic duplicate check.
+type resumeState struct {
+	filter string
+	since  uint64            // the caller's since, then the highest sequence seen
+	last   map[string]uint64 // topic -> last sequence delivered
+}
+
+// resumePoint is the ?since= of the next subscription (0: none).
+func (s *resumeState) resumePoint() uint64 { return s.since }
+
+// reset forgets what was seen (the broker restarted).
+func (s *resumeState) reset() {
+	s.since = 0
+	clear(s.last)
+}
+
+// accept reports whether m is new, recording it.
+func (s *resumeState) accept(m *Message) bool {
+	if m.Gap {
+		// m.Seq is the first sequence after the gap (see Message.Gap).
+		if m.Seq > 0 && m.Seq-1 > s.since {
+			s.since = m.Seq - 1
+		}
+		return true
+	}
+	if m.Seq == 0 {
+		return true
+	}
+	if last, seen := s.last[m.Topic]; seen && m.Seq <= last {
+		return false
+	}
+	s.last[m.Topic] = m.Seq
+	if m.Seq > s.since {
+		s.since = m.Seq
+	}
+	return true
+}
+
+// subscribeOnce runs one GET /v1/topics/{filter} until it ends; connected
+// is called once the broker accepted the subscription.
+func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Message), connected func()) error {
+	op := fmt.Sprintf("subscribe to %q", st.filter)
+	q := url.Values{}
+	if p := st.resumePoint(); p > 0 {
+		q.Set("since", strconv.FormatUint(p, 10))
+	}
+	u := c.pathFor("/v1/topics/", st.filter, q)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, _, err := c.do(ctx, func(ctx context.Context) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		req.Header.Set("Accept", framesContentType)
+		return req, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return statusError(op, resp)
+	}
+	defer resp.Body.Close()
+	connected()
+	c.log.Debug("subscribed", "filter", st.filter, "since", q.Get("since"))
+	notifySubscribed(ctx)
+	asked := st.since
+	err = readMessages(resp.Body, func(m Message) {
+		if asked > 0 && !m.Gap && !m.Retained && m.Seq > 0 && m.Seq <= asked {
+			// A live message numbered at or below the resume point we asked
+			// for: the broker restarted and its counter began again at 1.
+			c.log.Info("broker sequence numbers restarted", "filter", st.filter, "resume", asked, "seq", m.Seq)
+			st.reset()
+			asked = 0
+		}
+		if st.accept(&m) {
+			h(m)
+		}
+	})
+	if err == nil {
+		err = errSubscriptionEnded
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Stats implements Client.
+func (c *h3Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Stats{Handshake: c.handshake}
+	if c.conns > 1 {
+		s.Reconnects = c.conns - 1
+	}
+	return s
+}
+
+// Close implements Client: it ends a streamed publish, closes the
+// connection with CONNECTION_CLOSE, and closes the socket the client
+// opened (an Options.PacketConn stays open: it belongs to the caller).
+func (c *h3Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	cur, tr, own, sp := c.cur, c.tr, c.ownPC, c.sp
+	c.cur, c.sp = nil, nil
+	c.mu.Unlock()
+	if sp != nil {
+		sp.finish()
+	}
+	if cur != nil {
+		_ = cur.qc.CloseWithError(0, "")
+	}
+	var err error
+	if tr != nil {
+		err = tr.Close()
+	}
+	if own != nil {
+		if cerr := own.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}

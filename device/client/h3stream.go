@@ -1,0 +1,230 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/quiot/quiot/internal/wire"
+)
+
+// Streamed publish (PublishMode "stream"): one long-lived POST /v1/publish
+// whose body carries publish frames and whose response carries ack frames
+// (see internal/wire). The broker acks every QoS 1 frame once accepted and
+// every rejected frame; accepted QoS 0 frames are not acked.
+
+// errStreamEnded is the error of a streamed publish the broker ended.
+var errStreamEnded = errors.New("broker ended the publish stream")
+
+// streamCloseWait bounds how long Close waits for the broker to finish a
+// streamed publish (so QoS 0 frames already written are not discarded).
+const streamCloseWait = 2 * time.Second
+
+// streamPub is one streamed-publish request.
+type streamPub struct {
+	log    *slog.Logger
+	pw     *io.PipeWriter
+	cancel context.CancelFunc // cancels the request
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan wire.Ack
+	err     error         // why the stream is unusable; set once
+	done    chan struct{} // closed when err is set
+}
+
+// streamPublisher returns the live streamed-publish request, opening one
+// (on the current connection, dialling if needed) when there is none.
+func (c *h3Client) streamPublisher(ctx context.Context) (*streamPub, error) {
+	c.spMu.Lock()
+	defer c.spMu.Unlock()
+	c.mu.Lock()
+	sp, closed := c.sp, c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if sp != nil && sp.usable() {
+		return sp, nil
+	}
+	hc, err := c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	sctx, cancel := context.WithCancel(context.Background())
+	u := c.pathFor("/v1/publish", "", nil)
+	req, err := http.NewRequestWithContext(sctx, http.MethodPost, u.String(), pr)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.ContentLength = -1
+	req.Header.Set("Content-Type", wire.ContentType)
+	authDone, err := c.authorize(ctx, hc, req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	sp = &streamPub{
+		log:     c.log,
+		pw:      pw,
+		cancel:  cancel,
+		pending: map[uint64]chan wire.Ack{},
+		done:    make(chan struct{}),
+	}
+	go sp.run(hc, req, authDone)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		sp.close(ErrClosed)
+		return nil, ErrClosed
+	}
+	c.sp = sp
+	c.mu.Unlock()
+	return sp, nil
+}
+
+// run sends the request and reads acks until the stream ends.
+func (sp *streamPub) run(hc *h3Conn, req *http.Request, authDone func(bool)) {
+	resp, err := hc.cc.RoundTrip(req)
+	if err != nil {
+		authDone(false)
+		sp.close(fmt.Errorf("streamed publish: %w", err))
+		return
+	}
+	authDone(resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden)
+	if resp.StatusCode != http.StatusOK {
+		sp.close(statusError("streamed publish", resp))
+		return
+	}
+	defer resp.Body.Close()
+	dec := wire.NewDecoder(resp.Body, 0)
+	for {
+		a, err := dec.Ack()
+		if err != nil {
+			if err == io.EOF {
+				err = errStreamEnded
+			}
+			sp.close(fmt.Errorf("streamed publish: %w", err))
+			return
+		}
+		sp.mu.Lock()
+		ch, ok := sp.pending[a.ID]
+		delete(sp.pending, a.ID)
+		sp.mu.Unlock()
+		switch {
+		case ok:
+			ch <- a
+		case a.Status != 0:
+			// A rejected QoS 0 frame: nobody waits for it.
+			sp.log.Warn("qos 0 publish rejected", "id", a.ID, "status", a.Status, "reason", a.Reason)
+		}
+	}
+}
+
+func (sp *streamPub) usable() bool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.err == nil
+}
+
+// close marks the stream unusable with err, fails its waiters and resets
+// the request.
+func (sp *streamPub) close(err error) {
+	sp.mu.Lock()
+	if sp.err != nil {
+		sp.mu.Unlock()
+		return
+	}
+	sp.err = err
+	close(sp.done)
+	sp.mu.Unlock()
+	_ = sp.pw.CloseWithError(err)
+	sp.cancel()
+}
+
+// finish ends the request body cleanly and waits (bounded) for the broker
+// to end the response, so frames already written reach it; then closes.
+func (sp *streamPub) finish() {
+	_ = sp.pw.Close() // safe beside a Write in progress (io.Pipe)
+	t := time.NewTimer(streamCloseWait)
+	defer t.Stop()
+	select {
+	case <-sp.done:
+	case <-t.C:
+	}
+	sp.close(ErrClosed)
+}
+
+// publish writes one frame and, for QoS 1, waits for its ack.
+func (sp *streamPub) publish(ctx context.Context, topicName string, payload []byte, po PublishOptions) (Ack, error) {
+	op := fmt.Sprintf("publish to %q", topicName)
+	sp.mu.Lock()
+	if sp.err != nil {
+		err := sp.err
+		sp.mu.Unlock()
+		return Ack{}, err
+	}
+	sp.nextID++
+	id := sp.nextID
+	var ch chan wire.Ack
+	if po.QoS == 1 {
+		ch = make(chan wire.Ack, 1)
+		sp.pending[id] = ch
+	}
+	sp.mu.Unlock()
+
+	p := wire.Publish{ID: id, Time: po.Sent.UnixNano(), Topic: topicName, Payload: payload}
+	if po.QoS == 1 {
+		p.Flags |= wire.PubQoS1
+	}
+	if po.Retain {
+		p.Flags |= wire.PubRetain
+	}
+	frame := wire.AppendPublish(nil, &p)
+	_, err := sp.pw.Write(frame) // io.Pipe gates parallel writes: frames never interleave
+	if err != nil {
+		sp.forget(id)
+		return Ack{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if ch == nil {
+		return Ack{}, nil
+	}
+	select {
+	case a := <-ch:
+		if a.Status != 0 {
+			return Ack{}, &StatusError{Op: op, Code: int(a.Status), Reason: a.Reason}
+		}
+		return Ack{Seq: a.Seq}, nil
+	case <-sp.done:
+		sp.forget(id)
+		sp.mu.Lock()
+		err := sp.err
+		sp.mu.Unlock()
+		return Ack{}, fmt.Errorf("%s: %w", op, err)
+	case <-ctx.Done():
+		sp.forget(id)
+		return Ack{}, ctx.Err()
+	}
+}
+
+func (sp *streamPub) forget(id uint64) {
+	sp.mu.Lock()
+	delete(sp.pending, id)
+	sp.mu.Unlock()
+}
+
+// publishStream publishes one message on the streamed-publish request.
+func (c *h3Client) publishStream(ctx context.Context, topicName string, payload []byte, po PublishOptions) (Ack, error) {
+	sp, err := c.streamPublisher(ctx)
+	if err != nil {
+		return Ack{}, fmt.Errorf("publish to %q: %w", topicName, err)
+	}
+	return sp.publish(ctx, topicName, payload, po)
+}
