@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -167,12 +168,24 @@ func TestApplyFlagMissingFile(t *testing.T) {
 // TestExampleFile checks that build/systemd/quiot.toml, the documented example,
 // parses and that every key it sets exists in its table.
 func TestExampleFile(t *testing.T) {
-	data, err := os.ReadFile("../../build/systemd/quiot.toml")
+	data, err := os.ReadFile("../../build/config/quiot.toml")
 	if err != nil {
 		t.Skipf("example not present: %v", err)
 	}
 	if _, err := Parse("quiot.toml", data); err != nil {
 		t.Fatal(err)
+	}
+	// Every documented key, uncommented, must parse too.
+	re := regexp.MustCompile(`(?m)^# ([a-z0-9-]+ = .*)$`)
+	live := re.ReplaceAll(data, []byte("$1"))
+	tables, err := Parse("quiot.toml (uncommented)", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range Sections {
+		if len(tables[s]) == 0 {
+			t.Errorf("example documents no key of [%s]", s)
+		}
 	}
 }
 
