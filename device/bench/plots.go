@@ -10,7 +10,6 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 )
 
 // errPoints are dots with a symmetric or asymmetric y error bar.
@@ -153,37 +152,6 @@ func cdfChart(path, title, xlabel string, lines []cdfLine) error {
 	p.Legend.Padding = vg.Points(2)
 	p.Legend.YOffs = vg.Points(-4)
 	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, path); err != nil {
-		return fmt.Errorf("couldn't save plot %s: %w", path, err)
-	}
-	return nil
-}
-
-// barsChart draws a stacked bar per label, used for the per-message cost
-// breakdown; values[s][i] is series s of label i.
-func barsChart(path, title, ylabel string, labels, series []string, values [][]float64) error {
-	p := plot.New()
-	p.Title.Text = title
-	p.Y.Label.Text = ylabel
-	p.Legend.Top = true
-	var below *plotter.BarChart
-	for s := range series {
-		bc, err := plotter.NewBarChart(plotter.Values(values[s]), vg.Points(28))
-		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
-		}
-		bc.Color = plotutil.Color(s)
-		bc.LineStyle.Width = 0
-		if below != nil {
-			bc.StackOn(below)
-		}
-		below = bc
-		p.Add(bc)
-		p.Legend.Add(series[s], bc)
-	}
-	p.NominalX(labels...)
-	p.X.Tick.Label.Rotation = 0.3
-	p.X.Tick.Label.XAlign = draw.XRight
-	if err := p.Save(vg.Length(max(6, 1.2*float64(len(labels))))*vg.Inch, 4.5*vg.Inch, path); err != nil {
 		return fmt.Errorf("couldn't save plot %s: %w", path, err)
 	}
 	return nil

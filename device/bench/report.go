@@ -425,9 +425,9 @@ func writeClaims(m *md, s *Summary, ix index, links map[string]LinkInfo) {
 				tc.yes++
 			}
 			rowsC = append(rowsC, append(slices.Clone(lbl),
-				fmtDiff(dc, "%.3f") + " (" + relText(dc.Mean+mean(ix.values(p.mqtt, "cpu_ms_per_msg")), mean(ix.values(p.mqtt, "cpu_ms_per_msg"))) + ")",
-				fmtDiff(dw, "%.0f") + " (" + relText(dw.Mean+mean(ix.values(p.mqtt, "wire_bytes_per_msg")), mean(ix.values(p.mqtt, "wire_bytes_per_msg"))) + ")",
-				fmtDiff(dr, "%.0f") + " (" + relText(dr.Mean+mean(ix.values(p.mqtt, "peak_rss_kib")), mean(ix.values(p.mqtt, "peak_rss_kib"))) + ")",
+				fmtDiff(dc, "%.3f")+" ("+relText(dc.Mean+mean(ix.values(p.mqtt, "cpu_ms_per_msg")), mean(ix.values(p.mqtt, "cpu_ms_per_msg")))+")",
+				fmtDiff(dw, "%.0f")+" ("+relText(dw.Mean+mean(ix.values(p.mqtt, "wire_bytes_per_msg")), mean(ix.values(p.mqtt, "wire_bytes_per_msg")))+")",
+				fmtDiff(dr, "%.0f")+" ("+relText(dr.Mean+mean(ix.values(p.mqtt, "peak_rss_kib")), mean(ix.values(p.mqtt, "peak_rss_kib")))+")",
 				vc))
 		}
 	}
