@@ -1,0 +1,172 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quiot/quiot/internal/wire"
+)
+
+func newTestH3(t *testing.T, broker string) *h3Client {
+	t.Helper()
+	c, err := New(Options{Broker: broker, Insecure: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("New(%q): %v", broker, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c.(*h3Client)
+}
+
+func TestH3PathFor(t *testing.T) {
+	c := newTestH3(t, "https://broker.example:4433")
+	tests := []struct {
+		name, in, query, want string
+	}{
+		{"plain", "a/b/c", "", "https://broker.example:4433/v1/topics/a/b/c"},
+		{"hash escaped", "sensors/#", "", "https://broker.example:4433/v1/topics/sensors/%23"},
+		{"plus kept", "+/temp", "", "https://broker.example:4433/v1/topics/+/temp"},
+		{"space and percent", "a b/50%", "", "https://broker.example:4433/v1/topics/a%20b/50%25"},
+		{"query", "a", "since=7", "https://broker.example:4433/v1/topics/a?since=7"},
+		{"dollar", "$SYS/x", "", "https://broker.example:4433/v1/topics/$SYS/x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, _ := url.ParseQuery(tt.query)
+			if got := c.pathFor("/v1/topics/", tt.in, q).String(); got != tt.want {
+				t.Fatalf("pathFor(%q) = %s, want %s", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestH3NewErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"path", Options{Broker: "https://h:1/x"}, "want no path"},
+		{"mode", Options{Broker: "https://h:1", PublishMode: "burst"}, "unknown publish mode"},
+		{"scheme", Options{Broker: "http://h:1"}, "unsupported broker URL scheme"},
+		{"no host", Options{Broker: "https:///x"}, "no host"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.opts)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New(%+v) = %v, want error containing %q", tt.opts, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestH3DefaultPort(t *testing.T) {
+	c := newTestH3(t, "https://localhost")
+	if c.hostport != "localhost:4433" {
+		t.Fatalf("hostport = %q, want localhost:4433", c.hostport)
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{context.Canceled, false},
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), false},
+		{ErrClosed, false},
+		{&StatusError{Code: 400}, false},
+		{&StatusError{Code: 401}, false},
+		{fmt.Errorf("wrapped: %w", &StatusError{Code: 403}), false},
+		{&StatusError{Code: 413}, false},
+		{&StatusError{Code: 429}, true},
+		{&StatusError{Code: 503}, true},
+		{&StatusError{Code: 500}, true},
+		{io.ErrUnexpectedEOF, true},
+		{errSubscriptionEnded, true},
+		{errors.New("connection reset"), true},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.err), func(t *testing.T) {
+			if got := retryable(tt.err); got != tt.want {
+				t.Fatalf("retryable(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStatusErrorMessage(t *testing.T) {
+	e := &StatusError{Op: `publish to "a"`, Code: 403, Reason: "not allowed"}
+	if got, want := e.Error(), `publish to "a": broker answered 403 Forbidden: not allowed`; got != want {
+		t.Fatalf("Error() = %q, want %q", got, want)
+	}
+}
+
+func TestResumeState(t *testing.T) {
+	st := &resumeState{since: 0, last: map[string]uint64{}}
+	steps := []struct {
+		m        Message
+		accepted bool
+		since    uint64
+	}{
+		{Message{Topic: "b", Seq: 3, Retained: true}, true, 3},
+		{Message{Topic: "a", Seq: 5, Retained: true}, true, 5},
+		{Message{Topic: "a", Seq: 8}, true, 8},
+		{Message{Topic: "b", Seq: 9}, true, 9},
+		{Message{Topic: "a", Seq: 8}, false, 9}, // replayed duplicate
+		{Message{Topic: "b", Seq: 3, Retained: true}, false, 9},
+		{Message{Topic: "a", Gap: true, Seq: 20}, true, 19},
+		{Message{Topic: "a", Seq: 20}, true, 20},
+		{Message{Topic: "c", Gap: true}, true, 20}, // unknown range
+		{Message{Topic: "m"}, true, 20},            // unnumbered (MQTT bridge)
+	}
+	for i, s := range steps {
+		if got := st.accept(&s.m); got != s.accepted {
+			t.Fatalf("step %d accept(%+v) = %v, want %v", i, s.m, got, s.accepted)
+		}
+		if st.resumePoint() != s.since {
+			t.Fatalf("step %d resume point %d, want %d", i, st.resumePoint(), s.since)
+		}
+	}
+	st.reset()
+	if st.resumePoint() != 0 || len(st.last) != 0 {
+		t.Fatal("reset kept state")
+	}
+}
+
+func TestReadMessages(t *testing.T) {
+	sent := time.Unix(1700000000, 5)
+	var b []byte
+	b = wire.AppendFrame(b, &wire.Frame{Seq: 1, Time: sent.UnixNano(), Topic: "a/b", Payload: []byte("hi"), Flags: wire.FlagRetained})
+	b = wire.AppendFrame(b, &wire.Frame{Seq: 2, Topic: "a/c", Payload: nil})
+	g := wire.GapFrame(wire.Gap{Topic: "a/b", From: 3, To: 9})
+	b = wire.AppendFrame(b, &g)
+	var got []Message
+	if err := readMessages(strings.NewReader(string(b)), func(m Message) { got = append(got, m) }); err != nil {
+		t.Fatalf("readMessages: %v", err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("got %d messages, want 3", len(got))
+	}
+	if m := got[0]; m.Topic != "a/b" || m.Seq != 1 || string(m.Payload) != "hi" || !m.Retained || !m.Sent.Equal(sent) || m.Gap {
+		t.Fatalf("message 0 = %+v", m)
+	}
+	if m := got[1]; m.Topic != "a/c" || m.Seq != 2 || !m.Sent.IsZero() || m.Latency() != 0 {
+		t.Fatalf("message 1 = %+v", m)
+	}
+	if m := got[2]; !m.Gap || m.Topic != "a/b" || m.Seq != 10 {
+		t.Fatalf("gap = %+v, want Gap on a/b with Seq 10 (first after the gap)", m)
+	}
+	// A stream cut inside a frame is an error, not a clean end.
+	if err := readMessages(strings.NewReader(string(b[:len(b)-2])), func(Message) {}); err == nil {
+		t.Fatal("readMessages of a truncated stream returned nil")
+	}
+}

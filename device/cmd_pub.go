@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/quictune"
+)
+
+func init() {
+	register(command{
+		name:    "pub",
+		summary: "publish messages to a broker (HTTP/3 or MQTT over QUIC)",
+		run:     runPub,
+	})
+}
+
+// clientFlags are the connection flags pub and sub share.
+type clientFlags struct {
+	broker     string
+	tuning     string
+	insecure   bool
+	ca         string
+	token      string
+	username   string
+	cert       string
+	key        string
+	reconnect  bool
+	maxBackoff time.Duration
+	logLevel   string
+}
+
+func (f *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.broker, "broker", "https://localhost:4433", "broker URL: https://host:4433 (HTTP/3), mqtt-quic://host:14567 or mqtt://host:1883")
+	fs.StringVar(&f.tuning, "tuning", "default", "QUIC tuning profile: default, lean or a TOML file")
+	fs.BoolVar(&f.insecure, "insecure", false, "skip verification of the broker's certificate (development only)")
+	fs.StringVar(&f.ca, "ca", "", "PEM file of the CA(s) that signed the broker's certificate (default: system roots)")
+	fs.StringVar(&f.token, "token", "", "token sent once per connection (HTTP/3 Authorization: Bearer; MQTT password)")
+	fs.StringVar(&f.username, "username", "", "user name (HTTP Basic with --token as password; MQTT username)")
+	fs.StringVar(&f.cert, "cert", "", "client certificate PEM file for mTLS (with --key)")
+	fs.StringVar(&f.key, "key", "", "client key PEM file for mTLS (with --cert)")
+	fs.BoolVar(&f.reconnect, "reconnect", true, "reconnect with exponential backoff and jitter after network errors and 503")
+	fs.DurationVar(&f.maxBackoff, "max-backoff", 30*time.Second, "cap of the reconnect backoff")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+// options turns the flags into client options and a logger.
+func (f *clientFlags) options(stderr io.Writer) (client.Options, *slog.Logger, error) {
+	log, err := newLogger(stderr, f.logLevel)
+	if err != nil {
+		return client.Options{}, nil, err
+	}
+	prof, err := quictune.Load(f.tuning)
+	if err != nil {
+		return client.Options{}, nil, fmt.Errorf("%w: --tuning: %v", errUsage, err)
+	}
+	o := client.Options{
+		Broker:     f.broker,
+		Profile:    prof,
+		Insecure:   f.insecure,
+		Token:      f.token,
+		Username:   f.username,
+		Reconnect:  f.reconnect,
+		MaxBackoff: f.maxBackoff,
+		Logger:     log,
+	}
+	if f.insecure && f.ca != "" {
+		return o, nil, fmt.Errorf("%w: --insecure and --ca exclude each other", errUsage)
+	}
+	if f.ca != "" {
+		pool, err := certs.LoadPool(f.ca)
+		if err != nil {
+			return o, nil, err
+		}
+		o.RootCAs = pool
+	}
+	if (f.cert == "") != (f.key == "") {
+		return o, nil, fmt.Errorf("%w: --cert and --key go together", errUsage)
+	}
+	if f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return o, nil, fmt.Errorf("couldn't load client certificate: %w", err)
+		}
+		o.Certificate = &pair
+	}
+	if f.maxBackoff <= 0 {
+		return o, nil, fmt.Errorf("%w: --max-backoff must be positive", errUsage)
+	}
+	return o, log, nil
+}
+
+// pubPlan is what `quiot pub` publishes.
+type pubPlan struct {
+	topic    string
+	payload  []byte
+	qos      byte
+	retain   bool
+	rate     float64 // messages per second; 0 = no pacing
+	count    int     // 0 = until ctx is done
+	inflight int     // publishes awaiting their ack at once (>= 1)
+}
+
+// pubResult is what a publish run measured.
+type pubResult struct {
+	Sent      int           // publishes that returned successfully
+	Start     time.Time     // first publish started (connection setup included)
+	TTFD      time.Duration // Start -> first acknowledgement (time to first data)
+	Elapsed   time.Duration // Start -> last acknowledgement
+	LastSeq   uint64        // sequence number of the last acknowledged message
+	Handshake time.Duration // QUIC (or TCP) handshake of the first connection
+	Stopped   bool          // ctx ended the run before count was reached
+}
+
+// publishLoop publishes p.count messages (or until ctx is done) at p.rate,
+// with up to p.inflight publishes in flight; order is kept with inflight 1.
+// It stops at the first error that retries did not cure.
+func publishLoop(ctx context.Context, c client.Client, p pubPlan, log *slog.Logger) (pubResult, error) {
+	if p.inflight < 1 {
+		p.inflight = 1
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu    sync.Mutex
+		res   pubResult
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, p.inflight)
+	)
+	res.Start = time.Now()
+	done := func(ack client.Ack, err error) {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			if ctx.Err() == nil {
+				cancel(err)
+			}
+			return
+		}
+		if res.Sent == 0 {
+			res.TTFD = now.Sub(res.Start)
+		}
+		res.Sent++
+		res.Elapsed = now.Sub(res.Start)
+		if ack.Seq > res.LastSeq {
+			res.LastSeq = ack.Seq
+		}
+		log.Debug("published", "topic", p.topic, "seq", ack.Seq)
+	}
+	opts := client.PublishOptions{QoS: p.qos, Retain: p.retain}
+	var interval time.Duration
+	if p.rate > 0 {
+		interval = time.Duration(float64(time.Second) / p.rate)
+	}
+loop:
+	for i := 0; p.count == 0 || i < p.count; i++ {
+		if interval > 0 && i > 0 {
+			// Pace against the start, so a slow ack does not lower the rate.
+			if err := sleepUntil(ctx, res.Start.Add(time.Duration(i)*interval)); err != nil {
+				break loop
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			break loop
+		}
+		if p.inflight == 1 {
+			ack, err := c.Publish(ctx, p.topic, p.payload, opts)
+			done(ack, err)
+			<-slots
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			ack, err := c.Publish(ctx, p.topic, p.payload, opts)
+			done(ack, err)
+		})
+	}
+	wg.Wait()
+	res.Handshake = c.Stats().Handshake
+	err := context.Cause(ctx)
+	if err == nil {
+		return res, nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		res.Stopped = true
+		return res, nil // interrupted: a clean stop
+	}
+	return res, err
+}
+
+// sleepUntil waits until t or until ctx is done.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// makePayload returns the payload of --payload or --payload-size.
+func makePayload(text string, textSet bool, size int) ([]byte, error) {
+	switch {
+	case textSet && size >= 0:
+		return nil, fmt.Errorf("%w: --payload and --payload-size exclude each other", errUsage)
+	case textSet:
+		return []byte(text), nil
+	case size >= 0:
+		const filler = "quiot-payload-"
+		b := make([]byte, size)
+		for i := range b {
+			b[i] = filler[i%len(filler)]
+		}
+		return b, nil
+	default:
+		return nil, fmt.Errorf("%w: want --payload TEXT or --payload-size N", errUsage)
+	}
+}
+
+func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("pub", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	topic := fs.String("topic", "", "topic to publish to (required)")
+	qos := fs.Int("qos", 1, "0 (no acknowledgement awaited for MQTT) or 1 (acknowledged once the broker accepted it)")
+	retain := fs.Bool("retain", false, "ask the broker to keep the message as the topic's retained one")
+	payload := fs.String("payload", "", "message payload text")
+	payloadSize := fs.Int("payload-size", -1, "payload of N filler bytes instead of --payload")
+	rate := fs.Float64("rate", 0, "messages per second (0: each as soon as the previous one is acknowledged)")
+	count := fs.Int("count", 1, "messages to publish (0: until interrupted)")
+	inflight := fs.Int("inflight", 1, "publishes awaiting acknowledgement at once (order is kept only with 1)")
+	mode := fs.String("mode", "request", "HTTP/3 publish mode: request (one request per message) or stream (one long-lived request)")
+	quiet := fs.Bool("quiet", false, "print no summary line")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *topic == "" {
+		return fmt.Errorf("%w: --topic is required", errUsage)
+	}
+	if *qos != 0 && *qos != 1 {
+		return fmt.Errorf("%w: --qos %d (want 0 or 1)", errUsage, *qos)
+	}
+	if *rate < 0 || *count < 0 || *inflight < 1 {
+		return fmt.Errorf("%w: --rate and --count must not be negative, --inflight must be at least 1", errUsage)
+	}
+	if *mode != "request" && *mode != "stream" {
+		return fmt.Errorf("%w: --mode %q (want request or stream)", errUsage, *mode)
+	}
+	payloadSet := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "payload" {
+			payloadSet = true
+		}
+	})
+	body, err := makePayload(*payload, payloadSet, *payloadSize)
+	if err != nil {
+		return err
+	}
+	opts, log, err := cf.options(stderr)
+	if err != nil {
+		return err
+	}
+	opts.PublishMode = *mode
+	c, err := client.New(opts)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	res, err := publishLoop(ctx, c, pubPlan{
+		topic: *topic, payload: body, qos: byte(*qos), retain: *retain,
+		rate: *rate, count: *count, inflight: *inflight,
+	}, log)
+	if cerr := c.Close(); cerr != nil {
+		log.Debug("close", "error", cerr)
+	}
+	if !*quiet {
+		fmt.Fprintln(stdout, pubSummary(&res, *topic, *qos))
+	}
+	return err
+}
+
+// pubSummary is the one-line report of a publish run.
+func pubSummary(r *pubResult, topicName string, qos int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "published %d message(s) to %s (qos %d)", r.Sent, topicName, qos)
+	if r.Sent > 0 {
+		fmt.Fprintf(&b, " in %s", r.Elapsed.Round(time.Millisecond))
+		if r.Elapsed > 0 && r.Sent > 1 {
+			fmt.Fprintf(&b, " (%.1f msg/s)", float64(r.Sent)/r.Elapsed.Seconds())
+		}
+		fmt.Fprintf(&b, "; handshake %.2f ms; time to first data %.2f ms", ms(r.Handshake), ms(r.TTFD))
+		if r.LastSeq > 0 {
+			fmt.Fprintf(&b, "; last seq %d", r.LastSeq)
+		}
+	}
+	if r.Stopped {
+		b.WriteString("; interrupted")
+	}
+	return b.String()
+}
+
+// ms converts a duration to fractional milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/quiot/quiot/device/client"
+)
+
+func init() {
+	register(command{
+		name:    "sub",
+		summary: "subscribe to a topic filter and print the messages",
+		run:     runSub,
+	})
+}
+
+// subFormats are the output formats of `quiot sub`.
+var subFormats = []string{"text", "json", "raw", "none"}
+
+// subPrinter writes delivered messages in one format.
+type subPrinter struct {
+	w      *bufio.Writer
+	format string
+}
+
+// subJSON is one JSON line of `quiot sub --format json`.
+type subJSON struct {
+	Topic         string   `json:"topic"`
+	Seq           uint64   `json:"seq"`
+	Payload       *string  `json:"payload,omitempty"`
+	PayloadBase64 []byte   `json:"payload_base64,omitempty"`
+	Time          int64    `json:"time,omitempty"`
+	LatencyMS     *float64 `json:"latency_ms,omitempty"`
+	Retained      bool     `json:"retained,omitempty"`
+	Gap           bool     `json:"gap,omitempty"`
+}
+
+// print writes m and flushes, so a reader of a pipe sees it at once.
+func (p *subPrinter) print(m *client.Message) error {
+	switch p.format {
+	case "none":
+		return nil
+	case "raw":
+		if m.Gap {
+			return nil
+		}
+		_, _ = p.w.Write(m.Payload)
+	case "json":
+		j := subJSON{Topic: m.Topic, Seq: m.Seq, Retained: m.Retained, Gap: m.Gap}
+		if !m.Gap {
+			if utf8.Valid(m.Payload) {
+				s := string(m.Payload)
+				j.Payload = &s
+			} else {
+				j.PayloadBase64 = m.Payload
+			}
+		}
+		if !m.Sent.IsZero() {
+			j.Time = m.Sent.UnixNano()
+			l := ms(m.Latency())
+			j.LatencyMS = &l
+		}
+		b, err := json.Marshal(&j)
+		if err != nil {
+			return err
+		}
+		_, _ = p.w.Write(append(b, '\n'))
+	default:
+		_, _ = p.w.WriteString(textLine(m))
+	}
+	return p.w.Flush()
+}
+
+// textLine is the text rendering of a message: topic, sequence, latency,
+// payload (non-printable payloads are summarized).
+func textLine(m *client.Message) string {
+	var b strings.Builder
+	if m.Gap {
+		fmt.Fprintf(&b, "%s gap: messages lost", orUnknown(m.Topic))
+		if m.Seq > 0 {
+			fmt.Fprintf(&b, " before #%d", m.Seq)
+		}
+		b.WriteByte('\n')
+		return b.String()
+	}
+	b.WriteString(m.Topic)
+	if m.Seq > 0 {
+		fmt.Fprintf(&b, " #%d", m.Seq)
+	}
+	if m.Retained {
+		b.WriteString(" retained")
+	}
+	if !m.Sent.IsZero() {
+		fmt.Fprintf(&b, " %.3fms", ms(m.Latency()))
+	}
+	b.WriteByte(' ')
+	if utf8.Valid(m.Payload) && !strings.ContainsAny(string(m.Payload), "\n\r\x00") {
+		b.Write(m.Payload)
+	} else {
+		fmt.Fprintf(&b, "<%d bytes>", len(m.Payload))
+	}
+	b.WriteByte('\n')
+	return b.String()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(topic unknown)"
+	}
+	return s
+}
+
+// subStats summarizes what a subscriber received.
+type subStats struct {
+	Count       int           // messages delivered (gaps excluded)
+	Gaps        int           // gap announcements
+	Stamped     int           // messages carrying the publisher's send time
+	LatencySum  time.Duration // over stamped messages
+	LatencyMax  time.Duration
+	FirstSent   time.Time // earliest publisher send time seen
+	First, Last time.Time // first and last delivery
+}
+
+func (s *subStats) add(m *client.Message) {
+	if m.Gap {
+		s.Gaps++
+		return
+	}
+	s.Count++
+	if s.First.IsZero() {
+		s.First = m.Received
+	}
+	s.Last = m.Received
+	if m.Sent.IsZero() {
+		return
+	}
+	s.Stamped++
+	l := m.Latency()
+	s.LatencySum += l
+	if l > s.LatencyMax {
+		s.LatencyMax = l
+	}
+	if s.FirstSent.IsZero() || m.Sent.Before(s.FirstSent) {
+		s.FirstSent = m.Sent
+	}
+}
+
+// summary is the one-line report of a subscription.
+func (s *subStats) summary(filter string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "received %d message(s) on %s", s.Count, filter)
+	if s.Count > 1 {
+		if d := s.Last.Sub(s.First); d > 0 {
+			fmt.Fprintf(&b, " in %s (%.1f msg/s)", d.Round(time.Millisecond), float64(s.Count-1)/d.Seconds())
+		}
+	}
+	if s.Stamped > 0 {
+		fmt.Fprintf(&b, "; latency mean %.3f ms, max %.3f ms", ms(s.LatencySum)/float64(s.Stamped), ms(s.LatencyMax))
+	}
+	if s.Gaps > 0 {
+		fmt.Fprintf(&b, "; %d gap(s)", s.Gaps)
+	}
+	return b.String()
+}
+
+func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sub", stderr)
+	var cf clientFlags
+	cf.register(fs)
+	filter := fs.String("topic", "", "topic filter to subscribe to; MQTT wildcards + and # (required)")
+	count := fs.Int("count", 0, "exit after N messages (0: until interrupted)")
+	since := fs.Uint64("since", 0, "replay the broker's history after this sequence number first (HTTP/3)")
+	format := fs.String("format", "text", "output: text, json (one object a line), raw (payload bytes only) or none")
+	quiet := fs.Bool("quiet", false, "print no summary line on stderr")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *filter == "" {
+		return fmt.Errorf("%w: --topic is required", errUsage)
+	}
+	if *count < 0 {
+		return fmt.Errorf("%w: --count must not be negative", errUsage)
+	}
+	if !validFormat(*format) {
+		return fmt.Errorf("%w: --format %q (want %s)", errUsage, *format, strings.Join(subFormats, ", "))
+	}
+	opts, log, err := cf.options(stderr)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(opts)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	defer c.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctx = client.WithSubscribed(ctx, func() { log.Info("subscribed", "filter", *filter, "broker", opts.Broker) })
+	p := &subPrinter{w: bufio.NewWriter(stdout), format: *format}
+	var st subStats
+	var outErr error
+	err = c.Subscribe(ctx, *filter, *since, func(m client.Message) {
+		if outErr != nil {
+			return
+		}
+		st.add(&m)
+		if err := p.print(&m); err != nil {
+			outErr = fmt.Errorf("couldn't write output: %w", err)
+			cancel()
+			return
+		}
+		if *count > 0 && st.Count >= *count {
+			cancel()
+		}
+	})
+	if !*quiet {
+		fmt.Fprintln(stderr, st.summary(*filter))
+	}
+	if outErr != nil {
+		return outErr
+	}
+	return err
+}
+
+func validFormat(f string) bool {
+	for _, s := range subFormats {
+		if f == s {
+			return true
+		}
+	}
+	return false
+}
