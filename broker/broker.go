@@ -1,0 +1,393 @@
+// Package broker is quiot's HTTP/3 publish-subscribe broker, as a library.
+//
+// A Broker owns one topic space: per-topic bounded history, retained
+// messages, and live subscriptions. It serves the HTTP/3 pub-sub protocol v1
+// (see internal/wire for the frame format) on UDP, and the same handlers over
+// HTTP/1.1 and HTTP/2 on TCP+TLS at the same port number, with Alt-Svc. Other
+// protocols (MQTT over QUIC in broker/mqttquic) share the topic space through
+// Publish, AddTap, Auth and the counters.
+//
+//	b, err := broker.New(&broker.Options{CertFile: "c.pem", KeyFile: "k.pem"})
+//	...
+//	go b.Serve()
+//	...
+//	b.Shutdown(ctx)
+//
+// # HTTP API
+//
+//	POST /v1/topics/{topic}?qos=0|1&retain=1   body = payload
+//	     [Quiot-Time: <unix ns>]                -> 204, Quiot-Seq: N
+//	POST /v1/publish   (application/vnd.quiot.frames: publish frames;
+//	                    the response carries ack frames)
+//	GET  /v1/topics/{filter}[?since=SEQ]        (Accept: text/event-stream -> SSE,
+//	     [Last-Event-ID: SEQ]                    otherwise binary frames)
+//	GET  /healthz
+//
+// Errors are answered with a one-line text/plain reason: 400 bad topic,
+// filter or parameter; 401 missing or bad credentials; 403 denied by the
+// ACL; 404/405 unknown path or method; 413 payload too large; 415 wrong
+// content type; 429 too many subscriptions on the connection; 503 shutting
+// down.
+//
+// # Authentication
+//
+// Once per connection. A verified client certificate's CN is the identity. An
+// Authorization header (Bearer token, or Basic user:password) on a request
+// authenticates the connection it arrives on: later requests on the same
+// connection need no header. A connection with neither is anonymous, which
+// the ACL may allow or not (401).
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/certs"
+)
+
+// Broker is an HTTP/3 pub-sub broker. Create it with New.
+type Broker struct {
+	opts  Options
+	log   *slog.Logger
+	stats *counters
+	hub   *hub
+
+	tlsH3  *tls.Config
+	tlsTCP *tls.Config
+
+	h3  *http3.Server
+	tcp *http.Server
+
+	mu       sync.Mutex
+	started  bool
+	ownPC    net.PacketConn
+	tr       *quic.Transport
+	udpAddr  net.Addr
+	tcpLn    net.Listener
+	serveErr chan error
+	done     chan struct{} // closed when Shutdown/Close begins
+	closed   chan struct{} // closed when everything has stopped
+	stopOnce sync.Once
+	closeErr error
+
+	active tracker // running request handlers
+}
+
+// New makes a broker from opts (nil means all defaults). It loads the
+// certificates but does not listen yet.
+func New(opts *Options) (*Broker, error) {
+	o := opts.ensureDefaults()
+	b := &Broker{opts: o, log: o.Logger, stats: &counters{}, done: make(chan struct{}), closed: make(chan struct{})}
+	b.hub = newHub(o.Limits, b.stats)
+
+	certsList := o.Certificates
+	if len(certsList) == 0 {
+		if o.CertFile == "" || o.KeyFile == "" {
+			return nil, errors.New("no server certificate: set Certificates or CertFile and KeyFile")
+		}
+		c, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("couldn't load server certificate: %w", err)
+		}
+		certsList = []tls.Certificate{c}
+	}
+	base := &tls.Config{Certificates: certsList}
+	pool := o.ClientCAs
+	if pool == nil && o.ClientCAFile != "" {
+		p, err := certs.LoadPool(o.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("couldn't load client CA: %w", err)
+		}
+		pool = p
+	}
+	if pool != nil {
+		base.ClientCAs = pool
+		base.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	o.Tuning.ApplyServerTLS(base)
+	b.tlsH3 = base.Clone()
+	b.tlsH3.NextProtos = []string{http3.NextProtoH3}
+	b.tlsTCP = base.Clone()
+	b.tlsTCP.NextProtos = []string{"h2", "http/1.1"}
+	b.tlsTCP.MinVersion = tls.VersionTLS12
+
+	b.h3 = &http3.Server{
+		Handler:     http.HandlerFunc(b.serveHTTP),
+		TLSConfig:   b.tlsH3,
+		QUICConfig:  o.QUIC,
+		ConnContext: b.quicConnContext,
+		Logger:      o.Logger,
+	}
+	b.tcp = &http.Server{
+		Handler:           http.HandlerFunc(b.serveHTTP),
+		TLSConfig:         b.tlsTCP,
+		ConnContext:       b.tcpConnContext,
+		ConnState:         b.tcpConnState,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
+	}
+	return b, nil
+}
+
+// Auth returns the identities and ACL shared by every protocol.
+func (b *Broker) Auth() *auth.Authenticator { return b.opts.Auth }
+
+// Limits returns the effective limits (defaults applied).
+func (b *Broker) Limits() Limits { return b.opts.Limits }
+
+// Logger returns the broker's logger.
+func (b *Broker) Logger() *slog.Logger { return b.log }
+
+// Publish accepts a message into the topic space: it validates the topic,
+// payload size and QoS, assigns the sequence number, stores history and the
+// retained message, queues it for every matching subscriber (never
+// blocking), and runs the taps. Authorisation is the caller's job (Auth).
+// Errors wrap ErrBadTopic, ErrTooLarge, ErrBadQoS or ErrShuttingDown.
+func (b *Broker) Publish(ctx context.Context, m Message) (seq uint64, err error) {
+	return b.hub.publish(ctx, m)
+}
+
+// AddTap registers fn to run synchronously, under the broker's lock, for
+// every accepted message in acceptance order. fn must not block, must not
+// modify the message, and must not call Publish (it would deadlock); it may
+// hand the message to a goroutine.
+func (b *Broker) AddTap(fn func(m *Message)) { b.hub.addTap(fn) }
+
+// Start listens (UDP, and TCP unless disabled) and serves in the background.
+// It returns once the broker is ready for connections.
+func (b *Broker) Start() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.started {
+		return errors.New("broker already started")
+	}
+	select {
+	case <-b.done:
+		return ErrShuttingDown
+	default:
+	}
+	pc := b.opts.PacketConn
+	if pc == nil {
+		udp, err := net.ListenPacket("udp", b.opts.Listen)
+		if err != nil {
+			return fmt.Errorf("couldn't listen on udp %s: %w", b.opts.Listen, err)
+		}
+		b.ownPC, pc = udp, udp
+	}
+	b.tr = &quic.Transport{Conn: pc}
+	var ln http3.QUICListener
+	var err error
+	if b.opts.QUIC.Allow0RTT {
+		ln, err = b.tr.ListenEarly(http3.ConfigureTLSConfig(b.tlsH3), b.opts.QUIC)
+	} else {
+		var l *quic.Listener
+		l, err = b.tr.Listen(http3.ConfigureTLSConfig(b.tlsH3), b.opts.QUIC)
+		ln = l
+	}
+	if err != nil {
+		b.closeSockets()
+		return fmt.Errorf("couldn't start quic listener: %w", err)
+	}
+	b.udpAddr = ln.Addr()
+	b.serveErr = make(chan error, 2)
+	if !b.opts.DisableTCP {
+		tln := b.opts.TCPListener
+		if tln == nil {
+			port := 0
+			if ua, ok := b.udpAddr.(*net.UDPAddr); ok {
+				port = ua.Port
+			}
+			host, _, err := net.SplitHostPort(b.opts.Listen)
+			if err != nil || b.opts.PacketConn != nil {
+				host = ""
+				if ua, ok := b.udpAddr.(*net.UDPAddr); ok && !ua.IP.IsUnspecified() {
+					host = ua.IP.String()
+				}
+			}
+			tln, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				_ = ln.Close()
+				b.closeSockets()
+				return fmt.Errorf("couldn't listen on tcp port %d (same as udp): %w", port, err)
+			}
+		}
+		b.tcpLn = tln
+		go func() {
+			err := b.tcp.Serve(tls.NewListener(tln, b.tlsTCP))
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			b.serveErr <- err
+		}()
+	}
+	go func() {
+		err := b.h3.ServeListener(ln)
+		if errors.Is(err, http.ErrServerClosed) || errors.Is(err, quic.ErrServerClosed) {
+			err = nil
+		}
+		b.serveErr <- err
+	}()
+	b.started = true
+	b.log.Info("broker listening", "udp", b.udpAddr.String(), "tcp", b.TCPAddr(), "auth_open", b.opts.Auth.IsOpen(), "anonymous", b.opts.Auth.Anonymous())
+	return nil
+}
+
+// Serve starts the broker (see Start) and blocks until Shutdown or Close has
+// finished, returning the first serving error.
+func (b *Broker) Serve() error {
+	if err := b.Start(); err != nil {
+		return err
+	}
+	<-b.closed
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closeErr
+}
+
+// ListenAndServe is Serve, named as net/http names it.
+func (b *Broker) ListenAndServe() error { return b.Serve() }
+
+// Addr is the UDP (HTTP/3) address, or nil before Start.
+func (b *Broker) Addr() net.Addr {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.udpAddr
+}
+
+// TCPAddr is the TCP (HTTP/1.1, HTTP/2) address, or nil.
+func (b *Broker) TCPAddr() net.Addr {
+	if b.tcpLn == nil {
+		return nil
+	}
+	return b.tcpLn.Addr()
+}
+
+// Shutdown stops gracefully: new requests get 503, publishes fail with
+// ErrShuttingDown, subscribers receive what is queued for them and their
+// responses end, streamed publishers are stopped; then connections close.
+// It waits for this until ctx ends (or Options.ShutdownGrace if ctx has no
+// deadline), then closes everything.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.opts.ShutdownGrace)
+		defer cancel()
+	}
+	first := false
+	b.stopOnce.Do(func() { first = true; close(b.done) })
+	if !first {
+		<-b.closed
+		return nil
+	}
+	b.hub.shutdown()
+	drained := b.active.idle()
+	var err error
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		err = fmt.Errorf("shutdown grace ended with requests running: %w", ctx.Err())
+	}
+	b.finish()
+	return err
+}
+
+// Close stops at once: connections are closed without draining.
+func (b *Broker) Close() error {
+	first := false
+	b.stopOnce.Do(func() { first = true; close(b.done) })
+	if !first {
+		<-b.closed
+		return nil
+	}
+	b.hub.shutdown()
+	b.finish()
+	return nil
+}
+
+// finish closes servers and sockets and records the serving errors.
+func (b *Broker) finish() {
+	_ = b.h3.Close()
+	_ = b.tcp.Close()
+	b.mu.Lock()
+	started := b.started
+	b.mu.Unlock()
+	var errs []error
+	if started {
+		n := 1
+		if !b.opts.DisableTCP {
+			n = 2
+		}
+		for range n {
+			if err := <-b.serveErr; err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	b.mu.Lock()
+	b.closeSockets()
+	b.closeErr = errors.Join(errs...)
+	b.mu.Unlock()
+	close(b.closed)
+}
+
+// closeSockets closes the transport and the sockets the broker opened. b.mu held.
+func (b *Broker) closeSockets() {
+	if b.tr != nil {
+		_ = b.tr.Close()
+	}
+	if b.ownPC != nil {
+		_ = b.ownPC.Close()
+	}
+}
+
+// Done is closed when Shutdown or Close begins.
+func (b *Broker) Done() <-chan struct{} { return b.done }
+
+// tracker counts running handlers; idle() is closed when none run.
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	wait chan struct{}
+}
+
+func (t *tracker) add() {
+	t.mu.Lock()
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	t.n--
+	if t.n == 0 && t.wait != nil {
+		close(t.wait)
+		t.wait = nil
+	}
+	t.mu.Unlock()
+}
+
+func (t *tracker) idle() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := make(chan struct{})
+	if t.n == 0 {
+		close(c)
+		return c
+	}
+	if t.wait == nil {
+		t.wait = c
+	}
+	return t.wait
+}

@@ -1,0 +1,490 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/wire"
+)
+
+// Header names of the protocol.
+const (
+	HeaderSeq  = "Quiot-Seq"
+	HeaderTime = "Quiot-Time"
+)
+
+// connState is what the broker knows about one connection: its identity,
+// once authenticated, and its live subscriptions.
+type connState struct {
+	proto string
+
+	mu       sync.Mutex
+	authed   bool
+	identity string
+
+	subs atomic.Int32
+}
+
+type connKey struct{}
+
+func (b *Broker) quicConnContext(ctx context.Context, c *quic.Conn) context.Context {
+	cs := &connState{proto: "h3"}
+	b.ConnOpened("h3")
+	context.AfterFunc(c.Context(), func() { b.ConnClosed("h3") })
+	return context.WithValue(ctx, connKey{}, cs)
+}
+
+func (b *Broker) tcpConnContext(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, &connState{proto: "tcp"})
+}
+
+func (b *Broker) tcpConnState(_ net.Conn, s http.ConnState) {
+	switch s {
+	case http.StateNew:
+		b.ConnOpened("tcp")
+	case http.StateClosed, http.StateHijacked:
+		b.ConnClosed("tcp")
+	}
+}
+
+// fail answers with status and a one-line plain-text reason.
+func fail(w http.ResponseWriter, status int, format string, args ...any) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	msg := fmt.Sprintf(format, args...)
+	msg = strings.ReplaceAll(msg, "\n", " ")
+	_, _ = io.WriteString(w, msg+"\n")
+}
+
+// errStatus maps a Publish/subscribe error to its HTTP status.
+func errStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrBadTopic), errors.Is(err, ErrBadFilter), errors.Is(err, ErrBadQoS):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrShuttingDown):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrTooManySubscriptions):
+		return http.StatusTooManyRequests
+	case errors.Is(err, auth.ErrDenied):
+		return http.StatusForbidden
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	b.active.add()
+	defer b.active.done()
+	if r.ProtoMajor < 3 {
+		_ = b.h3.SetQUICHeaders(w.Header())
+	}
+	if b.hub.isClosing() {
+		w.Header().Set("Connection", "close")
+		fail(w, http.StatusServiceUnavailable, "broker shutting down")
+		return
+	}
+	path := r.URL.Path
+	switch {
+	case path == "/healthz":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			fail(w, http.StatusMethodNotAllowed, "use GET")
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	case path == "/v1/publish":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			fail(w, http.StatusMethodNotAllowed, "use POST for a publish stream")
+			return
+		}
+		b.handleStream(w, r)
+	case strings.HasPrefix(path, "/v1/topics/"):
+		t := path[len("/v1/topics/"):]
+		switch r.Method {
+		case http.MethodPost, http.MethodPut:
+			b.handlePublish(w, r, t)
+		case http.MethodGet:
+			b.handleSubscribe(w, r, t)
+		default:
+			w.Header().Set("Allow", "GET, POST")
+			fail(w, http.StatusMethodNotAllowed, "use POST to publish or GET to subscribe")
+		}
+	default:
+		fail(w, http.StatusNotFound, "no such resource %q", path)
+	}
+}
+
+// identify authenticates the connection of r once and returns its identity.
+// It answers 401 itself and returns ok=false when the client must
+// authenticate.
+func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok bool) {
+	cs, _ := r.Context().Value(connKey{}).(*connState)
+	if cs == nil {
+		cs = &connState{}
+	}
+	a := b.opts.Auth
+	if h := r.Header.Get("Authorization"); h != "" {
+		var ok bool
+		scheme, cred, _ := strings.Cut(h, " ")
+		switch strings.ToLower(scheme) {
+		case "bearer":
+			id, ok = a.Token(strings.TrimSpace(cred))
+		case "basic":
+			if u, p, has := r.BasicAuth(); has {
+				id, ok = a.Basic(u, p)
+			}
+		}
+		if !ok && !a.IsOpen() {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="quiot"`)
+			fail(w, http.StatusUnauthorized, "bad credentials")
+			return "", false
+		}
+		cs.mu.Lock()
+		cs.authed, cs.identity = true, id
+		cs.mu.Unlock()
+		return id, true
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.authed {
+		return cs.identity, true
+	}
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && len(r.TLS.VerifiedChains) > 0 {
+		cs.authed, cs.identity = true, r.TLS.PeerCertificates[0].Subject.CommonName
+		return cs.identity, true
+	}
+	if a.Anonymous() {
+		return "", true
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="quiot"`)
+	fail(w, http.StatusUnauthorized, "authentication required (client certificate, Bearer token or Basic)")
+	return "", false
+}
+
+func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string) {
+	if err := b.hub.tl.ValidateName(t); err != nil {
+		fail(w, http.StatusBadRequest, "bad topic: %v", err)
+		return
+	}
+	id, ok := b.identify(w, r)
+	if !ok {
+		return
+	}
+	if err := b.opts.Auth.Check(id, auth.Publish, t); err != nil {
+		fail(w, http.StatusForbidden, "%v", err)
+		return
+	}
+	q := r.URL.Query()
+	m := Message{Topic: t, QoS: 1, Origin: "h3", Identity: id}
+	switch q.Get("qos") {
+	case "", "1":
+	case "0":
+		m.QoS = 0
+	default:
+		fail(w, http.StatusBadRequest, "bad qos %q (want 0 or 1)", q.Get("qos"))
+		return
+	}
+	switch q.Get("retain") {
+	case "", "0", "false":
+	case "1", "true":
+		m.Retain = true
+	default:
+		fail(w, http.StatusBadRequest, "bad retain %q (want 0 or 1)", q.Get("retain"))
+		return
+	}
+	if v := r.Header.Get(HeaderTime); v != "" {
+		ts, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			fail(w, http.StatusBadRequest, "bad %s header %q (want unix nanoseconds)", HeaderTime, v)
+			return
+		}
+		m.Time = ts
+	}
+	max := b.opts.Limits.MaxPayload
+	if r.ContentLength > int64(max) {
+		fail(w, http.StatusRequestEntityTooLarge, "payload of %d bytes exceeds the limit of %d", r.ContentLength, max)
+		return
+	}
+	body, err := readLimited(r.Body, r.ContentLength, max)
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			fail(w, http.StatusRequestEntityTooLarge, "payload exceeds the limit of %d bytes", max)
+			return
+		}
+		fail(w, http.StatusBadRequest, "couldn't read payload: %v", err)
+		return
+	}
+	m.Payload = body
+	seq, err := b.hub.publish(r.Context(), m)
+	if err != nil {
+		fail(w, errStatus(err), "%v", err)
+		return
+	}
+	w.Header().Set(HeaderSeq, strconv.FormatUint(seq, 10))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// readLimited reads a body of at most max bytes.
+func readLimited(r io.Reader, length int64, max int) ([]byte, error) {
+	n := 512
+	if length >= 0 {
+		n = int(length)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, n+1))
+	got, err := buf.ReadFrom(io.LimitReader(r, int64(max)+1))
+	if err != nil {
+		return nil, err
+	}
+	if got > int64(max) {
+		return nil, ErrTooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter string) {
+	if err := b.hub.tl.ValidateFilter(filter); err != nil {
+		fail(w, http.StatusBadRequest, "bad filter: %v", err)
+		return
+	}
+	id, ok := b.identify(w, r)
+	if !ok {
+		return
+	}
+	if err := b.opts.Auth.Check(id, auth.Subscribe, filter); err != nil {
+		fail(w, http.StatusForbidden, "%v", err)
+		return
+	}
+	var since *uint64
+	sv := r.URL.Query().Get("since")
+	if sv == "" {
+		sv = r.Header.Get("Last-Event-ID")
+	}
+	if sv != "" {
+		n, err := strconv.ParseUint(strings.TrimSpace(sv), 10, 64)
+		if err != nil {
+			fail(w, http.StatusBadRequest, "bad since/Last-Event-ID %q (want a sequence number)", sv)
+			return
+		}
+		since = &n
+	}
+	cs, _ := r.Context().Value(connKey{}).(*connState)
+	if cs != nil {
+		if n := cs.subs.Add(1); int(n) > b.opts.Limits.MaxSubscriptionsPerConn {
+			cs.subs.Add(-1)
+			fail(w, http.StatusTooManyRequests, "too many subscriptions on this connection (limit %d)", b.opts.Limits.MaxSubscriptionsPerConn)
+			return
+		}
+		defer cs.subs.Add(-1)
+	}
+	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	sub := newSubscriber(filter, b.opts.Limits, b.stats)
+	initial, err := b.hub.start(sub, since)
+	if err != nil {
+		fail(w, errStatus(err), "%v", err)
+		return
+	}
+	defer b.hub.stop(sub)
+
+	proto := "h3"
+	if r.ProtoMajor < 3 {
+		proto = "tcp"
+	}
+	out := b.stats.proto(proto)
+	h := w.Header()
+	if sse {
+		h.Set("Content-Type", "text/event-stream")
+	} else {
+		h.Set("Content-Type", wire.ContentType)
+	}
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	encode := func(buf []byte, f *wire.Frame) []byte {
+		if sse {
+			return wire.AppendSSE(buf, f)
+		}
+		return wire.AppendFrame(buf, f)
+	}
+	var buf []byte
+	delivered := 0
+	for i := range initial {
+		buf = encode(buf, &initial[i])
+		if !initial[i].IsGap() {
+			delivered++
+		}
+		if len(buf) > 64<<10 {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			buf = buf[:0]
+		}
+	}
+	if sse && len(buf) == 0 {
+		buf = append(buf, ": subscribed\n\n"...)
+	}
+	if _, err := w.Write(buf); err != nil {
+		return
+	}
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	out.out.Add(uint64(delivered))
+
+	var gaps []wire.Gap
+	var msgs []*Message
+	ctx := r.Context()
+	for {
+		select {
+		case <-sub.notify:
+		case <-ctx.Done():
+			return
+		}
+		var end, cut bool
+		gaps, msgs, end, cut = sub.take(gaps[:0], msgs[:0])
+		buf = buf[:0]
+		for _, g := range gaps {
+			f := wire.GapFrame(g)
+			buf = encode(buf, &f)
+		}
+		for _, m := range msgs {
+			f := frameOf(m, 0)
+			buf = encode(buf, &f)
+		}
+		if cut {
+			f := wire.GapFrame(wire.Gap{})
+			buf = encode(buf, &f)
+		}
+		clear(msgs) // let the GC have delivered messages
+		if len(buf) > 0 {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+			out.out.Add(uint64(len(msgs)))
+		}
+		if end {
+			if cut {
+				b.log.Debug("slow subscriber cut off", "filter", filter, "identity", id)
+			}
+			return
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil
+		}
+	}
+}
+
+func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, wire.ContentType) {
+		fail(w, http.StatusUnsupportedMediaType, "content type must be %s", wire.ContentType)
+		return
+	}
+	id, ok := b.identify(w, r)
+	if !ok {
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex() // HTTP/1.1 only; HTTP/2 and HTTP/3 are full duplex
+	w.Header().Set("Content-Type", wire.ContentType)
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	// A shutdown ends the stream: closing the body makes the read fail.
+	stop := context.AfterFunc(b.shutdownCtx(r.Context()), func() { _ = r.Body.Close() })
+	defer stop()
+
+	lim := b.opts.Limits
+	dec := wire.NewDecoder(r.Body, lim.MaxPayload+lim.MaxTopicLength+64)
+	var out []byte
+	var lastTopic string
+	var lastAllowed bool
+	in := 0
+	for {
+		p, err := dec.Publish()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			var a wire.Ack
+			switch {
+			case errors.Is(err, wire.ErrTooLarge):
+				a = wire.Ack{Status: http.StatusRequestEntityTooLarge, Reason: err.Error()}
+			case errors.Is(err, wire.ErrMalformed):
+				a = wire.Ack{Status: http.StatusBadRequest, Reason: err.Error()}
+			case b.hub.isClosing():
+				a = wire.Ack{Status: http.StatusServiceUnavailable, Reason: "broker shutting down"}
+			default:
+				return
+			}
+			out = wire.AppendAck(out, &a)
+			_, _ = w.Write(out)
+			_ = rc.Flush()
+			return
+		}
+		in++
+		ack := wire.Ack{ID: p.ID}
+		if p.Topic != lastTopic || lastTopic == "" {
+			lastTopic = p.Topic
+			lastAllowed = b.opts.Auth.Allow(id, auth.Publish, p.Topic)
+		}
+		m := Message{Topic: p.Topic, Payload: p.Payload, Time: p.Time, Retain: p.Flags&wire.PubRetain != 0, Origin: "h3", Identity: id}
+		if p.Flags&wire.PubQoS1 != 0 {
+			m.QoS = 1
+		}
+		if err := b.hub.validate(&m); err != nil {
+			ack.Status, ack.Reason = uint64(errStatus(err)), err.Error()
+		} else if !lastAllowed {
+			ack.Status, ack.Reason = http.StatusForbidden, b.opts.Auth.Check(id, auth.Publish, p.Topic).Error()
+		} else if seq, err := b.hub.publish(r.Context(), m); err != nil {
+			ack.Status, ack.Reason = uint64(errStatus(err)), err.Error()
+		} else {
+			ack.Seq = seq
+		}
+		if m.QoS == 1 || ack.Status != 0 {
+			out = wire.AppendAck(out, &ack)
+		}
+		if len(out) > 0 && (dec.Buffered() == 0 || len(out) > 16<<10) {
+			if _, err := w.Write(out); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+			out = out[:0]
+		}
+	}
+}
+
+// shutdownCtx returns a context cancelled when the broker shuts down or ctx ends.
+func (b *Broker) shutdownCtx(ctx context.Context) context.Context {
+	c, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-b.done:
+			cancel()
+		case <-c.Done():
+		}
+	}()
+	return c
+}

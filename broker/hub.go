@@ -1,0 +1,461 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/quiot/quiot/internal/topic"
+	"github.com/quiot/quiot/internal/wire"
+)
+
+// Message is one published message as the broker holds it. After Publish
+// accepts it, it is shared and must not be modified.
+type Message struct {
+	// Topic is the topic name.
+	Topic string
+	// Payload is the message body; Publish keeps the slice (no copy).
+	Payload []byte
+	// QoS is the publisher's quality of service (0 or 1; MQTT's 2 is
+	// accepted and treated as 1).
+	QoS byte
+	// Retain makes the message the topic's retained message; an empty
+	// payload with Retain clears it.
+	Retain bool
+	// Time is the publisher's send time, Unix ns; 0 = unknown.
+	Time int64
+	// Seq is set by the broker: one counter for all topics, in acceptance order.
+	Seq uint64
+	// Origin is the protocol it came in by: "h3" or "mqtt".
+	Origin string
+	// Identity is the authenticated publisher ("" = anonymous).
+	Identity string
+}
+
+// Errors of Publish and subscribe, tested with errors.Is.
+var (
+	// ErrBadTopic: empty level, wildcard in a topic name, NUL, too long or deep.
+	ErrBadTopic = errors.New("bad topic")
+	// ErrBadFilter: a malformed subscription filter.
+	ErrBadFilter = errors.New("bad filter")
+	// ErrTooLarge: the payload exceeds Limits.MaxPayload.
+	ErrTooLarge = errors.New("payload too large")
+	// ErrBadQoS: QoS above 2.
+	ErrBadQoS = errors.New("bad qos")
+	// ErrShuttingDown: the broker no longer accepts work.
+	ErrShuttingDown = errors.New("broker shutting down")
+	// ErrTooManySubscriptions: a connection's subscription limit is reached.
+	ErrTooManySubscriptions = errors.New("too many subscriptions")
+)
+
+// entry is a message in history.
+type entry struct {
+	m       *Message
+	evicted bool
+}
+
+// topicState is one topic's history and retained message.
+type topicState struct {
+	hist     ring[*entry]
+	retained *Message
+	// evictedMax is the highest sequence number dropped from hist.
+	evictedMax uint64
+}
+
+// hub is the topic space: history, retained messages, subscribers, taps.
+type hub struct {
+	limits Limits
+	tl     topic.Limits
+	stats  *counters
+
+	mu       sync.Mutex
+	seq      uint64
+	closing  bool
+	topics   map[string]*topicState
+	order    ring[*entry] // all history entries, oldest first (lazily pruned)
+	stubs    int          // evicted entries still in order
+	histSize int64        // payload bytes in history
+	histMsgs int
+	// forgotten is the highest sequence number of a message lost with a
+	// topic that was dropped from the map (history emptied, no retained).
+	forgotten uint64
+	exact     map[string][]*subscriber
+	wild      []*subscriber
+	nsubs     int
+	taps      []func(*Message)
+}
+
+func newHub(l Limits, c *counters) *hub {
+	return &hub{
+		limits: l,
+		tl:     topic.Limits{MaxLength: l.MaxTopicLength, MaxLevels: l.MaxTopicLevels},
+		stats:  c,
+		topics: map[string]*topicState{},
+		exact:  map[string][]*subscriber{},
+	}
+}
+
+func (h *hub) addTap(fn func(*Message)) {
+	h.mu.Lock()
+	h.taps = append(h.taps, fn)
+	h.mu.Unlock()
+}
+
+func (h *hub) validate(m *Message) error {
+	if err := h.tl.ValidateName(m.Topic); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadTopic, err)
+	}
+	if len(m.Payload) > h.limits.MaxPayload {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(m.Payload), h.limits.MaxPayload)
+	}
+	if m.QoS > 2 {
+		return fmt.Errorf("%w: %d", ErrBadQoS, m.QoS)
+	}
+	return nil
+}
+
+func (h *hub) publish(ctx context.Context, m Message) (uint64, error) {
+	if err := h.validate(&m); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	msg := &m
+	h.mu.Lock()
+	if h.closing {
+		h.mu.Unlock()
+		return 0, ErrShuttingDown
+	}
+	h.seq++
+	msg.Seq = h.seq
+	ts := h.topics[msg.Topic]
+	if ts == nil {
+		ts = &topicState{}
+		h.topics[msg.Topic] = ts
+	}
+	if msg.Retain {
+		if len(msg.Payload) == 0 {
+			ts.retained = nil
+		} else {
+			ts.retained = msg
+		}
+	}
+	h.store(ts, msg)
+	for _, s := range h.exact[msg.Topic] {
+		s.enqueue(msg)
+	}
+	for _, s := range h.wild {
+		if topic.Match(s.filter, msg.Topic) {
+			s.enqueue(msg)
+		}
+	}
+	for _, fn := range h.taps {
+		fn(msg)
+	}
+	h.mu.Unlock()
+	h.stats.proto(msg.Origin).in.Add(1)
+	return msg.Seq, nil
+}
+
+// store appends msg to its topic's history and enforces the bounds. h.mu held.
+func (h *hub) store(ts *topicState, msg *Message) {
+	if h.limits.HistoryPerTopic == 0 {
+		ts.evictedMax = msg.Seq
+		h.maybeForget(msg.Topic, ts)
+		return
+	}
+	e := &entry{m: msg}
+	ts.hist.push(e)
+	h.order.push(e)
+	h.histSize += int64(len(msg.Payload))
+	h.histMsgs++
+	for ts.hist.len() > h.limits.HistoryPerTopic {
+		old := ts.hist.pop()
+		h.evict(ts, old)
+		h.stubs++
+	}
+	for h.histSize > h.limits.HistoryBytes && h.order.len() > 0 {
+		old := h.order.pop()
+		if old.evicted {
+			h.stubs--
+			continue
+		}
+		ots := h.topics[old.m.Topic]
+		ots.hist.pop() // the globally oldest entry is its topic's oldest
+		t := old.m.Topic
+		h.evict(ots, old)
+		h.maybeForget(t, ots)
+	}
+	for h.order.len() > 0 && h.order.front().evicted {
+		h.order.pop()
+		h.stubs--
+	}
+	if h.stubs > 1024 && h.stubs > h.order.len()/2 {
+		var n ring[*entry]
+		for i := 0; i < h.order.len(); i++ {
+			if e := h.order.at(i); !e.evicted {
+				n.push(e)
+			}
+		}
+		h.order, h.stubs = n, 0
+	}
+}
+
+func (h *hub) evict(ts *topicState, e *entry) {
+	e.evicted = true
+	ts.evictedMax = max(ts.evictedMax, e.m.Seq)
+	h.histSize -= int64(len(e.m.Payload))
+	h.histMsgs--
+	e.m = nil
+	ts.hist.shrink()
+}
+
+// maybeForget drops a topic that holds nothing. h.mu held.
+func (h *hub) maybeForget(name string, ts *topicState) {
+	if ts.hist.len() == 0 && ts.retained == nil {
+		h.forgotten = max(h.forgotten, ts.evictedMax)
+		delete(h.topics, name)
+	}
+}
+
+// start registers a subscriber and returns what it must receive before live
+// messages: retained messages (since == nil) or the history after *since,
+// with gap announcements. h.mu is held throughout, so nothing is missed or
+// duplicated between the snapshot and live delivery.
+func (h *hub) start(s *subscriber, since *uint64) ([]wire.Frame, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing {
+		return nil, ErrShuttingDown
+	}
+	var out []wire.Frame
+	var msgs []*Message
+	if since == nil {
+		for name, ts := range h.topics {
+			if ts.retained != nil && topic.Match(s.filter, name) {
+				msgs = append(msgs, ts.retained)
+			}
+		}
+		slices.SortFunc(msgs, func(a, b *Message) int { return cmpU64(a.Seq, b.Seq) })
+		for _, m := range msgs {
+			out = append(out, frameOf(m, wire.FlagRetained))
+		}
+	} else {
+		from := *since
+		if from > h.seq {
+			// The broker restarted (sequence numbers are in memory): say so,
+			// then replay all it has.
+			out = append(out, wire.GapFrame(wire.Gap{From: from + 1}))
+			from = 0
+		}
+		if h.forgotten > from {
+			out = append(out, wire.GapFrame(wire.Gap{From: from + 1, To: h.forgotten}))
+		}
+		for name, ts := range h.topics {
+			if !topic.Match(s.filter, name) {
+				continue
+			}
+			if ts.evictedMax > from {
+				out = append(out, wire.GapFrame(wire.Gap{Topic: name, From: from + 1, To: ts.evictedMax}))
+			}
+			for i := ts.hist.len() - 1; i >= 0; i-- {
+				e := ts.hist.at(i)
+				if e.m.Seq <= from {
+					break
+				}
+				msgs = append(msgs, e.m)
+			}
+		}
+		slices.SortFunc(msgs, func(a, b *Message) int { return cmpU64(a.Seq, b.Seq) })
+		for _, m := range msgs {
+			out = append(out, frameOf(m, 0))
+		}
+	}
+	if topic.IsFilter(s.filter) {
+		h.wild = append(h.wild, s)
+	} else {
+		h.exact[s.filter] = append(h.exact[s.filter], s)
+	}
+	h.nsubs++
+	return out, nil
+}
+
+// stop unregisters a subscriber.
+func (h *hub) stop(s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	remove := func(l []*subscriber) ([]*subscriber, bool) {
+		for i, x := range l {
+			if x == s {
+				return slices.Delete(l, i, i+1), true
+			}
+		}
+		return l, false
+	}
+	var ok bool
+	if topic.IsFilter(s.filter) {
+		h.wild, ok = remove(h.wild)
+	} else {
+		var l []*subscriber
+		l, ok = remove(h.exact[s.filter])
+		if len(l) == 0 {
+			delete(h.exact, s.filter)
+		} else {
+			h.exact[s.filter] = l
+		}
+	}
+	if ok {
+		h.nsubs--
+	}
+}
+
+// shutdown refuses new work and ends every subscription once its queue is
+// drained.
+func (h *hub) shutdown() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closing = true
+	for _, l := range h.exact {
+		for _, s := range l {
+			s.finish()
+		}
+	}
+	for _, s := range h.wild {
+		s.finish()
+	}
+}
+
+func (h *hub) isClosing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closing
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func frameOf(m *Message, flags byte) wire.Frame {
+	return wire.Frame{Seq: m.Seq, Time: m.Time, Topic: m.Topic, Payload: m.Payload, Flags: flags}
+}
+
+// subscriber is one live subscription with its bounded queue.
+type subscriber struct {
+	filter string
+	limit  int
+	policy QueuePolicy
+	stats  *counters
+
+	notify chan struct{} // capacity 1: "something changed"
+
+	mu       sync.Mutex
+	q        ring[*Message]
+	gaps     map[string]*wire.Gap // losses to announce, by topic
+	gapOrder []string
+	done     bool // no more messages will be queued
+	cut      bool // ended by the Disconnect policy
+	dropped  uint64
+}
+
+func newSubscriber(filter string, l Limits, c *counters) *subscriber {
+	return &subscriber{filter: filter, limit: l.QueueLength, policy: l.QueuePolicy, stats: c, notify: make(chan struct{}, 1)}
+}
+
+func (s *subscriber) signal() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue adds a message without ever blocking the publisher.
+func (s *subscriber) enqueue(m *Message) {
+	s.mu.Lock()
+	if s.done {
+		s.mu.Unlock()
+		return
+	}
+	if s.q.len() >= s.limit {
+		if s.policy == Disconnect {
+			s.done, s.cut = true, true
+			s.mu.Unlock()
+			s.stats.cutOff.Add(1)
+			s.signal()
+			return
+		}
+		old := s.q.pop()
+		s.noteGap(old)
+		s.dropped++
+		s.stats.dropped.Add(1)
+	}
+	s.q.push(m)
+	s.mu.Unlock()
+	s.signal()
+}
+
+// noteGap records the loss of m. s.mu held.
+func (s *subscriber) noteGap(m *Message) {
+	if s.gaps == nil {
+		s.gaps = map[string]*wire.Gap{}
+	}
+	g := s.gaps[m.Topic]
+	if g == nil {
+		if len(s.gaps) >= 64 {
+			// Too many topics to list: one "several topics" gap.
+			g = s.gaps[""]
+			if g == nil {
+				g = &wire.Gap{From: m.Seq}
+				s.gaps[""] = g
+				s.gapOrder = append(s.gapOrder, "")
+			}
+		} else {
+			g = &wire.Gap{Topic: m.Topic, From: m.Seq}
+			s.gaps[m.Topic] = g
+			s.gapOrder = append(s.gapOrder, m.Topic)
+		}
+	}
+	g.From = min(g.From, m.Seq)
+	g.To = max(g.To, m.Seq)
+}
+
+// finish ends the subscription after what is queued.
+func (s *subscriber) finish() {
+	s.mu.Lock()
+	s.done = true
+	s.mu.Unlock()
+	s.signal()
+}
+
+// take moves queued gaps and messages into the given slices. end reports
+// that the subscription is over once these are written; cut that it was
+// ended by the Disconnect policy.
+func (s *subscriber) take(gaps []wire.Gap, msgs []*Message) (_ []wire.Gap, _ []*Message, end, cut bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.gapOrder {
+		gaps = append(gaps, *s.gaps[t])
+	}
+	if len(s.gapOrder) > 0 {
+		s.gaps, s.gapOrder = nil, nil
+	}
+	for s.q.len() > 0 {
+		msgs = append(msgs, s.q.pop())
+	}
+	s.q.shrink()
+	return gaps, msgs, s.done, s.cut
+}
+
+func (s *subscriber) depth() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.q.len()
+}

@@ -1,0 +1,158 @@
+package broker
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/quictune"
+)
+
+// QueuePolicy says what happens when a subscriber's queue is full.
+type QueuePolicy int
+
+const (
+	// DropOldest discards the oldest queued message (counted in Stats and
+	// announced to the subscriber as a gap).
+	DropOldest QueuePolicy = iota
+	// Disconnect ends the subscription (after a final gap frame/event).
+	Disconnect
+)
+
+// String names the policy.
+func (p QueuePolicy) String() string {
+	if p == Disconnect {
+		return "disconnect"
+	}
+	return "drop-oldest"
+}
+
+// Limits bound what clients can make the broker hold. A zero field means its
+// default.
+type Limits struct {
+	// MaxPayload is the largest payload in bytes; zero means 256 KiB.
+	MaxPayload int
+	// MaxTopicLength is the longest topic or filter in bytes; zero means 256.
+	MaxTopicLength int
+	// MaxTopicLevels is the deepest topic or filter; zero means 16.
+	MaxTopicLevels int
+	// HistoryPerTopic is how many messages each topic keeps for resume; zero
+	// means 1024; negative keeps none.
+	HistoryPerTopic int
+	// HistoryBytes bounds the payload bytes of all history; zero means 16 MiB.
+	HistoryBytes int64
+	// QueueLength is each subscriber's queue length in messages; zero means 1024.
+	QueueLength int
+	// QueuePolicy applies when a subscriber's queue is full; zero means DropOldest.
+	QueuePolicy QueuePolicy
+	// MaxSubscriptionsPerConn bounds concurrent subscriptions on one
+	// connection; zero means 100. Beyond it a subscribe gets 429.
+	MaxSubscriptionsPerConn int
+}
+
+// Options configure a Broker. A nil *Options, and every zero field, means the
+// documented default.
+type Options struct {
+	// Listen is the UDP (HTTP/3) and TCP (HTTP/1.1, HTTP/2) address; empty
+	// means ":4433". Ignored for UDP when PacketConn is set.
+	Listen string
+	// PacketConn, when set, is the UDP socket quic-go runs on (e.g. a
+	// byte-counting wrapper). The broker does not close it.
+	PacketConn net.PacketConn
+	// DisableTCP turns off the HTTP/1.1+HTTP/2 listener on TCP.
+	DisableTCP bool
+	// TCPListener, when set, is used for HTTP/1.1 and HTTP/2 instead of
+	// listening on Listen's port. The broker closes it.
+	TCPListener net.Listener
+
+	// Certificates are the server's certificates. If empty, CertFile and
+	// KeyFile are loaded. One of them is required.
+	Certificates []tls.Certificate
+	// CertFile and KeyFile are PEM files of the server certificate and key.
+	CertFile, KeyFile string
+	// ClientCAs verifies client certificates (mTLS). If nil and ClientCAFile
+	// is set, it is loaded from there. With neither, client certificates are
+	// not requested. Certificates are optional (token clients still work);
+	// a verified certificate's CN is the connection's identity.
+	ClientCAs *x509.CertPool
+	// ClientCAFile is a PEM file of CA certificates for ClientCAs.
+	ClientCAFile string
+
+	// QUIC is the quic.Config; nil means Tuning's.
+	QUIC *quic.Config
+	// Tuning is the QUIC/TLS profile; nil means quictune.Default().
+	Tuning *quictune.Profile
+
+	// Auth holds identities and the ACL; nil means an open broker (anyone,
+	// anonymous included, may publish and subscribe everywhere).
+	Auth *auth.Authenticator
+
+	// Limits; see Limits for defaults.
+	Limits Limits
+
+	// ShutdownGrace bounds Shutdown when its context has no deadline; zero
+	// means 5 s.
+	ShutdownGrace time.Duration
+
+	// Logger receives the broker's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ensureDefaults returns a copy of o with every default applied.
+func (o *Options) ensureDefaults() Options {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.Listen == "" {
+		c.Listen = ":4433"
+	}
+	if c.Tuning == nil {
+		c.Tuning = quictune.Default()
+	}
+	if c.QUIC == nil {
+		c.QUIC = c.Tuning.QUICConfig()
+	} else {
+		c.QUIC = c.QUIC.Clone()
+	}
+	if c.Auth == nil {
+		c.Auth = auth.Open()
+	}
+	l := &c.Limits
+	if l.MaxPayload <= 0 {
+		l.MaxPayload = 256 << 10
+	}
+	if l.MaxTopicLength <= 0 {
+		l.MaxTopicLength = 256
+	}
+	if l.MaxTopicLevels <= 0 {
+		l.MaxTopicLevels = 16
+	}
+	if l.HistoryPerTopic == 0 {
+		l.HistoryPerTopic = 1024
+	}
+	if l.HistoryPerTopic < 0 {
+		l.HistoryPerTopic = 0
+	}
+	if l.HistoryBytes <= 0 {
+		l.HistoryBytes = 16 << 20
+	}
+	if l.QueueLength <= 0 {
+		l.QueueLength = 1024
+	}
+	if l.MaxSubscriptionsPerConn <= 0 {
+		l.MaxSubscriptionsPerConn = 100
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}

@@ -1,0 +1,123 @@
+package broker
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// ProtoStats are the counters of one protocol ("h3", "mqtt", ...).
+type ProtoStats struct {
+	// ConnsOpen is the number of open connections.
+	ConnsOpen int64
+	// ConnsTotal is the number of connections ever opened.
+	ConnsTotal uint64
+	// MessagesIn counts messages accepted from publishers of this protocol.
+	MessagesIn uint64
+	// MessagesOut counts deliveries to subscribers of this protocol.
+	MessagesOut uint64
+}
+
+// Stats is a snapshot of the broker's counters.
+type Stats struct {
+	// Protocols holds the counters by protocol name.
+	Protocols map[string]ProtoStats
+	// Subscriptions is the number of live HTTP/3 pub-sub subscriptions.
+	Subscriptions int
+	// Dropped counts messages discarded from full subscriber queues.
+	Dropped uint64
+	// CutOff counts subscriptions ended by the Disconnect queue policy.
+	CutOff uint64
+	// QueueDepthSum and QueueDepthMax describe subscriber queues now.
+	QueueDepthSum, QueueDepthMax int
+	// Topics is the number of topics with history or a retained message.
+	Topics int
+	// HistoryMessages and HistoryBytes measure the resume history.
+	HistoryMessages int
+	HistoryBytes    int64
+	// LastSeq is the last sequence number assigned.
+	LastSeq uint64
+}
+
+type protoCounters struct {
+	open  atomic.Int64
+	total atomic.Uint64
+	in    atomic.Uint64
+	out   atomic.Uint64
+}
+
+type counters struct {
+	protos  sync.Map // string -> *protoCounters
+	dropped atomic.Uint64
+	cutOff  atomic.Uint64
+}
+
+func (c *counters) proto(name string) *protoCounters {
+	if name == "" {
+		name = "unknown"
+	}
+	if p, ok := c.protos.Load(name); ok {
+		return p.(*protoCounters)
+	}
+	p, _ := c.protos.LoadOrStore(name, &protoCounters{})
+	return p.(*protoCounters)
+}
+
+// CountIn counts one message accepted from protocol proto. Publish already
+// counts by Message.Origin; other protocols' messages that bypass Publish
+// can use it.
+func (b *Broker) CountIn(proto string) { b.stats.proto(proto).in.Add(1) }
+
+// CountOut counts n deliveries to subscribers of protocol proto.
+func (b *Broker) CountOut(proto string, n int) { b.stats.proto(proto).out.Add(uint64(n)) }
+
+// ConnOpened counts a new connection of protocol proto.
+func (b *Broker) ConnOpened(proto string) {
+	p := b.stats.proto(proto)
+	p.open.Add(1)
+	p.total.Add(1)
+}
+
+// ConnClosed counts the end of a connection of protocol proto.
+func (b *Broker) ConnClosed(proto string) { b.stats.proto(proto).open.Add(-1) }
+
+// Stats returns a snapshot of the counters.
+func (b *Broker) Stats() Stats {
+	s := Stats{Protocols: map[string]ProtoStats{}}
+	b.stats.protos.Range(func(k, v any) bool {
+		p := v.(*protoCounters)
+		s.Protocols[k.(string)] = ProtoStats{ConnsOpen: p.open.Load(), ConnsTotal: p.total.Load(), MessagesIn: p.in.Load(), MessagesOut: p.out.Load()}
+		return true
+	})
+	s.Dropped = b.stats.dropped.Load()
+	s.CutOff = b.stats.cutOff.Load()
+	h := b.hub
+	h.mu.Lock()
+	s.Subscriptions = h.nsubs
+	s.Topics = len(h.topics)
+	s.HistoryMessages = h.histMsgs
+	s.HistoryBytes = h.histSize
+	s.LastSeq = h.seq
+	subs := make([]*subscriber, 0, h.nsubs)
+	for _, l := range h.exact {
+		subs = append(subs, l...)
+	}
+	subs = append(subs, h.wild...)
+	h.mu.Unlock()
+	for _, sub := range subs {
+		d := sub.depth()
+		s.QueueDepthSum += d
+		s.QueueDepthMax = max(s.QueueDepthMax, d)
+	}
+	return s
+}
+
+// ProtocolNames returns the protocols with counters, sorted.
+func (s Stats) ProtocolNames() []string {
+	names := make([]string, 0, len(s.Protocols))
+	for n := range s.Protocols {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

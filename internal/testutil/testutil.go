@@ -1,0 +1,209 @@
+// Package testutil holds helpers for tests across quiot: an in-memory CA with
+// server and client certificates, a broker started on 127.0.0.1:0 with a
+// readiness wait, HTTP/3 clients for it, and a byte-counting net.PacketConn.
+package testutil
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/internal/certs"
+)
+
+// PKI is an in-memory CA with a server certificate for localhost/127.0.0.1.
+type PKI struct {
+	CA     *certs.CA
+	Server *certs.Issued
+}
+
+// NewPKI makes a CA and a server certificate.
+func NewPKI(t testing.TB) *PKI {
+	t.Helper()
+	ca, err := certs.NewCA("quiot test CA", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ca.Issue("localhost", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &PKI{CA: ca, Server: srv}
+}
+
+// Client issues a client certificate with CN name.
+func (p *PKI) Client(t testing.TB, name string) tls.Certificate {
+	t.Helper()
+	c, err := p.CA.Issue(name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.TLS
+}
+
+// Pool is a pool holding the CA certificate.
+func (p *PKI) Pool() *x509.CertPool { return p.CA.Pool() }
+
+// DiscardLogger is a logger that writes nowhere.
+func DiscardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// Broker is a broker running for a test.
+type Broker struct {
+	*broker.Broker
+	PKI *PKI
+	// URL is https://127.0.0.1:PORT.
+	URL string
+}
+
+// StartBroker starts a broker on 127.0.0.1:0 with the PKI's server
+// certificate (opts may be nil; Listen, Certificates and Logger are filled in
+// when empty), waits until /healthz answers over HTTP/3, and closes it at the
+// end of the test.
+func StartBroker(t testing.TB, pki *PKI, opts *broker.Options) *Broker {
+	t.Helper()
+	if pki == nil {
+		pki = NewPKI(t)
+	}
+	var o broker.Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	if len(o.Certificates) == 0 && o.CertFile == "" {
+		o.Certificates = []tls.Certificate{pki.Server.TLS}
+	}
+	if o.Logger == nil {
+		o.Logger = DiscardLogger()
+	}
+	b, err := broker.New(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	tb := &Broker{Broker: b, PKI: pki, URL: "https://" + b.Addr().String()}
+	WaitReady(t, tb.URL, pki.Pool())
+	return tb
+}
+
+// WaitReady polls GET /healthz over HTTP/3 until it answers 200 (10 s at most).
+func WaitReady(t testing.TB, url string, pool *x509.CertPool) {
+	t.Helper()
+	c := H3Client(pool, nil)
+	defer c.Transport.(*http3.Transport).Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/healthz", nil)
+		resp, err := c.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		cancel()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("broker at %s not ready: %v", url, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval of a readiness wait, not a synchronisation
+	}
+}
+
+// H3Client returns an HTTP/3 client trusting pool, presenting cert when
+// non-nil. Close its transport with client.Transport.(*http3.Transport).Close().
+func H3Client(pool *x509.CertPool, cert *tls.Certificate) *http.Client {
+	return H3ClientConn(pool, cert, nil)
+}
+
+// H3ClientConn is H3Client whose QUIC connections run on pc (e.g. a
+// CountingConn) when pc is non-nil; the caller closes pc.
+func H3ClientConn(pool *x509.CertPool, cert *tls.Certificate, pc net.PacketConn) *http.Client {
+	tc := &tls.Config{RootCAs: pool, ServerName: "localhost"}
+	if cert != nil {
+		tc.Certificates = []tls.Certificate{*cert}
+	}
+	tr := &http3.Transport{TLSClientConfig: tc, QUICConfig: &quic.Config{MaxIdleTimeout: 30 * time.Second}}
+	if pc != nil {
+		qt := &quic.Transport{Conn: pc}
+		tr.Dial = func(ctx context.Context, addr string, tlsCfg *tls.Config, cfg *quic.Config) (*quic.Conn, error) {
+			ua, err := net.ResolveUDPAddr("udp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return qt.DialEarly(ctx, ua, tlsCfg, cfg)
+		}
+	}
+	return &http.Client{Transport: tr}
+}
+
+// CountingConn wraps a net.PacketConn and counts datagrams and bytes in
+// both directions.
+type CountingConn struct {
+	net.PacketConn
+	BytesIn, BytesOut         atomic.Uint64
+	DatagramsIn, DatagramsOut atomic.Uint64
+}
+
+// NewCountingConn wraps pc.
+func NewCountingConn(pc net.PacketConn) *CountingConn { return &CountingConn{PacketConn: pc} }
+
+// ListenCounting opens a UDP socket on 127.0.0.1:0 wrapped in a CountingConn.
+func ListenCounting(t testing.TB) *CountingConn {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	return NewCountingConn(pc)
+}
+
+// ReadFrom counts a received datagram.
+func (c *CountingConn) ReadFrom(p []byte) (int, net.Addr, error) {
+	n, addr, err := c.PacketConn.ReadFrom(p)
+	if n > 0 || err == nil {
+		c.BytesIn.Add(uint64(n))
+		c.DatagramsIn.Add(1)
+	}
+	return n, addr, err
+}
+
+// WriteTo counts a sent datagram.
+func (c *CountingConn) WriteTo(p []byte, addr net.Addr) (int, error) {
+	n, err := c.PacketConn.WriteTo(p, addr)
+	if err == nil {
+		c.BytesOut.Add(uint64(n))
+		c.DatagramsOut.Add(1)
+	}
+	return n, err
+}
+
+// Total returns bytes and datagrams, both directions summed.
+func (c *CountingConn) Total() (bytes, datagrams uint64) {
+	return c.BytesIn.Load() + c.BytesOut.Load(), c.DatagramsIn.Load() + c.DatagramsOut.Load()
+}
+
+// Reset zeroes the counters.
+func (c *CountingConn) Reset() {
+	c.BytesIn.Store(0)
+	c.BytesOut.Store(0)
+	c.DatagramsIn.Store(0)
+	c.DatagramsOut.Store(0)
+}
