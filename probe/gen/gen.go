@@ -1,0 +1,183 @@
+package gen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+)
+
+// Options configures Run. Zero values get the documented defaults.
+type Options struct {
+	// Dst is the UDP destination (required). Run a sink there (NewSink) so
+	// that no ICMP port unreachable comes back.
+	Dst netip.AddrPort
+	// Namespace is the `ip netns` name to send from; "" = current.
+	Namespace string
+	// Size is the Ethernet frame size in bytes (headers included, FCS
+	// excluded); default 128; 62..1514 for IPv4, 82..1514 for IPv6.
+	Size int
+	// Rate in packets per second; default 1000.
+	Rate float64
+	// Poisson spaces bursts by exponential gaps instead of constant ones.
+	Poisson bool
+	// Burst sends this many packets back to back; default 1.
+	Burst int
+	// Flows is the number of distinct flows (source ports); default 1.
+	// Packets go to the flows in turn.
+	Flows int
+	// Warmup is sent before Duration; its packets are counted apart.
+	Warmup time.Duration
+	// Duration of the measured phase; default 1 s. Count may end it sooner.
+	Duration time.Duration
+	// Count stops after this many packets in all (0 = no limit).
+	Count uint64
+	// Seed for the Poisson gaps; default 1.
+	Seed uint64
+	// Spin is how close to a deadline the sender busy-waits instead of
+	// sleeping; default 200 µs.
+	Spin time.Duration
+	// Logger; default discards.
+	Logger *slog.Logger
+}
+
+// Validate applies the defaults to o and checks it.
+func (o *Options) Validate() error { return o.setDefaults() }
+
+func (o *Options) setDefaults() error {
+	if !o.Dst.IsValid() || o.Dst.Port() == 0 {
+		return errors.New("generator: no destination address:port")
+	}
+	if o.Size == 0 {
+		o.Size = 128
+	}
+	if _, err := PayloadLen(o.Size, o.Dst.Addr()); err != nil {
+		return fmt.Errorf("generator: %w", err)
+	}
+	if o.Rate == 0 {
+		o.Rate = 1000
+	}
+	if o.Rate < 0 || o.Rate > 10e6 {
+		return fmt.Errorf("generator: rate %g pps out of range (0, 1e7]", o.Rate)
+	}
+	if o.Burst == 0 {
+		o.Burst = 1
+	}
+	if o.Burst < 0 {
+		return fmt.Errorf("generator: burst %d < 1", o.Burst)
+	}
+	if o.Flows == 0 {
+		o.Flows = 1
+	}
+	if o.Flows < 0 || o.Flows > 60000 {
+		return fmt.Errorf("generator: flows %d out of range 1..60000", o.Flows)
+	}
+	if o.Duration == 0 {
+		o.Duration = time.Second
+	}
+	if o.Duration < 0 || o.Warmup < 0 {
+		return errors.New("generator: negative duration or warmup")
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.Spin == 0 {
+		o.Spin = 200 * time.Microsecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Stats describe what Run sent.
+type Stats struct {
+	Sent       uint64 // packets written, warmup included
+	WarmupSent uint64 // packets of the warmup phase: sequence numbers 0..WarmupSent-1
+	Errors     uint64 // failed writes (not counted in Sent; their sequence numbers are skipped)
+	FirstError error  // the first write error, if any
+	MaxLate    time.Duration
+	Start, End time.Time // first and last send
+	Flows      []netip.AddrPort
+}
+
+// Run sends the probe stream and returns when Warmup+Duration have passed,
+// Count packets were sent, or ctx is done (then with what was sent and
+// ctx's error).
+func Run(ctx context.Context, o Options) (Stats, error) {
+	if err := o.setDefaults(); err != nil {
+		return Stats{}, err
+	}
+	plen, _ := PayloadLen(o.Size, o.Dst.Addr())
+	socks, err := openFlows(o.Namespace, o.Dst, o.Flows)
+	if err != nil {
+		return Stats{}, err
+	}
+	defer socks.close()
+	st := Stats{Flows: socks.locals}
+	buf := make([]byte, plen)
+	sched := Schedule{Rate: o.Rate, Burst: o.Burst, Poisson: o.Poisson, Rand: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))}
+	lockThread()
+	defer unlockThread()
+
+	start := time.Now()
+	warmEnd := start.Add(o.Warmup)
+	end := warmEnd.Add(o.Duration)
+	next := start
+	var seq uint64
+	for i := 0; ; i++ {
+		if !next.Before(end) || (o.Count > 0 && seq >= o.Count) {
+			break
+		}
+		if i&255 == 0 && ctx.Err() != nil {
+			break
+		}
+		late := wait(next, o.Spin)
+		if late > st.MaxLate {
+			st.MaxLate = late
+		}
+		flow := uint32(seq % uint64(o.Flows))
+		now := time.Now()
+		_ = Encode(buf, Header{Seq: seq, Flow: flow, Sent: now})
+		if err := socks.write(int(flow), buf); err != nil {
+			st.Errors++
+			if st.FirstError == nil {
+				st.FirstError = err
+				o.Logger.Warn("send failed", "dst", o.Dst, "flow", flow, "err", err)
+			}
+		} else {
+			if st.Sent == 0 {
+				st.Start = now
+			}
+			st.Sent++
+			st.End = now
+			if next.Before(warmEnd) {
+				st.WarmupSent = seq + 1
+			}
+		}
+		seq++
+		next = next.Add(sched.Next())
+	}
+	if st.Sent == 0 && st.Errors > 0 {
+		return st, fmt.Errorf("generator: every send to %s failed: %w", o.Dst, st.FirstError)
+	}
+	return st, ctx.Err()
+}
+
+// wait returns at deadline: it sleeps while the deadline is more than spin
+// away, then busy-waits. It returns how late it already was.
+func wait(deadline time.Time, spin time.Duration) time.Duration {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return -d
+	}
+	if d > spin {
+		time.Sleep(d - spin)
+	}
+	for time.Now().Before(deadline) {
+	}
+	return 0
+}

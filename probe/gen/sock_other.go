@@ -1,0 +1,30 @@
+//go:build !linux
+
+package gen
+
+import (
+	"errors"
+	"net/netip"
+)
+
+var errUnsupported = errors.New("generator needs Linux")
+
+type flows struct{ locals []netip.AddrPort }
+
+func openFlows(ns string, dst netip.AddrPort, n int) (*flows, error) { return nil, errUnsupported }
+func (f *flows) write(i int, b []byte) error                         { return errUnsupported }
+func (f *flows) close()                                              {}
+func lockThread()                                                    {}
+func unlockThread()                                                  {}
+
+// Sink is a bound UDP socket at the probe destination (Linux only).
+type Sink struct{}
+
+// NewSink fails: the sink needs Linux.
+func NewSink(ns string, addr netip.AddrPort) (*Sink, error) { return nil, errUnsupported }
+
+// Addr returns the zero address.
+func (s *Sink) Addr() netip.AddrPort { return netip.AddrPort{} }
+
+// Close does nothing.
+func (s *Sink) Close() error { return nil }

@@ -1,0 +1,309 @@
+// Package measure runs one measurement condition: it captures at an ingress
+// and an egress interface, sends the probe stream (probe/gen) from a
+// generator namespace to a UDP sink, matches the packets (probe/match, active
+// mode) and returns the per-packet delays and the loss, duplicate, reorder and
+// ring-drop counts.
+package measure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quiot/quiot/probe/capture"
+	"github.com/quiot/quiot/probe/gen"
+	"github.com/quiot/quiot/probe/match"
+)
+
+// Options says where to measure. Zero values get the documented defaults.
+type Options struct {
+	// IngressIf and EgressIf are the interfaces to capture on (required):
+	// probe packets entering the switch at IngressIf, leaving at EgressIf.
+	IngressIf, EgressIf string
+	// IngressNamespace and EgressNamespace are the `ip netns` names the
+	// capture interfaces live in; "" = the current namespace.
+	IngressNamespace, EgressNamespace string
+	// IngressDir is the direction of probe packets at IngressIf; default
+	// capture.In (the switch port receives them). Use capture.Out when
+	// IngressIf is the sending end of a veth pair (the one-pair floor).
+	IngressDir capture.Direction
+	// EgressDir is the direction at EgressIf; default capture.Out (the switch
+	// port transmits them). capture.In for the receiving end of a veth pair.
+	EgressDir capture.Direction
+	// GenNamespace is where the generator sends from; "" = current.
+	GenNamespace string
+	// Dst is the probe destination (required).
+	Dst netip.AddrPort
+	// SinkNamespace, when set, gets a UDP socket bound to Dst so that no ICMP
+	// port unreachable answers the probes. "" = no sink: something at Dst
+	// must accept UDP (or the switch must not deliver the packets anywhere).
+	SinkNamespace string
+	// Drain is how long the captures keep running after the last packet was
+	// sent; default 100 ms (plus the ring's block timeout).
+	Drain time.Duration
+	// Hardware asks for NIC hardware timestamps where available.
+	Hardware bool
+	// RingBlocks overrides the number of 1 MiB ring blocks per capture;
+	// default 32.
+	RingBlocks int
+	// Logger; default discards.
+	Logger *slog.Logger
+}
+
+// Condition is one point of the sweep.
+type Condition struct {
+	Size     int           // Ethernet frame bytes (FCS excluded); default 128
+	Rate     float64       // packets per second; default 1000
+	Flows    int           // distinct flows (source ports); default 1
+	Duration time.Duration // measured phase; default 1 s
+	Poisson  bool          // Poisson instead of constant spacing
+	Burst    int           // back-to-back packets per burst; default 1
+	Warmup   time.Duration // sent before Duration, excluded from Delays and counts
+	Count    uint64        // stop after this many packets in all (0 = no limit)
+	Seed     uint64        // Poisson seed; default 1
+}
+
+// Result of one condition. Counts cover the measured phase (after Warmup),
+// except the ring drops (whole run) and FirstDelay/FlowFirstDelays.
+type Result struct {
+	// Delays of the matched packets (egress time - ingress time), in
+	// sequence order.
+	Delays []time.Duration
+	// Sent packets; Matched seen at both ports; Lost seen at ingress but not
+	// at egress; Duplicated extra egress copies; Reordered out of order at
+	// egress within their flow.
+	Sent, Matched, Lost, Duplicated, Reordered uint64
+	// IngressSeen probe packets seen at the ingress port (Sent - IngressSeen
+	// were lost before it or dropped by the ingress ring); EgressOnly seen at
+	// egress but never at ingress.
+	IngressSeen, EgressOnly uint64
+	// IngressRingDrops and EgressRingDrops are the captures' ring drops
+	// (PACKET_STATISTICS) over the whole run; non-zero means the delays are
+	// incomplete.
+	IngressRingDrops, EgressRingDrops uint64
+	// SendErrors are failed writes of the generator.
+	SendErrors uint64
+	// FirstDelay is the delay of the very first probe packet (the cold one:
+	// no datapath flow yet); FirstOK is false if it was not matched.
+	FirstDelay time.Duration
+	FirstOK    bool
+	// FlowFirstDelays holds the delay of each flow's first packet, -1 if it
+	// was not matched.
+	FlowFirstDelays []time.Duration
+	// NegativeDelays counts matches with egress before ingress (clock
+	// trouble); they are kept in Delays.
+	NegativeDelays uint64
+	// MaxLate is the generator's worst lateness against its schedule.
+	MaxLate time.Duration
+	// Hardware is true when the timestamps came from a NIC.
+	Hardware bool
+	// Start and End are the first and last send times.
+	Start, End time.Time
+}
+
+func (o *Options) setDefaults() error {
+	if o.IngressIf == "" || o.EgressIf == "" {
+		return errors.New("measure: ingress and egress interfaces are required")
+	}
+	if !o.Dst.IsValid() || o.Dst.Port() == 0 {
+		return errors.New("measure: no destination address:port")
+	}
+	if o.IngressDir == capture.Any {
+		o.IngressDir = capture.In
+	}
+	if o.EgressDir == capture.Any {
+		o.EgressDir = capture.Out
+	}
+	if o.Drain == 0 {
+		o.Drain = 100 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+type rec struct {
+	seq  uint64
+	flow uint32
+	t    time.Time
+}
+
+type side struct {
+	h    *capture.Handle
+	recs []rec
+	hw   bool
+	err  error
+}
+
+// Run measures one condition. On ctx cancellation it returns what it has and
+// ctx's error.
+func Run(ctx context.Context, o Options, c Condition) (*Result, error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	gopts := gen.Options{
+		Dst: o.Dst, Namespace: o.GenNamespace, Size: c.Size, Rate: c.Rate, Poisson: c.Poisson,
+		Burst: c.Burst, Flows: c.Flows, Warmup: c.Warmup, Duration: c.Duration, Count: c.Count,
+		Seed: c.Seed, Logger: o.Logger,
+	}
+	if err := gopts.Validate(); err != nil {
+		return nil, fmt.Errorf("measure: %w", err)
+	}
+	expect := int(gopts.Rate*(gopts.Warmup+gopts.Duration).Seconds()*1.05) + 1024
+	filter := capture.UDPFilter(o.Dst.Port(), capture.DstPort)
+	open := func(ifname, ns string, dir capture.Direction) (*side, error) {
+		h, err := capture.Open(capture.Options{
+			Interface: ifname, Namespace: ns, Direction: dir, Filter: filter,
+			SnapLen: 128, Blocks: o.RingBlocks, Hardware: o.Hardware, Logger: o.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &side{h: h, recs: make([]rec, 0, min(expect, 4<<20))}, nil
+	}
+	in, err := open(o.IngressIf, o.IngressNamespace, o.IngressDir)
+	if err != nil {
+		return nil, fmt.Errorf("measure: ingress: %w", err)
+	}
+	defer in.h.Close()
+	out, err := open(o.EgressIf, o.EgressNamespace, o.EgressDir)
+	if err != nil {
+		return nil, fmt.Errorf("measure: egress: %w", err)
+	}
+	defer out.h.Close()
+	if o.SinkNamespace != "" {
+		sink, err := gen.NewSink(o.SinkNamespace, o.Dst)
+		if err != nil {
+			return nil, fmt.Errorf("measure: %w", err)
+		}
+		defer sink.Close()
+	}
+
+	cctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	for _, s := range []*side{in, out} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.err = s.h.Run(cctx, func(p *capture.Packet) {
+				u, err := match.ParseUDP(p.Data)
+				if err != nil {
+					return
+				}
+				hd, err := gen.Decode(u.Payload)
+				if err != nil {
+					return
+				}
+				s.hw = s.hw || p.Hardware
+				s.recs = append(s.recs, rec{seq: hd.Seq, flow: hd.Flow, t: p.Time})
+			})
+		}()
+	}
+
+	gs, gerr := gen.Run(ctx, gopts)
+	// Let the last packets cross the switch and their ring blocks retire.
+	select {
+	case <-time.After(o.Drain + 2*capture.DefaultBlockTimeout):
+	case <-ctx.Done():
+	}
+	stop()
+	wg.Wait()
+	ist, ierr := in.h.Stats()
+	est, eerr := out.h.Stats()
+	if err := errors.Join(in.err, out.err, ierr, eerr); err != nil {
+		return nil, fmt.Errorf("measure: %w", err)
+	}
+	if gerr != nil && gs.Sent == 0 {
+		return nil, fmt.Errorf("measure: %w", gerr)
+	}
+	r := analyse(in.recs, out.recs, gs.WarmupSent, gopts.Flows)
+	r.Sent = gs.Sent - gs.WarmupSent
+	r.SendErrors = gs.Errors
+	r.MaxLate = gs.MaxLate
+	r.Start, r.End = gs.Start, gs.End
+	r.IngressRingDrops, r.EgressRingDrops = ist.Drops, est.Drops
+	r.Hardware = in.hw && out.hw
+	if r.IngressRingDrops > 0 || r.EgressRingDrops > 0 {
+		o.Logger.Warn("capture ring drops: delays are incomplete",
+			"ingress", o.IngressIf, "ingress_drops", r.IngressRingDrops,
+			"egress", o.EgressIf, "egress_drops", r.EgressRingDrops)
+	}
+	if gs.Errors > 0 {
+		o.Logger.Warn("generator write errors", "errors", gs.Errors, "first", gs.FirstError)
+	}
+	o.Logger.Debug("condition measured", "size", gopts.Size, "rate", gopts.Rate, "flows", gopts.Flows,
+		"sent", r.Sent, "matched", r.Matched, "lost", r.Lost, "dup", r.Duplicated, "reordered", r.Reordered)
+	return r, gerr
+}
+
+// analyse matches the captured records offline: the measured phase
+// (seq >= warm) through a Matcher, the first packet of each flow apart.
+func analyse(ins, outs []rec, warm uint64, flows int) *Result {
+	r := &Result{FlowFirstDelays: make([]time.Duration, flows)}
+	type sd struct {
+		seq uint64
+		d   time.Duration
+	}
+	var samples []sd
+	m := match.NewMatcher(func(s match.Sample) {
+		samples = append(samples, sd{s.Seq, s.Delay()})
+	})
+	firstIn := make(map[uint64]time.Time, flows)
+	firstOut := make(map[uint64]time.Time, flows)
+	for _, x := range ins {
+		if x.seq < uint64(flows) {
+			if _, ok := firstIn[x.seq]; !ok {
+				firstIn[x.seq] = x.t
+			}
+		}
+		if x.seq >= warm {
+			m.Ingress(match.Key{Flow: uint64(x.flow), ID: x.seq}, uint64(x.flow), x.seq, x.t)
+		}
+	}
+	for _, x := range outs {
+		if x.seq < uint64(flows) {
+			if _, ok := firstOut[x.seq]; !ok {
+				firstOut[x.seq] = x.t
+			}
+		}
+		if x.seq >= warm {
+			m.Egress(match.Key{Flow: uint64(x.flow), ID: x.seq}, x.t)
+		}
+	}
+	c := m.Finish()
+	slices.SortFunc(samples, func(a, b sd) int {
+		switch {
+		case a.seq < b.seq:
+			return -1
+		case a.seq > b.seq:
+			return 1
+		}
+		return 0
+	})
+	r.Delays = make([]time.Duration, len(samples))
+	for i, s := range samples {
+		r.Delays[i] = s.d
+	}
+	r.Matched, r.Lost, r.Duplicated, r.Reordered = c.Matched, c.Lost, c.Duplicated, c.Reordered
+	r.IngressSeen, r.EgressOnly, r.NegativeDelays = c.Ingress, c.EgressOnly, c.NegativeDelays
+	for f := range r.FlowFirstDelays {
+		ti, ok1 := firstIn[uint64(f)]
+		to, ok2 := firstOut[uint64(f)]
+		if ok1 && ok2 {
+			r.FlowFirstDelays[f] = to.Sub(ti)
+		} else {
+			r.FlowFirstDelays[f] = -1
+		}
+	}
+	if len(r.FlowFirstDelays) > 0 && r.FlowFirstDelays[0] >= 0 {
+		r.FirstDelay, r.FirstOK = r.FlowFirstDelays[0], true
+	}
+	return r
+}
