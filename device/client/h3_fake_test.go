@@ -1,0 +1,246 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/quiot/quiot/internal/certs"
+)
+
+// fakeBroker is a real HTTP/3 server with a scripted handler, for the
+// client behaviour a real broker does not expose: which requests carried
+// credentials, and how often a request was retried.
+type fakeBroker struct {
+	url string
+
+	mu       sync.Mutex
+	requests []fakeRequest
+}
+
+type fakeRequest struct {
+	conn   *quic.Conn
+	method string
+	path   string
+	auth   string
+}
+
+type connKey struct{}
+
+func startFakeBroker(t *testing.T, h func(w http.ResponseWriter, r *http.Request)) *fakeBroker {
+	t.Helper()
+	cert, err := certs.SelfSigned(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := &fakeBroker{url: "https://" + pc.LocalAddr().String()}
+	srv := &http3.Server{
+		TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert.TLS}}),
+		ConnContext: func(ctx context.Context, c *quic.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			qc, _ := r.Context().Value(connKey{}).(*quic.Conn)
+			fb.mu.Lock()
+			fb.requests = append(fb.requests, fakeRequest{conn: qc, method: r.Method, path: r.URL.EscapedPath(), auth: r.Header.Get("Authorization")})
+			fb.mu.Unlock()
+			h(w, r)
+		}),
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(pc) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		_ = pc.Close()
+		<-done
+	})
+	return fb
+}
+
+func (fb *fakeBroker) snapshot() []fakeRequest {
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	return append([]fakeRequest(nil), fb.requests...)
+}
+
+func newFakeClient(t *testing.T, fb *fakeBroker, mod func(*Options)) Client {
+	t.Helper()
+	o := Options{Broker: fb.url, Insecure: true, Logger: slog.New(slog.DiscardHandler), Reconnect: true, MaxBackoff: 200 * time.Millisecond}
+	if mod != nil {
+		mod(&o)
+	}
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func okPublish(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(headerSeq, "1")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func TestH3TokenOncePerConnection(t *testing.T) {
+	fb := startFakeBroker(t, okPublish)
+	c := newFakeClient(t, fb, func(o *Options) { o.Token = "s3cret" })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Concurrent first publishes: exactly one carries the token and the
+	// others wait for its answer.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			if _, err := c.Publish(ctx, "a/b", []byte("x"), PublishOptions{QoS: 1}); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("publish: %v", err)
+	}
+	reqs := fb.snapshot()
+	if len(reqs) != 8 {
+		t.Fatalf("broker saw %d requests, want 8", len(reqs))
+	}
+	if reqs[0].auth != "Bearer s3cret" {
+		t.Fatalf("first request's Authorization = %q, want the bearer token", reqs[0].auth)
+	}
+	for i, r := range reqs[1:] {
+		if r.auth != "" {
+			t.Fatalf("request %d carried Authorization %q again", i+1, r.auth)
+		}
+		if r.conn != reqs[0].conn {
+			t.Fatalf("request %d on another connection", i+1)
+		}
+	}
+	if s := c.Stats(); s.Handshake <= 0 || s.Reconnects != 0 {
+		t.Fatalf("Stats = %+v, want a handshake time and no reconnects", s)
+	}
+}
+
+func TestH3BasicAuthWithUsername(t *testing.T) {
+	fb := startFakeBroker(t, okPublish)
+	c := newFakeClient(t, fb, func(o *Options) { o.Token = "pw"; o.Username = "dev1" })
+	if _, err := c.Publish(context.Background(), "a", nil, PublishOptions{QoS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fb.snapshot()[0].auth; got != "Basic ZGV2MTpwdw==" {
+		t.Fatalf("Authorization = %q, want Basic dev1:pw", got)
+	}
+}
+
+func TestH3FinalErrorsNotRetried(t *testing.T) {
+	codes := []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestEntityTooLarge}
+	for _, code := range codes {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			fb := startFakeBroker(t, func(w http.ResponseWriter, r *http.Request) {
+				http.Error(w, "reason for "+http.StatusText(code), code)
+			})
+			c := newFakeClient(t, fb, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := c.Publish(ctx, "a", []byte("x"), PublishOptions{QoS: 1})
+			var se *StatusError
+			if !errors.As(err, &se) || se.Code != code {
+				t.Fatalf("publish error = %v, want a StatusError %d", err, code)
+			}
+			if !strings.Contains(err.Error(), "reason for") {
+				t.Fatalf("error %q lacks the broker's reason", err)
+			}
+			serr := c.Subscribe(ctx, "a/#", 0, func(Message) { t.Error("message delivered") })
+			if !errors.As(serr, &se) || se.Code != code {
+				t.Fatalf("subscribe error = %v, want a StatusError %d", serr, code)
+			}
+			if n := len(fb.snapshot()); n != 2 {
+				t.Fatalf("broker saw %d requests, want 2 (no retries)", n)
+			}
+		})
+	}
+}
+
+func TestH3RetriesUnavailable(t *testing.T) {
+	var n atomic.Int32
+	fb := startFakeBroker(t, func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) <= 2 {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		okPublish(w, r)
+	})
+	c := newFakeClient(t, fb, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, err := c.Publish(ctx, "a", []byte("x"), PublishOptions{QoS: 1})
+	if err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if ack.Seq != 1 || n.Load() != 3 {
+		t.Fatalf("ack %+v after %d requests, want seq 1 after 3", ack, n.Load())
+	}
+}
+
+func TestH3NoReconnectReturnsUnavailable(t *testing.T) {
+	fb := startFakeBroker(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+	})
+	c := newFakeClient(t, fb, func(o *Options) { o.Reconnect = false })
+	_, err := c.Publish(context.Background(), "a", []byte("x"), PublishOptions{QoS: 1})
+	var se *StatusError
+	if !errors.As(err, &se) || se.Code != http.StatusServiceUnavailable {
+		t.Fatalf("publish error = %v, want 503", err)
+	}
+}
+
+func TestH3PublishRequestShape(t *testing.T) {
+	got := make(chan *http.Request, 1)
+	fb := startFakeBroker(t, func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Clone(context.Background())
+		okPublish(w, r)
+	})
+	c := newFakeClient(t, fb, nil)
+	sent := time.Unix(1700000000, 42)
+	if _, err := c.Publish(context.Background(), "s/#x", []byte("p"), PublishOptions{QoS: 0, Retain: true, Sent: sent}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.Method != http.MethodPost || r.URL.EscapedPath() != "/v1/topics/s/%23x" {
+		t.Fatalf("request %s %s", r.Method, r.URL.EscapedPath())
+	}
+	if q := r.URL.Query(); q.Get("qos") != "0" || q.Get("retain") != "1" {
+		t.Fatalf("query %q", r.URL.RawQuery)
+	}
+	if r.Header.Get(headerTime) != "1700000000000000042" {
+		t.Fatalf("%s = %q", headerTime, r.Header.Get(headerTime))
+	}
+}
+
+func TestH3ClosedClient(t *testing.T) {
+	fb := startFakeBroker(t, okPublish)
+	c := newFakeClient(t, fb, nil)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Publish(context.Background(), "a", nil, PublishOptions{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("publish after Close = %v, want ErrClosed", err)
+	}
+}
