@@ -285,6 +285,15 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 		}
 		since = &n
 	}
+	limit := uint64(0) // messages to deliver before ending; 0 = unlimited
+	if cv := r.URL.Query().Get("count"); cv != "" {
+		n, err := strconv.ParseUint(cv, 10, 64)
+		if err != nil || n == 0 {
+			fail(w, http.StatusBadRequest, "bad count %q (want a positive number of messages)", cv)
+			return
+		}
+		limit = n
+	}
 	cs, _ := r.Context().Value(connKey{}).(*connState)
 	if cs != nil {
 		if n := cs.subs.Add(1); int(n) > b.opts.Limits.MaxSubscriptionsPerConn {
@@ -324,8 +333,11 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 		return wire.AppendFrame(buf, f)
 	}
 	var buf []byte
-	delivered := 0
+	delivered := uint64(0)
 	for i := range initial {
+		if limit > 0 && delivered == limit {
+			break
+		}
 		buf = encode(buf, &initial[i])
 		if !initial[i].IsGap() {
 			delivered++
@@ -346,7 +358,10 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	out.out.Add(uint64(delivered))
+	out.out.Add(delivered)
+	if limit > 0 && delivered >= limit {
+		return
+	}
 
 	var gaps []wire.Gap
 	var msgs []*Message
@@ -364,11 +379,18 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 			f := wire.GapFrame(g)
 			buf = encode(buf, &f)
 		}
+		n, reached := 0, false
 		for _, m := range msgs {
 			f := frameOf(m, 0)
 			buf = encode(buf, &f)
+			n++
+			if limit > 0 && delivered+uint64(n) == limit {
+				reached = true
+				break
+			}
 		}
-		if cut {
+		delivered += uint64(n)
+		if cut && !reached {
 			f := wire.GapFrame(wire.Gap{})
 			buf = encode(buf, &f)
 		}
@@ -380,10 +402,10 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 			if err := rc.Flush(); err != nil {
 				return
 			}
-			out.out.Add(uint64(len(msgs)))
+			out.out.Add(uint64(n))
 		}
-		if end {
-			if cut {
+		if end || reached {
+			if cut && !reached {
 				b.log.Debug("slow subscriber cut off", "filter", filter, "identity", id)
 			}
 			return
