@@ -1,0 +1,9 @@
+//go:build linux
+
+package ovs
+
+import "syscall"
+
+func daemonAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+}
