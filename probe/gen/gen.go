@@ -141,6 +141,9 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		}
 		flow := uint32(seq % uint64(o.Flows))
 		now := time.Now()
+		if !now.Before(end) {
+			break // behind schedule at the end: stop on time, not on count
+		}
 		_ = Encode(buf, Header{Seq: seq, Flow: flow, Sent: now})
 		if err := socks.write(int(flow), buf); err != nil {
 			st.Errors++

@@ -1,0 +1,5 @@
+package gen
+
+import "net/netip"
+
+func mustAddrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
