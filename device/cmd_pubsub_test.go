@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/internal/quictune"
+	"github.com/quiot/quiot/internal/testutil"
+)
+
+// syncBuffer is a goroutine-safe bytes.Buffer that signals when a line
+// containing want appears.
+type syncBuffer struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func newSyncBuffer(want string) *syncBuffer {
+	return &syncBuffer{want: want, seen: make(chan struct{})}
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := b.buf.Write(p)
+	if b.want != "" && strings.Contains(b.buf.String(), b.want) {
+		b.once.Do(func() { close(b.seen) })
+	}
+	return n, err
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// writeCA writes the test PKI's CA certificate to a file for --ca.
+func writeCA(t *testing.T, b *testutil.Broker) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(f, b.PKI.CA.CertPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestPubSubCommands(t *testing.T) {
+	for _, mode := range []string{"request", "stream"} {
+		t.Run(mode, func(t *testing.T) {
+			b := testutil.StartBroker(t, nil, nil)
+			ca := writeCA(t, b)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+
+			subOut := newSyncBuffer("")
+			subErr := newSyncBuffer("msg=subscribed")
+			subDone := make(chan error, 1)
+			go func() {
+				subDone <- runSub(ctx, []string{"--config", "", "--broker", b.URL, "--ca", ca, "--topic", "cli/#", "--count", "5", "--format", "json"}, subOut, subErr)
+			}()
+			select {
+			case <-subErr.seen:
+			case err := <-subDone:
+				t.Fatalf("sub ended early: %v; stderr: %s", err, subErr)
+			case <-ctx.Done():
+				t.Fatalf("sub did not subscribe; stderr: %s", subErr)
+			}
+			var pubOut, pubErr bytes.Buffer
+			err := runPub(ctx, []string{"--config", "", "--broker", b.URL, "--ca", ca, "--topic", "cli/x", "--payload", "hello", "--count", "5", "--rate", "200", "--mode", mode}, &pubOut, &pubErr)
+			if err != nil {
+				t.Fatalf("pub: %v; stderr: %s", err, pubErr.String())
+			}
+			if !strings.Contains(pubOut.String(), "published 5 message(s) to cli/x") || !strings.Contains(pubOut.String(), "time to first data") {
+				t.Fatalf("pub summary: %q", pubOut.String())
+			}
+			select {
+			case err := <-subDone:
+				if err != nil {
+					t.Fatalf("sub: %v", err)
+				}
+			case <-ctx.Done():
+				t.Fatalf("sub did not exit after --count; out: %s", subOut)
+			}
+			sc := bufio.NewScanner(strings.NewReader(subOut.String()))
+			n := 0
+			var last uint64
+			for sc.Scan() {
+				var j subJSON
+				if err := json.Unmarshal(sc.Bytes(), &j); err != nil {
+					t.Fatalf("line %q: %v", sc.Text(), err)
+				}
+				if j.Topic != "cli/x" || j.Payload == nil || *j.Payload != "hello" || j.Seq <= last || j.LatencyMS == nil || *j.LatencyMS <= 0 {
+					t.Fatalf("line %q: want topic cli/x, payload hello, rising seq, latency_ms", sc.Text())
+				}
+				last = j.Seq
+				n++
+			}
+			if n != 5 {
+				t.Fatalf("sub printed %d lines, want 5:\n%s", n, subOut)
+			}
+			if !strings.Contains(subErr.String(), "received 5 message(s)") {
+				t.Fatalf("sub summary missing: %s", subErr)
+			}
+		})
+	}
+}
+
+func TestPubStopsOnSignal(t *testing.T) {
+	b := testutil.StartBroker(t, nil, nil)
+	ca := writeCA(t, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	out := newSyncBuffer("")
+	errOut := newSyncBuffer("msg=published")
+	done := make(chan error, 1)
+	go func() {
+		done <- runPub(ctx, []string{"--config", "", "--broker", b.URL, "--ca", ca, "--topic", "sig/x", "--payload-size", "32", "--count", "0", "--rate", "50", "--log-level", "debug"}, out, errOut)
+	}()
+	select {
+	case <-errOut.seen: // publishing
+	case err := <-done:
+		t.Fatalf("pub ended early: %v; %s", err, errOut)
+	}
+	cancel() // what SIGINT/SIGTERM do through main's context
+	if err := <-done; err != nil {
+		t.Fatalf("pub after cancel = %v, want a clean exit", err)
+	}
+	if !strings.Contains(out.String(), "interrupted") {
+		t.Fatalf("summary %q does not say interrupted", out)
+	}
+}
+
+func TestPubSubUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(context.Context, []string, io.Writer, io.Writer) error
+		args []string
+		want string
+	}{
+		{"pub no topic", runPub, []string{"--payload", "x"}, "--topic is required"},
+		{"pub no payload", runPub, []string{"--topic", "a"}, "--payload"},
+		{"pub both payloads", runPub, []string{"--topic", "a", "--payload", "x", "--payload-size", "3"}, "exclude"},
+		{"pub bad qos", runPub, []string{"--topic", "a", "--payload", "x", "--qos", "2"}, "--qos 2"},
+		{"pub bad mode", runPub, []string{"--topic", "a", "--payload", "x", "--mode", "burst"}, "--mode"},
+		{"pub cert without key", runPub, []string{"--topic", "a", "--payload", "x", "--cert", "c.pem"}, "--cert and --key"},
+		{"pub insecure and ca", runPub, []string{"--topic", "a", "--payload", "x", "--insecure", "--ca", "x.pem"}, "exclude"},
+		{"pub bad scheme", runPub, []string{"--topic", "a", "--payload", "x", "--broker", "ftp://h"}, "unsupported broker URL scheme"},
+		{"pub bad tuning", runPub, []string{"--topic", "a", "--payload", "x", "--tuning", "/nonexistent.toml"}, "tuning"},
+		{"sub no topic", runSub, nil, "--topic is required"},
+		{"sub bad format", runSub, []string{"--topic", "a", "--format", "xml"}, "--format"},
+		{"sub negative count", runSub, []string{"--topic", "a", "--count", "-1"}, "--count"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			err := tt.run(context.Background(), append([]string{"--config", ""}, tt.args...), &out, &errOut)
+			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want a usage error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSubFormats(t *testing.T) {
+	sent := time.Unix(1700000000, 0)
+	msgs := []client.Message{
+		{Topic: "a/b", Seq: 7, Sent: sent, Received: sent.Add(1500 * time.Microsecond), Payload: []byte("hi")},
+		{Topic: "a/c", Seq: 8, Payload: []byte{0xff, 0x00}, Retained: true},
+		{Topic: "a/b", Seq: 12, Gap: true},
+	}
+	tests := []struct {
+		format string
+		want   string
+	}{
+		{"text", "a/b #7 1.500ms hi\na/c #8 retained <2 bytes>\na/b gap: messages lost before #12\n"},
+		{"json", `{"topic":"a/b","seq":7,"payload":"hi","time":1700000000000000000,"latency_ms":1.5}` + "\n" +
+			`{"topic":"a/c","seq":8,"payload_base64":"/wA=","retained":true}` + "\n" +
+			`{"topic":"a/b","seq":12,"gap":true}` + "\n"},
+		{"raw", "hi\xff\x00"},
+		{"none", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.format, func(t *testing.T) {
+			var buf bytes.Buffer
+			p := &subPrinter{w: bufio.NewWriter(&buf), format: tt.format}
+			for i := range msgs {
+				if err := p.print(&msgs[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if buf.String() != tt.want {
+				t.Fatalf("output\n%q\nwant\n%q", buf.String(), tt.want)
+			}
+		})
+	}
+}
+
+func TestMakePayload(t *testing.T) {
+	tests := []struct {
+		text    string
+		textSet bool
+		size    int
+		want    string
+		wantErr bool
+	}{
+		{"hello", true, -1, "hello", false},
+		{"", true, -1, "", false},
+		{"", false, 5, "quiot", false},
+		{"", false, 0, "", false},
+		{"", false, 16, "quiot-payload-qu", false},
+		{"x", true, 3, "", true},
+		{"", false, -1, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%q/%v/%d", tt.text, tt.textSet, tt.size), func(t *testing.T) {
+			got, err := makePayload(tt.text, tt.textSet, tt.size)
+			if (err != nil) != tt.wantErr || (err == nil && string(got) != tt.want) {
+				t.Fatalf("makePayload = %q, %v; want %q (error %v)", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestDemo(t *testing.T) {
+	var out bytes.Buffer
+	err := demo(context.Background(), demoPlan{count: 5, rate: 200, mode: "stream", tuning: quictune.Lean(), timeout: 20 * time.Second}, &out, testutil.DiscardLogger())
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	s := out.String()
+	if n := strings.Count(s, "sub      demo/sensor-1/temperature"); n != 5 {
+		t.Fatalf("demo printed %d deliveries, want 5:\n%s", n, s)
+	}
+	if !strings.Contains(s, "summary  5/5 delivered in order") {
+		t.Fatalf("demo summary missing:\n%s", s)
+	}
+}
