@@ -127,7 +127,7 @@ func (h *Handle) open() error {
 	if err := unix.SetsockoptTpacketReq3(fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
 		return fmt.Errorf("capture on %s: PACKET_RX_RING (%d x %d bytes): %w", h.where(), o.Blocks, o.BlockSize, err)
 	}
-	ring, err := unix.Mmap(fd, 0, o.BlockSize*o.Blocks, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	ring, err := unix.Mmap(fd, 0, o.BlockSize*o.Blocks, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("capture on %s: mmap ring: %w", h.where(), err)
 	}

@@ -49,7 +49,7 @@ type Options struct {
 	// Hardware asks for NIC hardware timestamps where available.
 	Hardware bool
 	// RingBlocks overrides the number of 1 MiB ring blocks per capture;
-	// default 32.
+	// default capture's (16).
 	RingBlocks int
 	// Logger; default discards.
 	Logger *slog.Logger
