@@ -1,0 +1,120 @@
+package lab
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quiot/quiot/probe/model"
+)
+
+func logf(x float64) float64 { return math.Log(x) }
+
+func TestRowsRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "conditions.csv")
+	want := synthRows(2)
+	writeRows(t, path, want)
+	got, err := ReadRows(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d rows, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].Condition != want[i].Condition || math.Abs(got[i].Stats.P50-want[i].Stats.P50) > 1e-3 {
+			t.Fatalf("row %d: got %+v want %+v", i, got[i].Condition, want[i].Condition)
+		}
+	}
+}
+
+func TestParseRowsErrors(t *testing.T) {
+	tests := []struct{ name, in string }{
+		{"empty", ""},
+		{"missing column", "id,path\nc1,ovs\n"},
+		{"bad number", "id,path,size_bytes,rate_pps,flows,p50_us\nc1,ovs,abc,1,1,1\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := ParseRows(strings.NewReader(tt.in)); err == nil {
+				t.Fatal("want error")
+			}
+		})
+	}
+}
+
+func TestAnalyzeSynthetic(t *testing.T) {
+	dir := t.TempDir()
+	writeRows(t, filepath.Join(dir, "conditions.csv"), synthRows(3))
+	// Samples for the CDF plot of two conditions.
+	if err := os.MkdirAll(filepath.Join(dir, "samples"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"floor", "c001"} {
+		if err := writeSamples(filepath.Join(dir, "samples", id+".csv"), []time.Duration{5 * time.Microsecond, 7 * time.Microsecond, 30 * time.Microsecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var sum Summary
+	if err := Analyze(dir, AnalyzeOptions{Summary: &sum}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(filepath.Join(dir, "model.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.R2 < 0.9 || m.FloorUS != 6 || m.Datapath != "netdev" || m.OVSVersion != "3.1.0" {
+		t.Fatalf("model: r2 %.3f floor %v dp %q ver %q terms %v", m.R2, m.FloorUS, m.Datapath, m.OVSVersion, m.Terms)
+	}
+	if sum.R2 != m.R2 {
+		t.Fatal("summary not filled")
+	}
+	for _, f := range []string{"report.md", "delay_vs_size.png", "delay_vs_rate.png", "delay_vs_flows.png", "delay_vs_rules.png", "delay_vs_memory.png", "cdf.png", "fitted_vs_measured.png", "distributions/index.csv"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s missing or empty: %v", f, err)
+		}
+	}
+	rep, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	if !strings.Contains(string(rep), "Probe floor") || !strings.Contains(string(rep), "Held-out R^2") {
+		t.Errorf("report lacks floor or fit:\n%s", rep)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	q := QuickSweep()
+	if err := q.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	conds := q.Conditions()
+	if n := len(conds); n < 10 || n > 40 {
+		t.Fatalf("quick sweep has %d conditions", n)
+	}
+	seen := map[Condition]bool{}
+	for _, c := range conds {
+		k := c
+		k.ID = ""
+		if seen[k] {
+			t.Fatalf("duplicate condition %+v", c)
+		}
+		seen[k] = true
+	}
+	if err := FullSweep().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := []Sweep{
+		{},
+		{Sizes: []int{10}, Rates: []float64{1}, Flows: []int{1}, Duration: time.Second},
+		{Sizes: []int{64}, Rates: []float64{-1}, Flows: []int{1}, Duration: time.Second},
+		{Sizes: []int{64}, Rates: []float64{1}, Flows: []int{0}, Duration: time.Second},
+		{Sizes: []int{64}, Rates: []float64{1}, Flows: []int{1}, Mems: []int64{1 << 20}, Duration: time.Second},
+		{Sizes: []int{64}, Rates: []float64{1}, Flows: []int{1}},
+	}
+	for i, s := range bad {
+		if err := s.Validate(); err == nil {
+			t.Errorf("sweep %d should be invalid", i)
+		}
+	}
+}
