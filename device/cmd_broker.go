@@ -46,6 +46,8 @@ type brokerExtension struct {
 var brokerExtensions []brokerExtension
 
 // registerBrokerExtension adds an extension; call it from init.
+//
+//lint:ignore U1000 called from the init of extension files (MQTT listeners, config, metrics)
 func registerBrokerExtension(e brokerExtension) { brokerExtensions = append(brokerExtensions, e) }
 
 // brokerFlags are the flags of `quiot broker` that this file owns.

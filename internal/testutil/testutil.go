@@ -207,3 +207,20 @@ func (c *CountingConn) Reset() {
 	c.DatagramsIn.Store(0)
 	c.DatagramsOut.Store(0)
 }
+
+// SetReadBuffer passes the socket receive buffer size through, so quic-go
+// can size it as on a bare *net.UDPConn.
+func (c *CountingConn) SetReadBuffer(n int) error {
+	if s, ok := c.PacketConn.(interface{ SetReadBuffer(int) error }); ok {
+		return s.SetReadBuffer(n)
+	}
+	return nil
+}
+
+// SetWriteBuffer passes the socket send buffer size through.
+func (c *CountingConn) SetWriteBuffer(n int) error {
+	if s, ok := c.PacketConn.(interface{ SetWriteBuffer(int) error }); ok {
+		return s.SetWriteBuffer(n)
+	}
+	return nil
+}

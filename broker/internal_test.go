@@ -1,0 +1,116 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/quiot/quiot/internal/certs"
+)
+
+func newTestBroker(t *testing.T, o Options) *Broker {
+	t.Helper()
+	c, err := certs.SelfSigned(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Certificates = []tls.Certificate{c.TLS}
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	b, err := New(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestNewRequestsDuringShutdownGet503(t *testing.T) {
+	b := newTestBroker(t, Options{})
+	b.hub.shutdown()
+	for _, target := range []string{"/v1/topics/a", "/v1/publish", "/healthz"} {
+		rec := httptest.NewRecorder()
+		b.serveHTTP(rec, httptest.NewRequest(http.MethodPost, target, strings.NewReader("x")))
+		if rec.Code != http.StatusServiceUnavailable || !strings.HasSuffix(rec.Body.String(), "\n") || strings.Count(rec.Body.String(), "\n") != 1 {
+			t.Fatalf("%s: %d %q", target, rec.Code, rec.Body.String())
+		}
+	}
+}
+
+func TestNewWithoutCertificate(t *testing.T) {
+	if _, err := New(nil); err == nil {
+		t.Fatal("New without a certificate succeeded")
+	}
+	if _, err := New(&Options{CertFile: "/nonexistent.pem", KeyFile: "/nonexistent-key.pem"}); err == nil {
+		t.Fatal("New with missing files succeeded")
+	}
+}
+
+func TestHistoryBounds(t *testing.T) {
+	b := newTestBroker(t, Options{Limits: Limits{HistoryPerTopic: 3, HistoryBytes: 100}})
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if _, err := b.Publish(ctx, Message{Topic: "a", Payload: []byte("0123456789")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := b.Stats()
+	if st.HistoryMessages != 3 || st.HistoryBytes != 30 {
+		t.Fatalf("per-topic bound: %+v", st)
+	}
+	// Many topics: the global byte bound evicts the oldest first.
+	for i := 0; i < 50; i++ {
+		if _, err := b.Publish(ctx, Message{Topic: "t/" + string(rune('a'+i%26)) + string(rune('a'+i/26)), Payload: []byte("0123456789")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st = b.Stats()
+	if st.HistoryBytes > 100 || st.HistoryMessages != 10 {
+		t.Fatalf("global bound: %+v", st)
+	}
+	if st.Topics > 10 {
+		t.Fatalf("emptied topics kept: %d", st.Topics)
+	}
+	// A resume from before the forgotten topics is told about the gap.
+	s := newSubscriber("#", b.opts.Limits, b.stats)
+	since := uint64(1)
+	initial, err := b.hub.start(s, &since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(initial) == 0 || !initial[0].IsGap() {
+		t.Fatalf("no gap first: %+v", initial)
+	}
+	b.hub.stop(s)
+	if b.Stats().Subscriptions != 0 {
+		t.Fatal("subscription not removed")
+	}
+}
+
+func TestSubscriberQueueBound(t *testing.T) {
+	c := &counters{}
+	s := newSubscriber("a", Limits{QueueLength: 4}, c)
+	for i := 1; i <= 10; i++ {
+		s.enqueue(&Message{Topic: "a", Seq: uint64(i)})
+	}
+	gaps, msgs, end, cut := s.take(nil, nil)
+	if len(msgs) != 4 || msgs[0].Seq != 7 || end || cut {
+		t.Fatalf("msgs %d first %d end %v cut %v", len(msgs), msgs[0].Seq, end, cut)
+	}
+	if len(gaps) != 1 || gaps[0].From != 1 || gaps[0].To != 6 || gaps[0].Topic != "a" {
+		t.Fatalf("gaps %+v", gaps)
+	}
+	if c.dropped.Load() != 6 {
+		t.Fatalf("dropped %d", c.dropped.Load())
+	}
+	d := newSubscriber("a", Limits{QueueLength: 2, QueuePolicy: Disconnect}, c)
+	for i := 1; i <= 3; i++ {
+		d.enqueue(&Message{Topic: "a", Seq: uint64(i)})
+	}
+	if _, msgs, end, cut := d.take(nil, nil); len(msgs) != 2 || !end || !cut {
+		t.Fatalf("disconnect policy: %d %v %v", len(msgs), end, cut)
+	}
+}
