@@ -74,6 +74,9 @@ type Result struct {
 	// Delays of the matched packets (egress time - ingress time), in
 	// sequence order.
 	Delays []time.Duration
+	// Seqs are the probe sequence numbers of Delays (same index); a packet's
+	// flow is Seq % Flows.
+	Seqs []uint64
 	// Sent packets; Matched seen at both ports; Lost seen at ingress but not
 	// at egress; Duplicated extra egress copies; Reordered out of order at
 	// egress within their flow.
@@ -288,8 +291,9 @@ func analyse(ins, outs []rec, warm uint64, flows int) *Result {
 		return 0
 	})
 	r.Delays = make([]time.Duration, len(samples))
+	r.Seqs = make([]uint64, len(samples))
 	for i, s := range samples {
-		r.Delays[i] = s.d
+		r.Delays[i], r.Seqs[i] = s.d, s.seq
 	}
 	r.Matched, r.Lost, r.Duplicated, r.Reordered = c.Matched, c.Lost, c.Duplicated, c.Reordered
 	r.IngressSeen, r.EgressOnly, r.NegativeDelays = c.Ingress, c.EgressOnly, c.NegativeDelays

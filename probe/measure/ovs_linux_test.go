@@ -1,0 +1,120 @@
+//go:build linux
+
+package measure_test
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quiot/quiot/probe/measure"
+)
+
+// testOVS is a minimal throwaway Open vSwitch (userspace datapath) for this
+// package's tests, after the recipe in ENVIRONMENT.md. The lab's real one is
+// probe/ovs.
+type testOVS struct {
+	dir string
+	env []string
+}
+
+func (o *testOVS) run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), o.env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func startOVS(t testing.TB) *testOVS {
+	t.Helper()
+	for _, tool := range []string{"ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ovs-appctl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("skipping: %s not installed (openvswitch-switch)", tool)
+		}
+	}
+	schema := "/usr/share/openvswitch/vswitch.ovsschema"
+	if _, err := os.Stat(schema); err != nil {
+		t.Skipf("skipping: %s missing", schema)
+	}
+	d, err := os.MkdirTemp("", "ovsprobe-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &testOVS{dir: d, env: []string{"OVS_RUNDIR=" + d, "OVS_LOGDIR=" + d, "OVS_DBDIR=" + d}}
+	t.Cleanup(func() { o.stop(); os.RemoveAll(d) })
+	db := filepath.Join(d, "conf.db")
+	o.run(t, "ovsdb-tool", "create", db, schema)
+	o.run(t, "ovsdb-server", db, "--remote=punix:"+d+"/db.sock", "--pidfile="+d+"/ovsdb-server.pid",
+		"--unixctl="+d+"/ovsdb-server.ctl", "--log-file="+d+"/ovsdb-server.log", "--detach")
+	o.run(t, "ovs-vsctl", "--db=unix:"+d+"/db.sock", "--no-wait", "init")
+	o.run(t, "ovs-vswitchd", "unix:"+d+"/db.sock", "--disable-system", "--pidfile="+d+"/ovs-vswitchd.pid",
+		"--unixctl="+d+"/ovs-vswitchd.ctl", "--log-file="+d+"/ovs-vswitchd.log", "--detach")
+	return o
+}
+
+func (o *testOVS) vsctl(t testing.TB, args ...string) string {
+	return o.run(t, "ovs-vsctl", append([]string{"--db=unix:" + o.dir + "/db.sock", "--timeout=10"}, args...)...)
+}
+
+// stop asks both daemons to exit and kills (by their pid files) any that
+// do not.
+func (o *testOVS) stop() {
+	for _, name := range []string{"ovs-vswitchd", "ovsdb-server"} {
+		args := []string{"-t", filepath.Join(o.dir, name+".ctl"), "exit"}
+		if name == "ovs-vswitchd" {
+			args = append(args, "--cleanup")
+		}
+		cmd := exec.Command("ovs-appctl", append([]string{"--timeout=5"}, args...)...)
+		cmd.Env = append(os.Environ(), o.env...)
+		_ = cmd.Run()
+		b, err := os.ReadFile(filepath.Join(o.dir, name+".pid"))
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+			for i := 0; i < 50 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if syscall.Kill(pid, 0) == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+}
+
+// TestRunThroughOVS measures through a real OVS userspace datapath: the
+// path's two current-namespace veth ends are OVS ports 1 and 2 with one
+// explicit forwarding rule.
+func TestRunThroughOVS(t *testing.T) {
+	needRoot(t)
+	p := floorPath(t, false)
+	o := startOVS(t)
+	o.vsctl(t, "add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
+	o.vsctl(t, "add-port", "br0", p.Ingress, "--", "set", "Interface", p.Ingress, "ofport_request=1")
+	o.vsctl(t, "add-port", "br0", p.Egress, "--", "set", "Interface", p.Egress, "ofport_request=2")
+	o.run(t, "ovs-ofctl", "del-flows", "br0")
+	o.run(t, "ovs-ofctl", "add-flow", "br0", "priority=100,in_port=1,actions=output:2")
+	r, err := measure.Run(context.Background(), measure.Options{IngressIf: p.Ingress, EgressIf: p.Egress,
+		GenNamespace: p.GenNS, Dst: netip.AddrPortFrom(p.Dst, 9500), SinkNamespace: p.SinkNS},
+		measure.Condition{Size: 128, Rate: 1000, Flows: 4, Duration: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("OVS netdev: sent %d matched %d lost %d dup %d reord %d; first (cold) %v, flow firsts %v; min %v p50 %v p99 %v",
+		r.Sent, r.Matched, r.Lost, r.Duplicated, r.Reordered, r.FirstDelay, r.FlowFirstDelays,
+		pct(r.Delays, 0), pct(r.Delays, 0.5), pct(r.Delays, 0.99))
+	if r.Sent == 0 || r.Matched < r.Sent*95/100 || r.Duplicated != 0 {
+		t.Errorf("through OVS: %d sent, %d matched, %d duplicated", r.Sent, r.Matched, r.Duplicated)
+	}
+}
