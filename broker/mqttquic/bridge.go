@@ -1,0 +1,253 @@
+package mqttquic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/auth"
+)
+
+// Core is what the MQTT side needs of the HTTP/3 broker; *broker.Broker
+// implements it.
+type Core interface {
+	// Publish accepts a message into the shared topic space.
+	Publish(ctx context.Context, m broker.Message) (uint64, error)
+	// AddTap registers fn for every accepted message (synchronous, must
+	// not block).
+	AddTap(fn func(m *broker.Message))
+	// Auth returns the identities and ACL shared by both protocols.
+	Auth() *auth.Authenticator
+	// ConnOpened and ConnClosed count connections per protocol.
+	ConnOpened(proto string)
+	// ConnClosed counts the end of a connection.
+	ConnClosed(proto string)
+	// CountOut counts deliveries to subscribers of a protocol.
+	CountOut(proto string, n int)
+}
+
+var _ Core = (*broker.Broker)(nil)
+
+const (
+	// Origin is the broker.Message origin of messages published over MQTT.
+	Origin = "mqtt"
+	// TimeProperty is the MQTT 5 user property carrying the publisher's
+	// send time in unix nanoseconds (decimal).
+	TimeProperty = "quiot-time"
+	// bridgeClientID is the inline mochi client that injects HTTP/3
+	// publishes.
+	bridgeClientID = "quiot-bridge"
+	// maxBridgeQueue bounds messages waiting to go from HTTP/3 into mochi.
+	maxBridgeQueue = 1 << 16
+)
+
+// bridge joins mochi's topic space to the broker's.
+//
+// MQTT -> broker: OnPublish (after mochi's ACL check, before PUBACK) hands
+// every publish of a network client to Core.Publish with Origin "mqtt", so
+// a refusal by the broker (bad topic, payload too large) is answered in the
+// PUBACK; mochi delivers to MQTT subscribers itself.
+//
+// broker -> MQTT: a tap queues every message whose Origin is not "mqtt";
+// one goroutine injects them in order into mochi through an inline client,
+// keeping QoS (mochi delivers min(publish, subscription)), retain and the
+// send time. Messages injected by the bridge are not handed back (OnPublish
+// ignores inline clients), so nothing loops or arrives twice.
+type bridge struct {
+	mqtt.HookBase
+	mq   *mqtt.Server
+	core Core
+	auth *authHook
+	log  *slog.Logger
+	cl   *mqtt.Client
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	queue  []*broker.Message
+	closed bool
+	done   chan struct{}
+
+	// Dropped counts broker messages not injected because the queue was
+	// full.
+	Dropped atomic.Uint64
+	// Injected counts broker messages injected into mochi.
+	Injected atomic.Uint64
+	// Refused counts MQTT publishes the broker refused.
+	Refused atomic.Uint64
+}
+
+func newBridge(mq *mqtt.Server, core Core, ah *authHook, log *slog.Logger) *bridge {
+	b := &bridge{mq: mq, core: core, auth: ah, log: log, done: make(chan struct{})}
+	b.cond = sync.NewCond(&b.mu)
+	b.cl = mq.NewClient(nil, "local", bridgeClientID, true)
+	b.cl.Properties.ProtocolVersion = 5
+	core.AddTap(b.tap)
+	go b.run()
+	return b
+}
+
+// ID names the hook.
+func (b *bridge) ID() string { return "quiot-bridge" }
+
+// Provides reports the events the hook handles.
+func (b *bridge) Provides(e byte) bool {
+	switch e {
+	case mqtt.OnPublish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPacketSent, mqtt.OnStopped:
+		return true
+	}
+	return false
+}
+
+// OnPublish hands a network client's publish to the broker.
+func (b *bridge) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline {
+		return pk, nil
+	}
+	m := broker.Message{
+		Topic:   pk.TopicName,
+		Payload: pk.Payload,
+		QoS:     pk.FixedHeader.Qos,
+		Retain:  pk.FixedHeader.Retain,
+		Origin:  Origin,
+	}
+	for _, u := range pk.Properties.User {
+		if u.Key == TimeProperty {
+			if ns, err := strconv.ParseInt(u.Val, 10, 64); err == nil && ns > 0 {
+				m.Time = ns
+			}
+		}
+	}
+	m.Identity, _ = b.auth.identityOf(cl.ID)
+	if _, err := b.core.Publish(context.Background(), m); err != nil {
+		b.Refused.Add(1)
+		b.log.Debug("broker refused mqtt publish", "client", cl.ID, "topic", pk.TopicName, "error", err)
+		if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 {
+			return pk, refusalCode(err)
+		}
+		return pk, packets.ErrRejectPacket
+	}
+	return pk, nil
+}
+
+// refusalCode maps a broker error to an MQTT 5 PUBACK reason.
+func refusalCode(err error) packets.Code {
+	switch {
+	case errors.Is(err, broker.ErrBadTopic):
+		return packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: truncReason(err)}
+	case errors.Is(err, broker.ErrTooLarge):
+		return packets.Code{Code: packets.ErrPacketTooLarge.Code, Reason: truncReason(err)}
+	case errors.Is(err, broker.ErrShuttingDown):
+		return packets.ErrServerShuttingDown
+	}
+	return packets.Code{Code: packets.ErrImplementationSpecificError.Code, Reason: truncReason(err)}
+}
+
+func truncReason(err error) string {
+	s := err.Error()
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// OnSessionEstablished counts an MQTT connection.
+func (b *bridge) OnSessionEstablished(*mqtt.Client, packets.Packet) { b.core.ConnOpened(Origin) }
+
+// OnDisconnect counts the end of an MQTT connection.
+func (b *bridge) OnDisconnect(*mqtt.Client, error, bool) { b.core.ConnClosed(Origin) }
+
+// OnPacketSent counts deliveries to MQTT subscribers.
+func (b *bridge) OnPacketSent(_ *mqtt.Client, pk packets.Packet, _ []byte) {
+	if pk.FixedHeader.Type == packets.Publish {
+		b.core.CountOut(Origin, 1)
+	}
+}
+
+// tap queues a broker message for MQTT subscribers; it never blocks.
+func (b *bridge) tap(m *broker.Message) {
+	if m.Origin == Origin {
+		return
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	if len(b.queue) >= maxBridgeQueue {
+		b.mu.Unlock()
+		if n := b.Dropped.Add(1); n&(n-1) == 0 { // log at powers of two
+			b.log.Warn("mqtt bridge queue full: dropping broker messages", "dropped", n)
+		}
+		return
+	}
+	b.queue = append(b.queue, m)
+	b.mu.Unlock()
+	b.cond.Signal()
+}
+
+func (b *bridge) run() {
+	defer close(b.done)
+	var batch []*broker.Message
+	for {
+		b.mu.Lock()
+		for len(b.queue) == 0 && !b.closed {
+			b.cond.Wait()
+		}
+		if b.closed {
+			b.mu.Unlock()
+			return
+		}
+		batch, b.queue = b.queue, batch[:0]
+		b.mu.Unlock()
+		for i, m := range batch {
+			b.inject(m)
+			batch[i] = nil
+		}
+	}
+}
+
+// inject publishes m into mochi as the inline bridge client.
+func (b *bridge) inject(m *broker.Message) {
+	qos := m.QoS
+	if qos > 1 {
+		qos = 1
+	}
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Retain: m.Retain},
+		TopicName:   m.Topic,
+		Payload:     m.Payload,
+		PacketID:    uint16(qos),
+	}
+	if m.Time != 0 {
+		pk.Properties.User = []packets.UserProperty{{Key: TimeProperty, Val: strconv.FormatInt(m.Time, 10)}}
+	}
+	if err := b.mq.InjectPacket(b.cl, pk); err != nil {
+		b.log.Warn("mqtt bridge: inject failed", "topic", m.Topic, "error", err)
+		return
+	}
+	b.Injected.Add(1)
+}
+
+// OnStopped ends the injecting goroutine.
+func (b *bridge) OnStopped() { b.stop() }
+
+func (b *bridge) stop() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cond.Broadcast()
+	<-b.done
+}
+
+// String describes the bridge's counters.
+func (b *bridge) String() string {
+	return fmt.Sprintf("injected=%d dropped=%d refused=%d", b.Injected.Load(), b.Dropped.Load(), b.Refused.Load())
+}

@@ -1,0 +1,258 @@
+package mqttquic
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/quic-go/quic-go"
+
+	"github.com/quiot/quiot/broker/mqttquic/streamconn"
+)
+
+// ALPN is the TLS application protocol of MQTT over QUIC (EMQX, NanoMQ).
+const ALPN = "mqtt"
+
+// ListenerConfig configures a QUICListener.
+type ListenerConfig struct {
+	// ID names the listener in mochi; empty means "mqtt-quic".
+	ID string
+	// Address is the UDP address to bind when PacketConn is nil; empty
+	// means ":14567".
+	Address string
+	// PacketConn, when set, is the UDP socket (e.g. a counting wrapper);
+	// the listener does not close it.
+	PacketConn net.PacketConn
+	// TLS is the server TLS configuration (required). NextProtos is
+	// replaced by ALPN "mqtt".
+	TLS *tls.Config
+	// QUIC is the QUIC configuration; nil means quic-go's defaults.
+	QUIC *quic.Config
+	// StreamTimeout bounds the wait for the client's MQTT stream after the
+	// handshake; zero means 10 s.
+	StreamTimeout time.Duration
+	// CloseGrace is how long, after a session that ended with a CONNACK or
+	// DISCONNECT, the listener waits for the peer to close before closing
+	// the connection itself (so the last packet is delivered); zero means
+	// 2 s.
+	CloseGrace time.Duration
+	// OnConn, when set, is called with +1 when a QUIC connection is accepted
+	// and -1 when it ends (for the broker's per-protocol gauges).
+	OnConn func(delta int)
+}
+
+// QUICListener is a mochi listeners.Listener serving MQTT over QUIC in
+// single-stream mode: it accepts QUIC connections, accepts one
+// client-opened bidirectional stream per connection and hands the stream,
+// wrapped as a net.Conn, to mochi. When the MQTT session ends the connection
+// is closed with an application error code (see streamconn) and a reason.
+type QUICListener struct {
+	cfg ListenerConfig
+	log *slog.Logger
+
+	tr     *quic.Transport
+	ln     *quic.Listener
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	// ProtocolErrors counts connections closed for malformed MQTT bytes.
+	ProtocolErrors atomic.Int64
+	// Accepted counts accepted QUIC connections.
+	Accepted atomic.Int64
+}
+
+var _ listeners.Listener = (*QUICListener)(nil)
+
+// NewQUICListener returns a listener; Init opens the socket.
+func NewQUICListener(cfg ListenerConfig) *QUICListener {
+	if cfg.ID == "" {
+		cfg.ID = "mqtt-quic"
+	}
+	if cfg.Address == "" {
+		cfg.Address = ":14567"
+	}
+	if cfg.StreamTimeout == 0 {
+		cfg.StreamTimeout = 10 * time.Second
+	}
+	if cfg.CloseGrace == 0 {
+		cfg.CloseGrace = 2 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &QUICListener{cfg: cfg, ctx: ctx, cancel: cancel, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+// ID returns the listener's id.
+func (l *QUICListener) ID() string { return l.cfg.ID }
+
+// Address returns the bound UDP address once Init has run.
+func (l *QUICListener) Address() string {
+	if l.ln != nil {
+		return l.ln.Addr().String()
+	}
+	return l.cfg.Address
+}
+
+// Protocol returns "quic".
+func (l *QUICListener) Protocol() string { return "quic" }
+
+// Init opens the UDP socket and starts the QUIC listener.
+func (l *QUICListener) Init(log *slog.Logger) error {
+	if log != nil {
+		l.log = log
+	}
+	if l.cfg.TLS == nil {
+		return errors.New("mqtt-quic listener: no TLS configuration")
+	}
+	tc := l.cfg.TLS.Clone()
+	tc.NextProtos = []string{ALPN}
+	pc := l.cfg.PacketConn
+	if pc == nil {
+		addr, err := net.ResolveUDPAddr("udp", l.cfg.Address)
+		if err != nil {
+			return fmt.Errorf("mqtt-quic listener: bad address %q: %w", l.cfg.Address, err)
+		}
+		u, err := net.ListenUDP("udp", addr)
+		if err != nil {
+			return fmt.Errorf("mqtt-quic listener: %w", err)
+		}
+		pc = u
+		l.tr = &quic.Transport{Conn: u}
+	} else {
+		l.tr = &quic.Transport{Conn: pc}
+	}
+	qc := l.cfg.QUIC
+	if qc == nil {
+		qc = &quic.Config{}
+	}
+	ln, err := l.tr.Listen(tc, qc)
+	if err != nil {
+		if l.cfg.PacketConn == nil {
+			_ = pc.Close()
+		}
+		return fmt.Errorf("mqtt-quic listener: %w", err)
+	}
+	l.ln = ln
+	return nil
+}
+
+// Serve accepts connections until Close, handing each one's MQTT stream to
+// establish.
+func (l *QUICListener) Serve(establish listeners.EstablishFn) {
+	for {
+		qc, err := l.ln.Accept(l.ctx)
+		if err != nil {
+			return
+		}
+		l.Accepted.Add(1)
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			l.handle(qc, establish)
+		}()
+	}
+}
+
+func (l *QUICListener) handle(qc *quic.Conn, establish listeners.EstablishFn) {
+	if l.cfg.OnConn != nil {
+		l.cfg.OnConn(1)
+		defer l.cfg.OnConn(-1)
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.StreamTimeout)
+	s, err := qc.AcceptStream(ctx)
+	cancel()
+	if err != nil {
+		_ = qc.CloseWithError(streamconn.CodeRefused, "no MQTT stream opened")
+		return
+	}
+	nc := streamconn.New(qc, s, false)
+	err = establish(l.cfg.ID, nc)
+	code, reason, graceful := classify(err)
+	if code == streamconn.CodeProtocolError {
+		l.ProtocolErrors.Add(1)
+	}
+	if err != nil && !graceful {
+		l.log.Debug("mqtt-quic session ended", "remote", qc.RemoteAddr().String(), "error", err)
+	}
+	if graceful {
+		_ = nc.Finish() // FIN after what mochi wrote last (CONNACK, DISCONNECT)
+		// Let the peer read the last packet and close first.
+		t := time.NewTimer(l.cfg.CloseGrace)
+		select {
+		case <-qc.Context().Done():
+		case <-t.C:
+		case <-l.ctx.Done():
+		}
+		t.Stop()
+	}
+	_ = qc.CloseWithError(code, reason)
+}
+
+// classify maps the error that ended an MQTT session to the QUIC close code
+// and reason; graceful means the broker already told the client (CONNACK or
+// DISCONNECT) or the client left, so the connection can drain first.
+func classify(err error) (code quic.ApplicationErrorCode, reason string, graceful bool) {
+	if err == nil || errors.Is(err, io.EOF) {
+		return streamconn.CodeNoError, "", true
+	}
+	var se *quic.StreamError
+	if _, _, ok := streamconn.CloseReason(err); ok || errors.As(err, &se) || errors.Is(err, net.ErrClosed) {
+		return streamconn.CodeNoError, "", false // the peer (or shutdown) ended it
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+		return streamconn.CodeRefused, "mqtt keep-alive timeout", false
+	}
+	var pc packets.Code
+	if errors.As(err, &pc) {
+		switch {
+		case pc.Code == packets.CodeSuccess.Code:
+			return streamconn.CodeNoError, "", true
+		case pc.Code == packets.ErrMalformedPacket.Code || pc.Code == packets.ErrProtocolViolation.Code:
+			return streamconn.CodeProtocolError, "malformed mqtt: " + pc.Reason, false
+		case pc.Code == packets.ErrPacketTooLarge.Code:
+			return streamconn.CodeProtocolError, "mqtt packet too large", false
+		default:
+			return streamconn.CodeRefused, "mqtt: " + pc.Reason, true
+		}
+	}
+	// Decoding errors that are not packet codes (unknown packet type,
+	// truncated packet).
+	return streamconn.CodeProtocolError, "malformed mqtt: " + err.Error(), false
+}
+
+// Close stops accepting, closes the clients of this listener through
+// closeClients and waits for their connections to end.
+func (l *QUICListener) Close(closeClients listeners.CloseFn) {
+	l.once.Do(func() {
+		l.cancel()
+		closeClients(l.cfg.ID)
+		if l.ln != nil {
+			_ = l.ln.Close()
+		}
+		done := make(chan struct{})
+		go func() { l.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			l.log.Warn("mqtt-quic listener: connections still open at close")
+		}
+		if l.tr != nil {
+			_ = l.tr.Close()
+			if l.cfg.PacketConn == nil {
+				_ = l.tr.Conn.Close()
+			}
+		}
+	})
+}

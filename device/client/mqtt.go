@@ -1,0 +1,592 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/packets"
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/session"
+	"github.com/quic-go/quic-go"
+
+	"github.com/quiot/quiot/broker/mqttquic/streamconn"
+	"github.com/quiot/quiot/internal/topic"
+)
+
+// MQTT over QUIC (mqtt-quic://, single-stream mode as EMQX and NanoMQ
+// speak it) and MQTT over TCP (mqtt://), both MQTT 5 through
+// eclipse/paho.golang's autopaho.
+
+const (
+	// mqttALPN is the TLS application protocol of MQTT over QUIC.
+	mqttALPN = "mqtt"
+	// MQTTTimeProperty is the MQTT 5 user property carrying the publisher's
+	// send time (unix nanoseconds, decimal), the counterpart of HTTP/3's
+	// Quiot-Time header.
+	MQTTTimeProperty = "quiot-time"
+	// mqttSessionExpiry keeps the broker-side session (subscriptions,
+	// unacknowledged QoS 1 messages) across short disconnects.
+	mqttSessionExpiry   = 600 // seconds
+	defaultMQTTQUICPort = "14567"
+	defaultMQTTTCPPort  = "1883"
+)
+
+func init() {
+	registerScheme("mqtt-quic", newMQTT)
+	registerScheme("mqtt", newMQTT)
+}
+
+// ErrMQTTRefused wraps a broker's refusal (CONNACK, SUBACK or PUBACK with a
+// failure reason code).
+var ErrMQTTRefused = errors.New("mqtt broker refused")
+
+type mqttSub struct {
+	filter string
+	h      func(Message)
+	active bool // the broker acknowledged the subscription
+}
+
+type mqttClient struct {
+	opts   *Options
+	u      *url.URL
+	quic   bool
+	addr   string
+	id     string
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	cm      *autopaho.ConnectionManager
+	tr      *quic.Transport // shared when Options.PacketConn is set
+	subs    map[int]*mqttSub
+	nextSub int
+	fatal   error // a refusal that ends all attempts
+	closed  bool
+
+	connects  atomic.Int64
+	handshake atomic.Int64 // ns, first connection
+	dialStart atomic.Int64 // unix ns of the current TCP attempt
+}
+
+func newMQTT(u *url.URL, opts *Options) (Client, error) {
+	c := &mqttClient{opts: opts, u: u, quic: strings.EqualFold(u.Scheme, "mqtt-quic"), subs: map[int]*mqttSub{}}
+	port := u.Port()
+	if port == "" {
+		port = defaultMQTTTCPPort
+		if c.quic {
+			port = defaultMQTTQUICPort
+		}
+	}
+	c.addr = net.JoinHostPort(u.Hostname(), port)
+	c.id = opts.ClientID
+	if c.id == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		c.id = "quiot-" + hex.EncodeToString(b[:])
+	}
+	if len(c.id) > 23 {
+		opts.Logger.Debug("mqtt client id longer than 23 bytes; some brokers refuse it", "client_id", c.id)
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// keepAlive is the MQTT keep-alive in seconds: the profile's QUIC
+// keep-alive when set, else two thirds of the idle timeout, so PINGREQs
+// always arrive before QUIC's idle timer closes a quiet connection.
+func (c *mqttClient) keepAlive() uint16 {
+	p := c.opts.Profile
+	idle := time.Duration(p.MaxIdleTimeout)
+	if idle == 0 {
+		idle = 30 * time.Second
+	}
+	ka := time.Duration(p.KeepAlivePeriod)
+	if ka == 0 || ka >= idle {
+		ka = idle * 2 / 3
+	}
+	s := int(ka / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	if s > 65535 {
+		s = 65535
+	}
+	return uint16(s)
+}
+
+func (c *mqttClient) tlsConfig() *tls.Config {
+	tc := &tls.Config{
+		ServerName:         c.u.Hostname(),
+		RootCAs:            c.opts.RootCAs,
+		InsecureSkipVerify: c.opts.Insecure, //nolint:gosec // development flag, documented
+		NextProtos:         []string{mqttALPN},
+	}
+	if c.opts.Certificate != nil {
+		tc.Certificates = []tls.Certificate{*c.opts.Certificate}
+	}
+	c.opts.Profile.ApplyClientTLS(tc)
+	return tc
+}
+
+// dial opens the network connection for one MQTT session.
+func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.URL) (net.Conn, error) {
+	start := time.Now()
+	c.dialStart.Store(start.UnixNano())
+	if !c.quic {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, "tcp", c.addr)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt dial %s: %w", c.addr, err)
+		}
+		return packets.NewThreadSafeConn(nc), nil
+	}
+	qconf := c.opts.Profile.QUICConfig()
+	if c.opts.Tracer != nil {
+		qconf.Tracer = c.opts.Tracer
+	}
+	hctx := ctx
+	if qconf.HandshakeIdleTimeout == 0 {
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+	}
+	var (
+		qc  *quic.Conn
+		err error
+	)
+	if c.opts.PacketConn != nil {
+		ua, rerr := net.ResolveUDPAddr("udp", c.addr)
+		if rerr != nil {
+			return nil, fmt.Errorf("mqtt-quic resolve %s: %w", c.addr, rerr)
+		}
+		c.mu.Lock()
+		if c.tr == nil {
+			c.tr = &quic.Transport{Conn: c.opts.PacketConn}
+		}
+		tr := c.tr
+		c.mu.Unlock()
+		qc, err = tr.Dial(hctx, ua, c.tlsConfig(), qconf)
+	} else {
+		qc, err = quic.DialAddr(hctx, c.addr, c.tlsConfig(), qconf)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mqtt-quic dial %s: %w", c.addr, err)
+	}
+	if c.handshake.Load() == 0 {
+		c.handshake.CompareAndSwap(0, int64(time.Since(start)))
+	}
+	s, err := qc.OpenStreamSync(ctx)
+	if err != nil {
+		_ = qc.CloseWithError(streamconn.CodeNoError, "")
+		return nil, fmt.Errorf("mqtt-quic open stream: %w", err)
+	}
+	return streamconn.New(qc, s, true), nil
+}
+
+// fatalConnectError reports errors that retrying cannot cure.
+func mqttFatalConnectError(err error) bool {
+	var ce *autopaho.ConnackError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var cv *tls.CertificateVerificationError
+	return errors.As(err, &cv)
+}
+
+// start launches the connection manager once.
+func (c *mqttClient) start() (*autopaho.ConnectionManager, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if c.fatal != nil {
+		return nil, c.fatal
+	}
+	if c.cm != nil {
+		return c.cm, nil
+	}
+	log := c.opts.Logger
+	back := Backoff{Max: c.opts.MaxBackoff}
+	cfg := autopaho.ClientConfig{
+		ServerUrls:                    []*url.URL{c.u},
+		KeepAlive:                     c.keepAlive(),
+		CleanStartOnInitialConnection: false,
+		SessionExpiryInterval:         mqttSessionExpiry,
+		ReconnectBackoff: func(attempt int) time.Duration {
+			if attempt == 0 {
+				return 0
+			}
+			return back.Delay(attempt - 1)
+		},
+		ConnectTimeout:    30 * time.Second,
+		AttemptConnection: c.dial,
+		ConnectPacketBuilder: func(cp *paho.Connect, _ *url.URL) (*paho.Connect, error) {
+			// paho otherwise sends Request Problem Information = 0, and
+			// some brokers (mochi) then strip user properties, our
+			// send-time stamp included, from every PUBLISH.
+			if cp.Properties == nil {
+				cp.Properties = &paho.ConnectProperties{}
+			}
+			cp.Properties.RequestProblemInfo = true
+			return cp, nil
+		},
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, ca *paho.Connack) {
+			n := c.connects.Add(1)
+			if !c.quic && n == 1 {
+				c.handshake.CompareAndSwap(0, time.Now().UnixNano()-c.dialStart.Load())
+			}
+			log.Debug("mqtt connected", "broker", c.addr, "session_present", ca.SessionPresent, "connection", n)
+			if n > 1 && !ca.SessionPresent {
+				go c.resubscribe(cm)
+			}
+		},
+		OnConnectionDown: func() bool {
+			log.Debug("mqtt connection lost", "broker", c.addr, "reconnect", c.opts.Reconnect)
+			if !c.opts.Reconnect {
+				c.setFatal(errors.New("mqtt connection lost (reconnect disabled)"))
+			}
+			return c.opts.Reconnect
+		},
+		OnConnectError: func(err error) {
+			log.Debug("mqtt connect failed", "broker", c.addr, "error", err)
+			if mqttFatalConnectError(err) || !c.opts.Reconnect {
+				c.setFatal(err)
+			}
+		},
+		ClientConfig: paho.ClientConfig{
+			ClientID:      c.id,
+			PacketTimeout: time.Hour, // the caller's context bounds each operation
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+				func(pr paho.PublishReceived) (bool, error) { c.deliver(pr.Packet); return true, nil },
+			},
+		},
+	}
+	if c.opts.Token != "" {
+		cfg.ConnectUsername = c.opts.Username
+		if cfg.ConnectUsername == "" {
+			cfg.ConnectUsername = c.id
+		}
+		cfg.ConnectPassword = []byte(c.opts.Token)
+	} else if c.opts.Username != "" {
+		cfg.ConnectUsername = c.opts.Username
+	}
+	cm, err := autopaho.NewConnection(c.ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mqtt client: %w", err)
+	}
+	c.cm = cm
+	return cm, nil
+}
+
+// setFatal records an unrecoverable error and stops the connection manager.
+func (c *mqttClient) setFatal(err error) {
+	c.mu.Lock()
+	if c.fatal == nil {
+		var ce *autopaho.ConnackError
+		if errors.As(err, &ce) {
+			err = fmt.Errorf("%w: connect: %s (reason 0x%02x)", ErrMQTTRefused, mqttConnackReason(ce.ReasonCode), ce.ReasonCode)
+		}
+		c.fatal = err
+	}
+	c.mu.Unlock()
+	c.cancel()
+}
+
+func mqttConnackReason(code byte) string {
+	switch code {
+	case 0x84:
+		return "unsupported protocol version"
+	case 0x85:
+		return "client identifier not valid"
+	case 0x86:
+		return "bad user name or password"
+	case 0x87:
+		return "not authorized"
+	case 0x88:
+		return "server unavailable"
+	case 0x89:
+		return "server busy"
+	case 0x8A:
+		return "banned"
+	case 0x8C:
+		return "bad authentication method"
+	}
+	return "refused"
+}
+
+func (c *mqttClient) fatalErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fatal
+}
+
+// connected starts the client if needed and waits for a live connection.
+func (c *mqttClient) connected(ctx context.Context) (*autopaho.ConnectionManager, error) {
+	cm, err := c.start()
+	if err != nil {
+		return nil, err
+	}
+	if err := cm.AwaitConnection(ctx); err != nil {
+		if ferr := c.fatalErr(); ferr != nil {
+			return nil, ferr
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("mqtt connect to %s: %w", c.addr, ctx.Err())
+		}
+		return nil, fmt.Errorf("mqtt connect to %s: %w", c.addr, err)
+	}
+	return cm, nil
+}
+
+// retryable reports publish/subscribe errors after which nothing reached
+// the session, so the call may be repeated on the next connection.
+func mqttRetryable(err error) bool {
+	return errors.Is(err, autopaho.ConnectionDownError) || errors.Is(err, session.ErrNoConnection)
+}
+
+// Publish sends one message; QoS 1 waits for PUBACK, across reconnects
+// when Options.Reconnect is set (the session resends it).
+func (c *mqttClient) Publish(ctx context.Context, topic string, payload []byte, opts PublishOptions) (Ack, error) {
+	if opts.QoS > 1 {
+		return Ack{}, fmt.Errorf("mqtt publish: qos %d not supported (want 0 or 1)", opts.QoS)
+	}
+	sent := opts.Sent
+	for {
+		cm, err := c.connected(ctx)
+		if err != nil {
+			return Ack{}, err
+		}
+		if opts.Sent.IsZero() {
+			sent = time.Now()
+		}
+		p := &paho.Publish{
+			QoS:     opts.QoS,
+			Retain:  opts.Retain,
+			Topic:   topic,
+			Payload: payload,
+			Properties: &paho.PublishProperties{
+				User: paho.UserProperties{{Key: MQTTTimeProperty, Value: strconv.FormatInt(sent.UnixNano(), 10)}},
+			},
+		}
+		pr, err := cm.Publish(ctx, p)
+		if err == nil {
+			return Ack{}, nil
+		}
+		if pr != nil && pr.ReasonCode >= 0x80 {
+			return Ack{}, fmt.Errorf("%w: publish to %q: %s (reason 0x%02x)", ErrMQTTRefused, topic, mqttPubackReason(pr.ReasonCode, pr.Properties), pr.ReasonCode)
+		}
+		if mqttRetryable(err) && c.opts.Reconnect && ctx.Err() == nil {
+			continue
+		}
+		if ferr := c.fatalErr(); ferr != nil {
+			return Ack{}, ferr
+		}
+		return Ack{}, fmt.Errorf("mqtt publish to %q: %w", topic, err)
+	}
+}
+
+func mqttPubackReason(code byte, props *paho.PublishResponseProperties) string {
+	if props != nil && props.ReasonString != "" {
+		return props.ReasonString
+	}
+	switch code {
+	case 0x87:
+		return "not authorized"
+	case 0x90:
+		return "topic name invalid"
+	case 0x97:
+		return "quota exceeded"
+	case 0x99:
+		return "payload format invalid"
+	}
+	return "refused"
+}
+
+// Subscribe subscribes with QoS 1 (the broker delivers min(publish QoS,
+// 1)) and calls h for each message until ctx ends; it then unsubscribes and
+// returns nil. since is not supported over MQTT.
+func (c *mqttClient) Subscribe(ctx context.Context, filter string, since uint64, h func(Message)) error {
+	if since > 0 {
+		return errors.New("mqtt subscribe: resuming from a sequence number (since) is HTTP/3 only")
+	}
+	if filter == "" {
+		return errors.New("mqtt subscribe: empty topic filter")
+	}
+	c.mu.Lock()
+	c.nextSub++
+	id := c.nextSub
+	sub := &mqttSub{filter: filter, h: h}
+	c.subs[id] = sub
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.subs, id)
+		c.mu.Unlock()
+	}()
+	for {
+		cm, err := c.connected(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		sa, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if mqttRetryable(err) && c.opts.Reconnect {
+				continue
+			}
+			if sa != nil && len(sa.Reasons) > 0 && sa.Reasons[0] >= 0x80 {
+				return fmt.Errorf("%w: subscribe to %q: %s (reason 0x%02x)", ErrMQTTRefused, filter, mqttSubackReason(sa.Reasons[0]), sa.Reasons[0])
+			}
+			return fmt.Errorf("mqtt subscribe to %q: %w", filter, err)
+		}
+		if len(sa.Reasons) > 0 && sa.Reasons[0] >= 0x80 {
+			return fmt.Errorf("%w: subscribe to %q: %s (reason 0x%02x)", ErrMQTTRefused, filter, mqttSubackReason(sa.Reasons[0]), sa.Reasons[0])
+		}
+		c.mu.Lock()
+		sub.active = true
+		c.mu.Unlock()
+		break
+	}
+	select {
+	case <-ctx.Done():
+	case <-c.ctx.Done():
+	}
+	c.mu.Lock()
+	cm := c.cm
+	ferr := c.fatal
+	closed := c.closed
+	c.mu.Unlock()
+	if ctx.Err() == nil && !closed && ferr != nil {
+		return ferr
+	}
+	if cm != nil && ctx.Err() != nil && !closed {
+		uctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, _ = cm.Unsubscribe(uctx, &paho.Unsubscribe{Topics: []string{filter}})
+		cancel()
+	}
+	return nil
+}
+
+func mqttSubackReason(code byte) string {
+	switch code {
+	case 0x87:
+		return "not authorized"
+	case 0x8F:
+		return "topic filter invalid"
+	case 0x97:
+		return "quota exceeded"
+	case 0xA1:
+		return "subscription identifiers not supported"
+	case 0xA2:
+		return "wildcard subscriptions not supported"
+	}
+	return "refused"
+}
+
+// resubscribe restores the subscriptions after a reconnect that found no
+// session on the broker (it expired or the broker restarted).
+func (c *mqttClient) resubscribe(cm *autopaho.ConnectionManager) {
+	c.mu.Lock()
+	var opts []paho.SubscribeOptions
+	for _, s := range c.subs {
+		if s.active {
+			opts = append(opts, paho.SubscribeOptions{Topic: s.filter, QoS: 1})
+		}
+	}
+	c.mu.Unlock()
+	if len(opts) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	defer cancel()
+	if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: opts}); err != nil {
+		c.opts.Logger.Warn("mqtt resubscribe failed", "error", err)
+	}
+}
+
+// deliver hands a received PUBLISH to every subscription whose filter
+// matches its topic.
+func (c *mqttClient) deliver(p *paho.Publish) {
+	now := time.Now()
+	m := Message{Topic: p.Topic, Payload: p.Payload, QoS: p.QoS, Retained: p.Retain, Received: now}
+	if p.Properties != nil {
+		if v := p.Properties.User.Get(MQTTTimeProperty); v != "" {
+			if ns, err := strconv.ParseInt(v, 10, 64); err == nil && ns > 0 {
+				m.Sent = time.Unix(0, ns)
+			}
+		}
+	}
+	c.mu.Lock()
+	var hs []func(Message)
+	for _, s := range c.subs {
+		if topic.Match(mqttShareStrip(s.filter), p.Topic) {
+			hs = append(hs, s.h)
+		}
+	}
+	c.mu.Unlock()
+	for _, h := range hs {
+		h(m)
+	}
+}
+
+// Stats reports the first handshake's duration (QUIC: dial -> handshake
+// complete; TCP: dial -> CONNACK) and the number of reconnects.
+func (c *mqttClient) Stats() Stats {
+	n := int(c.connects.Load())
+	r := 0
+	if n > 1 {
+		r = n - 1
+	}
+	return Stats{Handshake: time.Duration(c.handshake.Load()), Reconnects: r}
+}
+
+// Close sends DISCONNECT and closes the connection.
+func (c *mqttClient) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	cm := c.cm
+	tr := c.tr
+	c.mu.Unlock()
+	if cm != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_ = cm.Disconnect(ctx)
+		cancel()
+	}
+	c.cancel()
+	if tr != nil {
+		_ = tr.Close() // does not close Options.PacketConn
+	}
+	return nil
+}
+
+// mqttShareStrip removes a shared-subscription prefix ($share/group/).
+func mqttShareStrip(filter string) string {
+	if rest, ok := strings.CutPrefix(filter, "$share/"); ok {
+		if _, f, ok := strings.Cut(rest, "/"); ok {
+			return f
+		}
+	}
+	return filter
+}
