@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/internal/testutil"
@@ -487,12 +490,19 @@ func TestSlowSubscriberDoesNotDelayFast(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			b2 := testutil.StartBroker(t, nil, &broker.Options{Limits: broker.Limits{QueueLength: 256, HistoryPerTopic: -1, QueuePolicy: policy}})
 			pub := newClient(t, b2, nil)
+			// The slow subscriber never reads, and its tiny flow-control
+			// window blocks the broker's writes after a few messages.
 			slowC := newClient(t, b2, nil)
-			slow := slowC.mustSubscribe("load", "", false) // never read
+			slowC.c = testutil.H3ClientQUIC(b2.PKI.Pool(), nil, nil, &quic.Config{
+				InitialStreamReceiveWindow: 8 << 10, MaxStreamReceiveWindow: 8 << 10,
+				InitialConnectionReceiveWindow: 16 << 10, MaxConnectionReceiveWindow: 16 << 10,
+			})
+			t.Cleanup(func() { slowC.c.Transport.(*http3.Transport).Close() })
+			slow := slowC.mustSubscribe("load", "", false)
 			fastC := newClient(t, b2, nil)
 			fast := fastC.mustSubscribe("load", "", false)
-			const n = 1500
-			payload := strings.Repeat("p", 2048)
+			const n = 600
+			payload := strings.Repeat("p", 1024)
 			done := make(chan error, 1)
 			go func() {
 				for i := range n {

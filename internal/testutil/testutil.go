@@ -135,11 +135,21 @@ func H3Client(pool *x509.CertPool, cert *tls.Certificate) *http.Client {
 // H3ClientConn is H3Client whose QUIC connections run on pc (e.g. a
 // CountingConn) when pc is non-nil; the caller closes pc.
 func H3ClientConn(pool *x509.CertPool, cert *tls.Certificate, pc net.PacketConn) *http.Client {
+	return H3ClientQUIC(pool, cert, pc, nil)
+}
+
+// H3ClientQUIC is H3ClientConn with a QUIC configuration (nil: a 30 s idle
+// timeout, otherwise quic-go's defaults), e.g. small flow-control windows to
+// make a slow reader.
+func H3ClientQUIC(pool *x509.CertPool, cert *tls.Certificate, pc net.PacketConn, qc *quic.Config) *http.Client {
 	tc := &tls.Config{RootCAs: pool, ServerName: "localhost"}
 	if cert != nil {
 		tc.Certificates = []tls.Certificate{*cert}
 	}
-	tr := &http3.Transport{TLSClientConfig: tc, QUICConfig: &quic.Config{MaxIdleTimeout: 30 * time.Second}}
+	if qc == nil {
+		qc = &quic.Config{MaxIdleTimeout: 30 * time.Second}
+	}
+	tr := &http3.Transport{TLSClientConfig: tc, QUICConfig: qc}
 	if pc != nil {
 		qt := &quic.Transport{Conn: pc}
 		tr.Dial = func(ctx context.Context, addr string, tlsCfg *tls.Config, cfg *quic.Config) (*quic.Conn, error) {
