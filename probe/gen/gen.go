@@ -135,7 +135,10 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		if i&255 == 0 && ctx.Err() != nil {
 			break
 		}
-		late := wait(next, o.Spin)
+		late := wait(ctx, next, o.Spin)
+		if ctx.Err() != nil {
+			break
+		}
 		if late > st.MaxLate {
 			st.MaxLate = late
 		}
@@ -170,14 +173,24 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	return st, ctx.Err()
 }
 
-// wait returns at deadline: it sleeps while the deadline is more than spin
-// away, then busy-waits. It returns how late it already was.
-func wait(deadline time.Time, spin time.Duration) time.Duration {
+// wait returns at deadline (or when ctx is done during a long wait): it
+// sleeps while the deadline is more than spin away, then busy-waits. It
+// returns how late it already was.
+func wait(ctx context.Context, deadline time.Time, spin time.Duration) time.Duration {
 	d := time.Until(deadline)
 	if d <= 0 {
 		return -d
 	}
-	if d > spin {
+	switch {
+	case d > 10*time.Millisecond:
+		t := time.NewTimer(d - spin)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0
+		}
+	case d > spin:
 		time.Sleep(d - spin)
 	}
 	for time.Now().Before(deadline) {

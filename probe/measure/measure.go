@@ -131,10 +131,12 @@ func (o *Options) setDefaults() error {
 	return nil
 }
 
+// rec is one probe packet seen at a port (24 bytes: a million packets per
+// side take 24 MB).
 type rec struct {
 	seq  uint64
+	t    int64 // Unix ns
 	flow uint32
-	t    time.Time
 }
 
 type side struct {
@@ -205,7 +207,7 @@ func Run(ctx context.Context, o Options, c Condition) (*Result, error) {
 					return
 				}
 				s.hw = s.hw || p.Hardware
-				s.recs = append(s.recs, rec{seq: hd.Seq, flow: hd.Flow, t: p.Time})
+				s.recs = append(s.recs, rec{seq: hd.Seq, flow: hd.Flow, t: p.Time.UnixNano()})
 			})
 		}()
 	}
@@ -258,8 +260,8 @@ func analyse(ins, outs []rec, warm uint64, flows int) *Result {
 	m := match.NewMatcher(func(s match.Sample) {
 		samples = append(samples, sd{s.Seq, s.Delay()})
 	})
-	firstIn := make(map[uint64]time.Time, flows)
-	firstOut := make(map[uint64]time.Time, flows)
+	firstIn := make(map[uint64]int64, flows)
+	firstOut := make(map[uint64]int64, flows)
 	for _, x := range ins {
 		if x.seq < uint64(flows) {
 			if _, ok := firstIn[x.seq]; !ok {
@@ -267,7 +269,7 @@ func analyse(ins, outs []rec, warm uint64, flows int) *Result {
 			}
 		}
 		if x.seq >= warm {
-			m.Ingress(match.Key{Flow: uint64(x.flow), ID: x.seq}, uint64(x.flow), x.seq, x.t)
+			m.Ingress(match.Key{Flow: uint64(x.flow), ID: x.seq}, uint64(x.flow), x.seq, time.Unix(0, x.t))
 		}
 	}
 	for _, x := range outs {
@@ -277,7 +279,7 @@ func analyse(ins, outs []rec, warm uint64, flows int) *Result {
 			}
 		}
 		if x.seq >= warm {
-			m.Egress(match.Key{Flow: uint64(x.flow), ID: x.seq}, x.t)
+			m.Egress(match.Key{Flow: uint64(x.flow), ID: x.seq}, time.Unix(0, x.t))
 		}
 	}
 	c := m.Finish()
@@ -301,7 +303,7 @@ func analyse(ins, outs []rec, warm uint64, flows int) *Result {
 		ti, ok1 := firstIn[uint64(f)]
 		to, ok2 := firstOut[uint64(f)]
 		if ok1 && ok2 {
-			r.FlowFirstDelays[f] = to.Sub(ti)
+			r.FlowFirstDelays[f] = time.Duration(to - ti)
 		} else {
 			r.FlowFirstDelays[f] = -1
 		}

@@ -118,3 +118,62 @@ func TestRunBadInterface(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestRunCancel stops a long condition early: Run returns soon with what it
+// measured and the context's error.
+func TestRunCancel(t *testing.T) {
+	needRoot(t)
+	p := floorPath(t, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	start := time.Now()
+	r, err := measure.Run(ctx, measure.Options{IngressIf: p.Ingress, EgressIf: p.Egress, GenNamespace: p.GenNS,
+		Dst: netip.AddrPortFrom(p.Dst, 9000), SinkNamespace: p.SinkNS}, measure.Condition{Rate: 1000, Duration: time.Minute})
+	if err != context.Canceled {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if r == nil || r.Sent == 0 || r.Matched == 0 {
+		t.Fatalf("partial result missing: %+v", r)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("Run took %v after cancel", time.Since(start))
+	}
+}
+
+// TestRunHardwareFallback asks for NIC timestamps on veths (which have none):
+// the run works on software timestamps and says so.
+func TestRunHardwareFallback(t *testing.T) {
+	needRoot(t)
+	p := floorPath(t, true)
+	r, err := measure.Run(context.Background(), measure.Options{IngressIf: p.Ingress, EgressIf: p.Egress, GenNamespace: p.GenNS,
+		Dst: netip.AddrPortFrom(p.Dst, 9000), SinkNamespace: p.SinkNS, Hardware: true},
+		measure.Condition{Rate: 1000, Duration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Hardware || r.Matched == 0 {
+		t.Errorf("hardware %v, matched %d", r.Hardware, r.Matched)
+	}
+}
+
+func TestRunBadInput(t *testing.T) {
+	tests := []struct {
+		name string
+		o    measure.Options
+		c    measure.Condition
+	}{
+		{"no interfaces", measure.Options{Dst: netip.MustParseAddrPort("10.0.0.1:9")}, measure.Condition{}},
+		{"no dst", measure.Options{IngressIf: "a", EgressIf: "b"}, measure.Condition{}},
+		{"tiny frame", measure.Options{IngressIf: "a", EgressIf: "b", Dst: netip.MustParseAddrPort("10.0.0.1:9")}, measure.Condition{Size: 20}},
+		{"negative rate", measure.Options{IngressIf: "a", EgressIf: "b", Dst: netip.MustParseAddrPort("10.0.0.1:9")}, measure.Condition{Rate: -5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := measure.Run(context.Background(), tt.o, tt.c); err == nil {
+				t.Fatal("no error")
+			} else {
+				t.Log(err)
+			}
+		})
+	}
+}

@@ -57,8 +57,18 @@ func (t *Topology) Veth(a, macA, nsA, b, macB, nsB string) error {
 	if err := IP(args...); err != nil {
 		return err
 	}
-	// Deleting either end deletes the pair; a namespace's deletion does too.
-	t.push("link", "del", a)
+	// Deleting either end deletes the pair. Delete it synchronously from
+	// an end's namespace (a namespace's deletion would do it too, but
+	// asynchronously).
+	t.push("link", "del", a) // in case a move below fails and the pair stays here
+	switch {
+	case nsB == "":
+		t.push("link", "del", b)
+	case nsA == "":
+		t.push("link", "del", a)
+	default:
+		t.push("-n", nsA, "link", "del", a)
+	}
 	for _, e := range []struct{ dev, ns string }{{a, nsA}, {b, nsB}} {
 		if e.ns != "" {
 			if err := IP("link", "set", e.dev, "netns", e.ns); err != nil {
