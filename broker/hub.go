@@ -170,7 +170,7 @@ func (h *hub) store(ts *topicState, msg *Message) {
 	e := &entry{m: msg}
 	ts.hist.push(e)
 	h.order.push(e)
-	h.histSize += int64(len(msg.Payload))
+	h.histSize += msgCost(msg)
 	h.histMsgs++
 	for ts.hist.len() > h.limits.HistoryPerTopic {
 		old := ts.hist.pop()
@@ -204,10 +204,17 @@ func (h *hub) store(ts *topicState, msg *Message) {
 	}
 }
 
+// entryOverhead approximates the memory of a history entry beyond its
+// payload and topic (Message, entry and ring slots), so that empty payloads
+// are bounded too.
+const entryOverhead = 96
+
+func msgCost(m *Message) int64 { return int64(len(m.Payload)+len(m.Topic)) + entryOverhead }
+
 func (h *hub) evict(ts *topicState, e *entry) {
 	e.evicted = true
 	ts.evictedMax = max(ts.evictedMax, e.m.Seq)
-	h.histSize -= int64(len(e.m.Payload))
+	h.histSize -= msgCost(e.m)
 	h.histMsgs--
 	e.m = nil
 	ts.hist.shrink()

@@ -50,7 +50,8 @@ func TestNewWithoutCertificate(t *testing.T) {
 }
 
 func TestHistoryBounds(t *testing.T) {
-	b := newTestBroker(t, Options{Limits: Limits{HistoryPerTopic: 3, HistoryBytes: 100}})
+	per := int64(10 + 1 + entryOverhead) // payload, topic "a", overhead
+	b := newTestBroker(t, Options{Limits: Limits{HistoryPerTopic: 3, HistoryBytes: 10 * (per + 3)}}) // ten "t/xx" messages
 	ctx := context.Background()
 	for i := 0; i < 10; i++ {
 		if _, err := b.Publish(ctx, Message{Topic: "a", Payload: []byte("0123456789")}); err != nil {
@@ -58,7 +59,7 @@ func TestHistoryBounds(t *testing.T) {
 		}
 	}
 	st := b.Stats()
-	if st.HistoryMessages != 3 || st.HistoryBytes != 30 {
+	if st.HistoryMessages != 3 || st.HistoryBytes != 3*per {
 		t.Fatalf("per-topic bound: %+v", st)
 	}
 	// Many topics: the global byte bound evicts the oldest first.
@@ -68,7 +69,7 @@ func TestHistoryBounds(t *testing.T) {
 		}
 	}
 	st = b.Stats()
-	if st.HistoryBytes > 100 || st.HistoryMessages != 10 {
+	if st.HistoryBytes > 10*(per+3) || st.HistoryMessages != 10 {
 		t.Fatalf("global bound: %+v", st)
 	}
 	if st.Topics > 10 {

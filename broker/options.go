@@ -44,7 +44,8 @@ type Limits struct {
 	// HistoryPerTopic is how many messages each topic keeps for resume; zero
 	// means 1024; negative keeps none.
 	HistoryPerTopic int
-	// HistoryBytes bounds the payload bytes of all history; zero means 16 MiB.
+	// HistoryBytes bounds the memory of all history (payload and topic bytes
+	// plus ~96 bytes per message); zero means 16 MiB.
 	HistoryBytes int64
 	// QueueLength is each subscriber's queue length in messages; zero means 1024.
 	QueueLength int

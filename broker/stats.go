@@ -32,7 +32,8 @@ type Stats struct {
 	QueueDepthSum, QueueDepthMax int
 	// Topics is the number of topics with history or a retained message.
 	Topics int
-	// HistoryMessages and HistoryBytes measure the resume history.
+	// HistoryMessages and HistoryBytes measure the resume history (bytes as
+	// Limits.HistoryBytes counts them).
 	HistoryMessages int
 	HistoryBytes    int64
 	// LastSeq is the last sequence number assigned.

@@ -43,6 +43,12 @@
 //
 // A subscriber tracking a resume point moves it to max(resume, seq).
 //
+// One gap is special: topic "", seq (to) 0 and a first lost number > 0
+// answers a resume point beyond the broker's last sequence number: the
+// broker restarted and its numbering began again. Gap.Restarted reports it;
+// the subscriber must forget its resume point (the broker goes on to replay
+// all the history it has, with small sequence numbers).
+//
 // # Publish frame (publisher -> broker, body of POST /v1/publish)
 //
 //	id       uvarint  publisher's frame id, echoed in the ack (e.g. 1, 2, 3...)
@@ -143,6 +149,10 @@ type Gap struct {
 	Topic    string
 	From, To uint64
 }
+
+// Restarted reports whether g announces a broker restart (see the package
+// documentation): sequence numbers began again.
+func (g Gap) Restarted() bool { return g.Topic == "" && g.To == 0 && g.From > 0 }
 
 // GapFrame returns the frame announcing g.
 func GapFrame(g Gap) Frame {

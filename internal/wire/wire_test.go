@@ -129,6 +129,22 @@ func TestTrailingFieldsIgnored(t *testing.T) {
 	}
 }
 
+func TestGapRestarted(t *testing.T) {
+	for _, tt := range []struct {
+		g    Gap
+		want bool
+	}{
+		{Gap{From: 101}, true},
+		{Gap{}, false},
+		{Gap{From: 3, To: 9}, false},
+		{Gap{Topic: "a", From: 3}, false},
+	} {
+		if got := tt.g.Restarted(); got != tt.want {
+			t.Errorf("%+v.Restarted() = %v", tt.g, got)
+		}
+	}
+}
+
 func TestSSE(t *testing.T) {
 	tests := []struct {
 		name string
