@@ -50,7 +50,7 @@ func TestNewWithoutCertificate(t *testing.T) {
 }
 
 func TestHistoryBounds(t *testing.T) {
-	per := int64(10 + 1 + entryOverhead) // payload, topic "a", overhead
+	per := int64(10 + 1 + entryOverhead)                                                             // payload, topic "a", overhead
 	b := newTestBroker(t, Options{Limits: Limits{HistoryPerTopic: 3, HistoryBytes: 10 * (per + 3)}}) // ten "t/xx" messages
 	ctx := context.Background()
 	for i := 0; i < 10; i++ {
