@@ -292,6 +292,13 @@ func (c *h3Client) authorize(ctx context.Context, hc *h3Conn, req *http.Request)
 	}
 }
 
+// authBound reports whether an answer with this status shows that the broker
+// bound the token to the connection. Only a success does: a broker may
+// reject a request (bad topic, payload too large, shutting down) before it
+// looks at the credentials, so after any other answer the next request
+// carries the token again.
+func authBound(status int) bool { return status/100 == 2 }
+
 func (c *h3Client) authHeader() string {
 	if c.opts.Username != "" {
 		return "Basic " + base64.StdEncoding.EncodeToString([]byte(c.opts.Username+":"+c.opts.Token))
@@ -320,7 +327,7 @@ func (c *h3Client) do(ctx context.Context, newReq func(ctx context.Context) (*ht
 		done(false)
 		return nil, hc, err
 	}
-	done(resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden)
+	done(authBound(resp.StatusCode))
 	return resp, hc, nil
 }
 

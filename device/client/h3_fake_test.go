@@ -244,3 +244,32 @@ func TestH3ClosedClient(t *testing.T) {
 		t.Fatalf("publish after Close = %v, want ErrClosed", err)
 	}
 }
+
+func TestH3TokenResentAfterRejection(t *testing.T) {
+	fb := startFakeBroker(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "bad") {
+			http.Error(w, "bad topic", http.StatusBadRequest)
+			return
+		}
+		okPublish(w, r)
+	})
+	c := newFakeClient(t, fb, func(o *Options) { o.Token = "tok" })
+	ctx := context.Background()
+	if _, err := c.Publish(ctx, "bad", nil, PublishOptions{QoS: 1}); err == nil {
+		t.Fatal("publish to the bad topic succeeded")
+	}
+	for range 2 {
+		if _, err := c.Publish(ctx, "good", nil, PublishOptions{QoS: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var auths []string
+	for _, r := range fb.snapshot() {
+		auths = append(auths, r.auth)
+	}
+	// A broker may reject before it reads credentials: the token goes
+	// again until a request succeeds, then never again.
+	if want := []string{"Bearer tok", "Bearer tok", ""}; strings.Join(auths, "|") != strings.Join(want, "|") {
+		t.Fatalf("Authorization headers %q, want %q", auths, want)
+	}
+}

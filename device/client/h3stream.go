@@ -98,7 +98,7 @@ func (sp *streamPub) run(hc *h3Conn, req *http.Request, authDone func(bool)) {
 		sp.close(fmt.Errorf("streamed publish: %w", err))
 		return
 	}
-	authDone(resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden)
+	authDone(authBound(resp.StatusCode))
 	if resp.StatusCode != http.StatusOK {
 		sp.close(statusError("streamed publish", resp))
 		return
