@@ -537,13 +537,17 @@ func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Me
 	c.log.Debug("subscribed", "filter", st.filter, "since", q.Get("since"))
 	notifySubscribed(ctx)
 	asked := st.since
-	err = readMessages(resp.Body, func(m Message) {
+	restarted := func() {
+		c.log.Info("broker restarted: sequence numbers began again", "filter", st.filter, "resume", asked)
+		st.reset()
+		asked = 0
+	}
+	err = readMessages(resp.Body, restarted, func(m Message) {
 		if asked > 0 && !m.Gap && !m.Retained && m.Seq > 0 && m.Seq <= asked {
-			// A live message numbered at or below the resume point we asked
-			// for: the broker restarted and its counter began again at 1.
-			c.log.Info("broker sequence numbers restarted", "filter", st.filter, "resume", asked, "seq", m.Seq)
-			st.reset()
-			asked = 0
+			// A message numbered at or below the resume point we asked for
+			// (a broker that does not announce its restart): the numbering
+			// began again.
+			restarted()
 		}
 		if st.accept(&m) {
 			h(m)

@@ -149,12 +149,15 @@ func TestReadMessages(t *testing.T) {
 	b = wire.AppendFrame(b, &wire.Frame{Seq: 2, Topic: "a/c", Payload: nil})
 	g := wire.GapFrame(wire.Gap{Topic: "a/b", From: 3, To: 9})
 	b = wire.AppendFrame(b, &g)
+	r := wire.GapFrame(wire.Gap{From: 77})
+	b = wire.AppendFrame(b, &r)
 	var got []Message
-	if err := readMessages(strings.NewReader(string(b)), func(m Message) { got = append(got, m) }); err != nil {
+	restarts := 0
+	if err := readMessages(strings.NewReader(string(b)), func() { restarts++ }, func(m Message) { got = append(got, m) }); err != nil {
 		t.Fatalf("readMessages: %v", err)
 	}
-	if len(got) != 3 {
-		t.Fatalf("got %d messages, want 3", len(got))
+	if len(got) != 4 || restarts != 1 {
+		t.Fatalf("got %d messages and %d restarts, want 4 and 1", len(got), restarts)
 	}
 	if m := got[0]; m.Topic != "a/b" || m.Seq != 1 || string(m.Payload) != "hi" || !m.Retained || !m.Sent.Equal(sent) || m.Gap {
 		t.Fatalf("message 0 = %+v", m)
@@ -166,7 +169,10 @@ func TestReadMessages(t *testing.T) {
 		t.Fatalf("gap = %+v, want Gap on a/b with Seq 10 (first after the gap)", m)
 	}
 	// A stream cut inside a frame is an error, not a clean end.
-	if err := readMessages(strings.NewReader(string(b[:len(b)-2])), func(Message) {}); err == nil {
+	if m := got[3]; !m.Gap || m.Topic != "" || m.Seq != 0 {
+		t.Fatalf("restart gap = %+v", m)
+	}
+	if err := readMessages(strings.NewReader(string(b[:len(b)-2])), func() {}, func(Message) {}); err == nil {
 		t.Fatal("readMessages of a truncated stream returned nil")
 	}
 }

@@ -39,9 +39,10 @@ func frameMessage(f *wire.Frame, now time.Time) (Message, error) {
 	return m, nil
 }
 
-// readMessages decodes message frames from r and passes each to fn. It
-// returns nil at a clean end of the stream.
-func readMessages(r io.Reader, fn func(Message)) error {
+// readMessages decodes message frames from r and passes each to fn. Before
+// the gap that announces a broker restart (wire.Gap.Restarted) it calls
+// restarted. It returns nil at a clean end of the stream.
+func readMessages(r io.Reader, restarted func(), fn func(Message)) error {
 	dec := wire.NewDecoder(r, maxSubscribeFrame)
 	for {
 		f, err := dec.Frame()
@@ -54,6 +55,11 @@ func readMessages(r io.Reader, fn func(Message)) error {
 		m, err := frameMessage(&f, time.Now())
 		if err != nil {
 			return err
+		}
+		if f.IsGap() {
+			if g, _ := f.Gap(); g.Restarted() {
+				restarted()
+			}
 		}
 		fn(m)
 	}
