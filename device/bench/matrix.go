@@ -96,8 +96,8 @@ func (c Config) Label() string {
 	return "HTTP/3 " + c.Mode
 }
 
-// Run is one repeat of one configuration, with the tuning it uses.
-type Run struct {
+// Job is one repeat of one configuration, with the tuning it uses.
+type Job struct {
 	Config
 	// Repeat is the repeat index, from 1.
 	Repeat int
@@ -106,7 +106,7 @@ type Run struct {
 }
 
 // ID is a unique file-name-safe identifier of the run.
-func (r Run) ID() string { return fmt.Sprintf("%s-r%d", r.Key(), r.Repeat) }
+func (r Job) ID() string { return fmt.Sprintf("%s-r%d", r.Key(), r.Repeat) }
 
 // Validate reports an unusable spec with a specific reason.
 func (s *Spec) Validate() error {
@@ -192,16 +192,16 @@ func (s *Spec) Configs() []Config {
 // interrupted bench holds every configuration with fewer repeats rather
 // than some configurations with all of them, and slow drift of the host
 // spreads over all configurations alike.
-func (s *Spec) Expand() []Run {
+func (s *Spec) Expand() []Job {
 	tun := map[string]Tuning{}
 	for _, t := range s.Tunings {
 		tun[t.Name] = t
 	}
 	cfgs := s.Configs()
-	out := make([]Run, 0, len(cfgs)*s.Repeat)
+	out := make([]Job, 0, len(cfgs)*s.Repeat)
 	for r := 1; r <= s.Repeat; r++ {
 		for _, c := range cfgs {
-			out = append(out, Run{Config: c, Repeat: r, TuningSpec: tun[c.Tuning]})
+			out = append(out, Job{Config: c, Repeat: r, TuningSpec: tun[c.Tuning]})
 		}
 	}
 	return out

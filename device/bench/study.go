@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Knob is one tuning knob of the study: what it is, lean's value, and the
+// values tried instead.
+type Knob struct {
+	// ID names the knob in tuning names ("lean/ID=value").
+	ID string
+	// Title is the knob's human name.
+	Title string
+	// What explains what the knob does and why it might matter.
+	What string
+	// Lean is the lean profile's value, as text.
+	Lean string
+	// Variants are the values tried, one run set each.
+	Variants []KnobValue
+}
+
+// KnobValue is one value of a knob and how to apply it.
+type KnobValue struct {
+	// Value is the value as text.
+	Value string
+	// TOML is the profile file content (on top of lean); may be empty when
+	// Env does the work.
+	TOML string
+	// Env is extra role environment.
+	Env []string
+}
+
+// StudyKnobs are the knobs of the tuning study, each varied alone from the
+// lean profile.
+func StudyKnobs() []Knob {
+	return []Knob{
+		{ID: "windows", Title: "Flow-control windows",
+			What: "Initial and maximum stream and connection receive windows. Small windows bound memory on a 512 MB device; too small ones stall a sender on high bandwidth-delay links.",
+			Lean: "stream 64 KiB (max 256 KiB), connection 128 KiB (max 512 KiB)",
+			Variants: []KnobValue{
+				{Value: "small", TOML: "initial_stream_receive_window = 16384\nmax_stream_receive_window = 65536\ninitial_connection_receive_window = 32768\nmax_connection_receive_window = 131072\n"},
+				{Value: "quic-go", TOML: "initial_stream_receive_window = 524288\nmax_stream_receive_window = 6291456\ninitial_connection_receive_window = 786432\nmax_connection_receive_window = 15728640\n"},
+			}},
+		{ID: "max_incoming_streams", Title: "MaxIncomingStreams (MAX_STREAMS high-watermark)",
+			What: "How many bidirectional streams the peer may open before it needs new credit in a MAX_STREAMS frame. HTTP/3 request mode opens one stream per message; a low limit means frequent MAX_STREAMS frames and, when credit runs out, waiting a round trip.",
+			Lean: "1000",
+			Variants: []KnobValue{
+				{Value: "10", TOML: "max_incoming_streams = 10\n"},
+				{Value: "100", TOML: "max_incoming_streams = 100\n"},
+			}},
+		{ID: "keep_alive", Title: "Keep-alive period",
+			What: "PINGs sent when the connection is idle, so NAT bindings and the idle timer survive quiet periods. Costs a few datagrams per period while idle.",
+			Lean: "25s",
+			Variants: []KnobValue{
+				{Value: "off", TOML: "keep_alive_period = \"0s\"\n"},
+				{Value: "5s", TOML: "keep_alive_period = \"5s\"\n"},
+			}},
+		{ID: "idle_timeout", Title: "Idle timeout",
+			What: "How long a silent connection lives. Too short on a sparse publisher means a new handshake (and TTFD) per burst; too long holds broker state for dead peers.",
+			Lean: "90s",
+			Variants: []KnobValue{
+				{Value: "30s", TOML: "max_idle_timeout = \"30s\"\nkeep_alive_period = \"15s\"\n"},
+			}},
+		{ID: "handshake_timeout", Title: "Handshake idle timeout",
+			What: "How long a handshake may go without progress. quic-go's 5 s default is short for multi-second RTTs with loss.",
+			Lean: "20s",
+			Variants: []KnobValue{
+				{Value: "5s", TOML: "handshake_idle_timeout = \"5s\"\n"},
+			}},
+		{ID: "initial_packet_size", Title: "Initial packet size",
+			What: "Size of the first datagrams before path MTU discovery. 1200 is safe on every path; larger values save packets on the handshake but are dropped where the path MTU is small (tunnels, NB-IoT).",
+			Lean: "1200",
+			Variants: []KnobValue{
+				{Value: "1350", TOML: "initial_packet_size = 1350\n"},
+			}},
+		{ID: "pmtud", Title: "Path MTU discovery",
+			What: "DPLPMTUD probes for bigger packets after the handshake. Probes cost bytes and, on lossy links, look like loss.",
+			Lean: "on",
+			Variants: []KnobValue{
+				{Value: "off", TOML: "disable_path_mtu_discovery = true\n"},
+			}},
+		{ID: "cipher", Title: "Cipher suite",
+			What: "TLS 1.3 AEAD. Go's crypto/tls picks the suite itself: AES-128-GCM where the CPU has AES instructions (this host), ChaCha20-Poly1305 where it has none (the Pi Zero). The variant runs every role with GODEBUG=cpu.aes=off, so crypto/tls sees no AES hardware and negotiates ChaCha20-Poly1305, as on a Pi Zero. Side effect: QUIC Initial packets (always AES-128-GCM) use software AES in that variant.",
+			Lean: "AES-128-GCM (AES-NI)",
+			Variants: []KnobValue{
+				{Value: "chacha20", Env: []string{"GODEBUG=cpu.aes=off"}},
+			}},
+		{ID: "session_resumption", Title: "Session resumption (tickets)",
+			What: "The server sends TLS session tickets so a reconnecting client can resume with a shorter handshake. Each run here makes one connection, so the effect measured is the tickets' cost; the benefit appears on reconnects.",
+			Lean: "on",
+			Variants: []KnobValue{
+				{Value: "off", TOML: "session_resumption = false\n"},
+			}},
+		{ID: "0rtt", Title: "0-RTT",
+			What: "Lets a resumed client send its first request with the handshake. Each run makes one fresh connection, so 0-RTT cannot be used; the effect measured is enabling it (ticket extensions).",
+			Lean: "off",
+			Variants: []KnobValue{
+				{Value: "on", TOML: "allow_0rtt = true\n"},
+			}},
+	}
+}
+
+// KnobTunings returns the lean profile and one tuning per knob value.
+func KnobTunings(knobs []Knob) []Tuning {
+	out := []Tuning{{Name: "lean", Profile: "lean"}}
+	for _, k := range knobs {
+		for _, v := range k.Variants {
+			name := fmt.Sprintf("lean/%s=%s", k.ID, v.Value)
+			t := Tuning{Name: name, Knob: k.ID, Value: v.Value, Profile: "lean", Env: v.Env}
+			if v.TOML != "" {
+				t.TOML = fmt.Sprintf("# %s: %s = %s, everything else lean\nbase = \"lean\"\n%s", name, k.Title, v.Value, v.TOML)
+			}
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// SelectKnobs filters knobs by ID; an empty list means all.
+func SelectKnobs(ids []string) ([]Knob, error) {
+	all := StudyKnobs()
+	if len(ids) == 0 {
+		return all, nil
+	}
+	var out []Knob
+	for _, id := range ids {
+		found := false
+		for _, k := range all {
+			if k.ID == id {
+				out = append(out, k)
+				found = true
+			}
+		}
+		if !found {
+			var known []string
+			for _, k := range all {
+				known = append(known, k.ID)
+			}
+			return nil, fmt.Errorf("unknown knob %q (want one of %s)", id, strings.Join(known, ", "))
+		}
+	}
+	return out, nil
+}
+
+// ResolveTunings turns --tunings names into tunings: "default", "lean", a
+// study variant such as "lean/max_incoming_streams=10", or a TOML profile
+// file (named by its path).
+func ResolveTunings(names []string) ([]Tuning, error) {
+	variants := map[string]Tuning{}
+	for _, t := range KnobTunings(StudyKnobs()) {
+		variants[t.Name] = t
+	}
+	var out []Tuning
+	for _, n := range names {
+		switch {
+		case n == "default" || n == "lean":
+			out = append(out, Tuning{Name: n, Profile: n})
+		case variants[n].Name != "":
+			out = append(out, variants[n])
+		case strings.HasPrefix(n, "lean/"):
+			return nil, fmt.Errorf("unknown tuning variant %q", n)
+		default:
+			if _, err := os.Stat(n); err != nil {
+				return nil, fmt.Errorf("unknown tuning %q (want default, lean, a study variant like lean/max_incoming_streams=10, or a TOML file)", n)
+			}
+			abs, err := filepath.Abs(n)
+			if err != nil {
+				return nil, fmt.Errorf("tuning file %s: %w", n, err)
+			}
+			out = append(out, Tuning{Name: strings.TrimSuffix(filepath.Base(n), ".toml"), Profile: abs})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/quiot/quiot/internal/quictune"
+)
+
+func TestKnobTuningsParse(t *testing.T) {
+	ts := KnobTunings(StudyKnobs())
+	if ts[0].Name != "lean" {
+		t.Fatalf("first tuning %q, want lean", ts[0].Name)
+	}
+	dir := t.TempDir()
+	written, err := writeTunings(dir, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tu := range written {
+		t.Run(tu.Name, func(t *testing.T) {
+			p, err := quictune.Load(tu.Profile)
+			if err != nil {
+				t.Fatalf("profile %s: %v", tu.Profile, err)
+			}
+			if tu.Knob == "max_incoming_streams" && tu.Value == "10" && p.MaxIncomingStreams != 10 {
+				t.Errorf("max_incoming_streams = %d", p.MaxIncomingStreams)
+			}
+			if tu.Knob == "cipher" && len(tu.Env) == 0 {
+				t.Error("cipher variant without environment")
+			}
+		})
+	}
+}
+
+func TestResolveTunings(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "mine.toml")
+	if err := os.WriteFile(f, []byte("max_incoming_streams = 50\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ResolveTunings([]string{"default", "lean", "lean/pmtud=off", f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 || got[2].Knob != "pmtud" || got[3].Name != "mine" || got[3].Profile != f {
+		t.Errorf("got %+v", got)
+	}
+	for _, bad := range []string{"lean/nope=1", "fast"} {
+		if _, err := ResolveTunings([]string{bad}); err == nil {
+			t.Errorf("no error for %q", bad)
+		}
+	}
+	if _, err := SelectKnobs([]string{"cipher", "bogus"}); err == nil {
+		t.Error("no error for an unknown knob")
+	}
+}
+
+func TestWriteTuningDoc(t *testing.T) {
+	sum, samples, links := synthetic(3, true)
+	// Make the variant clearly worse on wire bytes in every group.
+	for i := range samples {
+		if samples[i].Tuning == "lean/max_incoming_streams=10" {
+			samples[i].Metrics.WireBytes *= 2
+		}
+	}
+	sum.Runs = Aggregate(samples)
+	knobs, err := SelectKnobs([]string{"max_incoming_streams"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "TUNING.md")
+	if err := WriteTuningDoc(path, knobs, &Result{Summary: sum, Samples: samples, Links: links}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, want := range []string{"## Recommendations", "MaxIncomingStreams", "**1000 (lean, unchanged)**", "10: worse, wire_bytes_per_msg +"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("TUNING.md lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,29 @@
+package bench
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// sysProcAttr puts a role in its own process group (so a terminal's Ctrl-C
+// reaches only the bench, which then stops the roles in order) and has the
+// kernel kill it if the bench dies.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// interruptGroup sends SIGINT to the role's process group.
+func interruptGroup(c *exec.Cmd) {
+	if c.Process != nil {
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGINT)
+	}
+}
+
+// killGroup sends SIGKILL to the role's process group; leftoversOnly is
+// a hint that the leader already exited (the group may still have members).
+func killGroup(c *exec.Cmd, leftoversOnly bool) {
+	if c.Process != nil {
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+	}
+	_ = leftoversOnly
+}
