@@ -4,6 +4,7 @@ package measure_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -47,7 +48,7 @@ func startOVS(t testing.TB) *testOVS {
 	if _, err := os.Stat(schema); err != nil {
 		t.Skipf("skipping: %s missing", schema)
 	}
-	d, err := os.MkdirTemp("", "ovsprobe-test-")
+	d, err := os.MkdirTemp("", "measure-ovs-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +66,30 @@ func startOVS(t testing.TB) *testOVS {
 
 func (o *testOVS) vsctl(t testing.TB, args ...string) string {
 	return o.run(t, "ovs-vsctl", append([]string{"--db=unix:" + o.dir + "/db.sock", "--timeout=10"}, args...)...)
+}
+
+// waitBridge waits until ovs-vswitchd has created the bridge's OpenFlow
+// management socket.
+func (o *testOVS) waitBridge(t testing.TB, br string) {
+	t.Helper()
+	sock := filepath.Join(o.dir, br+".mgmt")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(o.dir, "ovs-vswitchd.log"))
+			alive := "not running"
+			if b, err := os.ReadFile(filepath.Join(o.dir, "ovs-vswitchd.pid")); err == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && syscall.Kill(pid, 0) == nil {
+					alive = fmt.Sprintf("running as %d", pid)
+				}
+			}
+			t.Fatalf("bridge %s: no %s after 10 s; ovs-vswitchd %s; log:\n%s", br, sock, alive, log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // stop asks both daemons to exit and kills (by their pid files) any that
@@ -100,11 +125,15 @@ func TestRunThroughOVS(t *testing.T) {
 	needRoot(t)
 	p := floorPath(t, false)
 	o := startOVS(t)
-	o.vsctl(t, "add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
-	o.vsctl(t, "add-port", "br0", p.Ingress, "--", "set", "Interface", p.Ingress, "ofport_request=1")
-	o.vsctl(t, "add-port", "br0", p.Egress, "--", "set", "Interface", p.Egress, "ofport_request=2")
-	o.run(t, "ovs-ofctl", "del-flows", "br0")
-	o.run(t, "ovs-ofctl", "add-flow", "br0", "priority=100,in_port=1,actions=output:2")
+	// The netdev datapath creates a tap device named after the bridge in
+	// this namespace: a unique name keeps parallel OVS instances apart.
+	br := p.GenNS + "br"
+	o.vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
+	o.vsctl(t, "add-port", br, p.Ingress, "--", "set", "Interface", p.Ingress, "ofport_request=1")
+	o.vsctl(t, "add-port", br, p.Egress, "--", "set", "Interface", p.Egress, "ofport_request=2")
+	o.waitBridge(t, br)
+	o.run(t, "ovs-ofctl", "del-flows", br)
+	o.run(t, "ovs-ofctl", "add-flow", br, "priority=100,in_port=1,actions=output:2")
 	r, err := measure.Run(context.Background(), measure.Options{IngressIf: p.Ingress, EgressIf: p.Egress,
 		GenNamespace: p.GenNS, Dst: netip.AddrPortFrom(p.Dst, 9500), SinkNamespace: p.SinkNS},
 		measure.Condition{Size: 128, Rate: 1000, Flows: 4, Duration: 500 * time.Millisecond})
