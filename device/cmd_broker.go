@@ -40,7 +40,8 @@ type brokerExtension struct {
 	// start attaches to the running broker, after it listens and before
 	// the command waits for a signal (optional). The returned stop runs on
 	// shutdown, before the broker's own Shutdown, with the shutdown context.
-	start func(ctx context.Context, b *broker.Broker, log *slog.Logger, stdout io.Writer) (stop func(context.Context) error, err error)
+	// opts are the broker's options (certificates, client CA, tuning).
+	start func(ctx context.Context, b *broker.Broker, opts *broker.Options, log *slog.Logger, stdout io.Writer) (stop func(context.Context) error, err error)
 }
 
 var brokerExtensions []brokerExtension
@@ -188,7 +189,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if e.start == nil {
 			continue
 		}
-		stop, err := e.start(ctx, b, log, stdout)
+		stop, err := e.start(ctx, b, opts, log, stdout)
 		if err != nil {
 			startErr = fmt.Errorf("%s: %w", e.name, err)
 			break

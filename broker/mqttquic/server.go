@@ -109,7 +109,7 @@ func New(opts Options) (*Server, error) {
 	caps.MaximumSessionExpiryInterval = opts.MaxSessionExpiry
 	mq := mqtt.New(&mqtt.Options{
 		Capabilities: caps,
-		Logger:       opts.Logger.With("component", "mqtt"),
+		Logger:       slog.New(quietHandler{opts.Logger.Handler()}).With("component", "mqtt"),
 		// $SYS topics are refreshed once a minute (mochi's default is 1 s,
 		// wasteful on a Pi).
 		SysTopicResendInterval: 60,
@@ -247,4 +247,34 @@ func (h *compatHook) OnPacketEncode(_ *mqtt.Client, pk packets.Packet) packets.P
 		pk.Mods.DisallowProblemInfo = false
 	}
 	return pk
+}
+
+// quietHandler demotes mochi's chatty Info records (hooks added, listeners
+// attached, every client connecting) to Debug; warnings stay.
+type quietHandler struct{ slog.Handler }
+
+// Enabled reports whether records at level l (after demotion) are logged.
+func (h quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	if l == slog.LevelInfo {
+		l = slog.LevelDebug
+	}
+	return h.Handler.Enabled(ctx, l)
+}
+
+// Handle logs r, Info demoted to Debug.
+func (h quietHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelInfo {
+		r.Level = slog.LevelDebug
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs keeps the demotion on derived handlers.
+func (h quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietHandler{h.Handler.WithAttrs(as)}
+}
+
+// WithGroup keeps the demotion on derived handlers.
+func (h quietHandler) WithGroup(name string) slog.Handler {
+	return quietHandler{h.Handler.WithGroup(name)}
 }

@@ -55,7 +55,8 @@ var ErrMQTTRefused = errors.New("mqtt broker refused")
 type mqttSub struct {
 	filter string
 	h      func(Message)
-	active bool // the broker acknowledged the subscription
+	active bool            // the broker acknowledged the subscription
+	ctx    context.Context // the Subscribe call's (WithSubscribed)
 }
 
 type mqttClient struct {
@@ -428,7 +429,7 @@ func (c *mqttClient) Subscribe(ctx context.Context, filter string, since uint64,
 	c.mu.Lock()
 	c.nextSub++
 	id := c.nextSub
-	sub := &mqttSub{filter: filter, h: h}
+	sub := &mqttSub{filter: filter, h: h, ctx: ctx}
 	c.subs[id] = sub
 	c.mu.Unlock()
 	defer func() {
@@ -463,6 +464,7 @@ func (c *mqttClient) Subscribe(ctx context.Context, filter string, since uint64,
 		c.mu.Lock()
 		sub.active = true
 		c.mu.Unlock()
+		notifySubscribed(ctx)
 		break
 	}
 	select {
@@ -506,9 +508,11 @@ func mqttSubackReason(code byte) string {
 func (c *mqttClient) resubscribe(cm *autopaho.ConnectionManager) {
 	c.mu.Lock()
 	var opts []paho.SubscribeOptions
+	var ctxs []context.Context
 	for _, s := range c.subs {
 		if s.active {
 			opts = append(opts, paho.SubscribeOptions{Topic: s.filter, QoS: 1})
+			ctxs = append(ctxs, s.ctx)
 		}
 	}
 	c.mu.Unlock()
@@ -519,6 +523,10 @@ func (c *mqttClient) resubscribe(cm *autopaho.ConnectionManager) {
 	defer cancel()
 	if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: opts}); err != nil {
 		c.opts.Logger.Warn("mqtt resubscribe failed", "error", err)
+		return
+	}
+	for _, sc := range ctxs {
+		notifySubscribed(sc)
 	}
 }
 
