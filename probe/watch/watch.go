@@ -94,8 +94,10 @@ type event struct {
 	t      time.Time
 }
 
-// Run watches until Duration has passed or ctx is done and returns the
-// summary. Cancelling ctx is a normal end (Ctrl-C), not an error.
+// Run watches until Duration has passed or ctx is done, printing one line
+// per Interval (that interval's counts and percentiles), and returns the
+// summary over the whole watch (the caller prints it). Cancelling ctx is a
+// normal end (Ctrl-C), not an error.
 func Run(ctx context.Context, o Options) (*Summary, error) {
 	filter, err := o.setDefaults()
 	if err != nil {
@@ -169,9 +171,6 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		return nil, fmt.Errorf("watch: %w", err)
 	}
 	s := w.summary(in, out)
-	fmt.Fprintf(o.Out, "total: in %d out %d matched %d lost %d dup %d reord %d egress-only %d ringdrops %d/%d  min %s p50 %s p99 %s p99.9 %s max %s\n",
-		s.IngressPackets, s.EgressPackets, s.Matched, s.Lost, s.Duplicated, s.Reordered, s.EgressOnly,
-		s.IngressRingDrops, s.EgressRingDrops, us(s.Min), us(s.P50), us(s.P99), us(s.P999), us(s.Max))
 	var noTraffic []error
 	if s.IngressPackets == 0 {
 		noTraffic = append(noTraffic, fmt.Errorf("watch: ingress interface %q: %w (%s) in %s", o.IngressIf, ErrNoTraffic, o.Filter, o.Duration))

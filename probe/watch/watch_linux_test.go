@@ -78,7 +78,7 @@ func TestWatchTimesTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-ch
-	t.Logf("output:\n%s", out.String())
+	t.Logf("output:\n%s\nsummary: %+v", out.String(), r.s)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
