@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/quiot/quiot/probe/model"
 	"github.com/quiot/quiot/probe/stats"
@@ -299,4 +301,48 @@ func FitRows(rows []Row, responseName string, seed uint64) (*model.Model, []mode
 		m.Notes = append(m.Notes, "no floor row in the conditions: floor_us is 0")
 	}
 	return m, obs, nil
+}
+
+// AppendCondition adds r to DIR/conditions.csv (created with its header if
+// missing) and writes its samples and distribution table; r.ID "" gets the
+// next "mNNN". It is how `ovsprobe measure --out DIR` builds a conditions
+// file, one invocation at a time, for `ovsprobe fit`.
+func AppendCondition(dir string, r Row, delays []time.Duration) (Row, error) {
+	for _, d := range []string{dir, filepath.Join(dir, "samples"), filepath.Join(dir, "distributions")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return r, fmt.Errorf("create output directory: %w", err)
+		}
+	}
+	path := filepath.Join(dir, "conditions.csv")
+	var existing []Row
+	if _, err := os.Stat(path); err == nil {
+		if existing, err = ReadRows(path); err != nil {
+			return r, err
+		}
+	}
+	if r.ID == "" {
+		r.ID = fmt.Sprintf("m%03d", len(existing)+1)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return r, fmt.Errorf("open conditions file: %w", err)
+	}
+	w := &RowWriter{f: f, w: csv.NewWriter(f)}
+	if existing == nil {
+		if err := w.write(columns); err != nil {
+			f.Close()
+			return r, err
+		}
+	}
+	if err := w.Write(r); err != nil {
+		f.Close()
+		return r, err
+	}
+	if err := f.Close(); err != nil {
+		return r, fmt.Errorf("close conditions file: %w", err)
+	}
+	if err := writeSamples(filepath.Join(dir, "samples", r.ID+".csv"), delays); err != nil {
+		return r, err
+	}
+	return r, writeDistribution(filepath.Join(dir, "distributions", r.ID+".csv"), stats.Micros(delays))
 }

@@ -39,8 +39,8 @@ func TestRunTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if left := ovs.Leftovers(ovs.CleanupOptions{}); len(left) > 0 {
-			t.Errorf("left behind: %v", left)
+		if left, err := ovs.Leftovers(context.Background(), ovs.CleanupOptions{}); err != nil || len(left) > 0 {
+			t.Errorf("left behind: %v (%v)", left, err)
 		}
 	})
 	conds := tinySweep().Conditions()
@@ -91,8 +91,8 @@ func TestRunNoTraffic(t *testing.T) {
 	if !errors.Is(err, ErrNoTraffic) {
 		t.Fatalf("err = %v, want ErrNoTraffic", err)
 	}
-	if left := ovs.Leftovers(ovs.CleanupOptions{}); len(left) > 0 {
-		t.Errorf("left behind: %v", left)
+	if left, err := ovs.Leftovers(context.Background(), ovs.CleanupOptions{}); err != nil || len(left) > 0 {
+		t.Errorf("left behind: %v (%v)", left, err)
 	}
 }
 
@@ -112,7 +112,7 @@ func TestRunCancelled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if left := ovs.Leftovers(ovs.CleanupOptions{}); len(left) > 0 {
-		t.Errorf("left behind: %v", left)
+	if left, err := ovs.Leftovers(context.Background(), ovs.CleanupOptions{}); err != nil || len(left) > 0 {
+		t.Errorf("left behind: %v (%v)", left, err)
 	}
 }

@@ -76,7 +76,7 @@ type Sweep struct {
 func QuickSweep() Sweep {
 	return Sweep{
 		Sizes:    []int{128, 512, 1500},
-		Rates:    []float64{1000, 5000, 20000},
+		Rates:    []float64{500, 2000, 5000},
 		Flows:    []int{1, 64},
 		Rules:    []int{0, 2000},
 		Mems:     []int64{0, 48 << 20},
@@ -91,7 +91,7 @@ func QuickSweep() Sweep {
 func FullSweep() Sweep {
 	return Sweep{
 		Sizes:    []int{64, 256, 512, 1024, 1500},
-		Rates:    []float64{1000, 5000, 10000, 20000, 40000, 60000},
+		Rates:    []float64{500, 1000, 2000, 5000, 10000, 20000},
 		Flows:    []int{1, 16, 256, 2048},
 		Rules:    []int{0, 1000, 10000},
 		Mems:     []int64{0, 64 << 20, 40 << 20},

@@ -50,6 +50,10 @@ type FitOptions struct {
 	Seed uint64
 	// Response names the modelled quantity in model.json; "" means "p50_us".
 	Response string
+	// Transform of the response: "none", "log" or "auto" (""; both tried,
+	// the lower held-out RMSE on the original scale wins; log only when
+	// every response is positive).
+	Transform string
 }
 
 func (o FitOptions) withDefaults() FitOptions {
@@ -64,6 +68,9 @@ func (o FitOptions) withDefaults() FitOptions {
 	}
 	if o.Response == "" {
 		o.Response = "p50_us"
+	}
+	if o.Transform == "" {
+		o.Transform = "auto"
 	}
 	return o
 }
@@ -92,6 +99,9 @@ type Model struct {
 	OVSVersion string  `json:"ovs_version"`
 	// Response is the modelled statistic, e.g. "p50_us".
 	Response string `json:"response"`
+	// Transform is "none" (terms sum to the response) or "log" (terms sum
+	// to its natural log: multiplicative effects, typical near saturation).
+	Transform string `json:"transform"`
 	// NConditions and Folds describe the fit.
 	NConditions int `json:"n_conditions"`
 	Folds       int `json:"folds"`
@@ -119,6 +129,11 @@ func Parse(b []byte) (*Model, error) {
 	}
 	if len(m.Terms) == 0 {
 		return nil, errors.New("model has no terms")
+	}
+	switch m.Transform {
+	case "", "none", "log":
+	default:
+		return nil, fmt.Errorf("model: unknown transform %q", m.Transform)
 	}
 	for _, s := range m.Terms {
 		if _, err := ParseTerm(s); err != nil {
@@ -158,7 +173,7 @@ func (m *Model) Predict(x map[string]float64) (float64, error) {
 		}
 		y += m.Coefficients[s] * v
 	}
-	return y, nil
+	return inverse(m.Transform, y), nil
 }
 
 // Extrapolates names the factors of x outside the range seen in the data.
@@ -221,8 +236,13 @@ func distinct(obs []Observation, f string) []float64 {
 func Fit(obs []Observation, opts FitOptions) (*Model, error) {
 	opts = opts.withDefaults()
 	n := len(obs)
-	if n < 2 {
-		return nil, fmt.Errorf("need at least 2 conditions to fit a model, got %d", n)
+	if n < 1 {
+		return nil, errors.New("no conditions to fit a model to")
+	}
+	switch opts.Transform {
+	case "auto", "none", "log":
+	default:
+		return nil, fmt.Errorf("unknown response transform %q (none, log, auto)", opts.Transform)
 	}
 	for i, o := range obs {
 		if math.IsNaN(o.Y) || math.IsInf(o.Y, 0) {
@@ -292,43 +312,27 @@ func Fit(obs []Observation, opts FitOptions) (*Model, error) {
 		maxTerms = min(8, n/3)
 	}
 
-	chosen := []Term{{}}
-	cols := [][]float64{ones(n)}
-	bestCV, _ := cvRMSE(cols, y, foldOf, folds)
-	used := map[string]bool{Intercept: true}
-	for len(chosen)-1 < maxTerms {
-		bestIdx, bestVal := -1, bestCV
-		var bestCol []float64
-		for ci, t := range candTerms {
-			if used[t.String()] {
-				continue
-			}
-			col, err := column(t, obs)
-			if err != nil {
-				continue // e.g. log of a zero: not a usable candidate
-			}
-			trial := append(slices.Clone(cols), col)
-			if !fullRank(trial) {
-				continue
-			}
-			v, ok := cvRMSE(trial, y, foldOf, folds)
-			if !ok {
-				continue
-			}
-			if v < bestVal {
-				bestIdx, bestVal, bestCol = ci, v, col
-			}
+	transforms := []string{opts.Transform}
+	if opts.Transform == "auto" {
+		transforms = []string{"none"}
+		if positive(y) {
+			transforms = append(transforms, "log")
 		}
-		if bestIdx < 0 || bestVal > bestCV*(1-opts.MinGain) {
-			break
-		}
-		chosen = append(chosen, candTerms[bestIdx])
-		cols = append(cols, bestCol)
-		used[candTerms[bestIdx].String()] = true
-		bestCV = bestVal
+	} else if opts.Transform == "log" && !positive(y) {
+		return nil, errors.New("log transform needs a positive response")
 	}
+	var chosen []Term
+	var cols [][]float64
+	best := math.Inf(1)
+	for _, tr := range transforms {
+		c, k, v := selectTerms(candTerms, obs, y, tr, foldOf, folds, maxTerms, opts.MinGain)
+		if v < best || chosen == nil {
+			chosen, cols, best, m.Transform = c, k, v, tr
+		}
+	}
+	yt := forward(m.Transform, y)
 
-	beta, cov, rss, err := ols(cols, y)
+	beta, cov, rssT, err := ols(cols, yt)
 	if err != nil {
 		return nil, err
 	}
@@ -345,25 +349,32 @@ func Fit(obs []Observation, opts FitOptions) (*Model, error) {
 		m.Terms = append(m.Terms, name)
 		m.Coefficients[name] = beta[i]
 		if df > 0 {
-			se := math.Sqrt(cov.At(i, i) * rss / float64(df))
+			se := math.Sqrt(cov.At(i, i) * rssT / float64(df))
 			m.CI95[name] = [2]float64{beta[i] - tq*se, beta[i] + tq*se}
 		}
+	}
+	if m.Transform == "log" {
+		m.Notes = append(m.Notes, "terms model ln("+m.Response+"): Predict returns exp(sum of terms); coefficients and CIs are on the log scale")
 	}
 	mean := 0.0
 	for _, v := range y {
 		mean += v
 	}
 	mean /= float64(n)
-	sst := 0.0
-	for _, v := range y {
+	sst, rss := 0.0, 0.0
+	for i, v := range y {
 		sst += (v - mean) * (v - mean)
+		f := inverse(m.Transform, predictRow(cols, beta, i))
+		rss += (v - f) * (v - f)
 	}
-	cvPred, ok := cvPredict(cols, y, foldOf, folds)
+	cvPred, ok := cvPredict(cols, yt, foldOf, folds)
 	press := 0.0
-	for i := range y {
-		press += (y[i] - cvPred[i]) * (y[i] - cvPred[i])
-	}
-	if !ok {
+	if ok {
+		for i := range y {
+			f := inverse(m.Transform, cvPred[i])
+			press += (y[i] - f) * (y[i] - f)
+		}
+	} else {
 		press = rss
 		m.Notes = append(m.Notes, "too few conditions for cross-validation: r2 and rmse_us are in-sample")
 	}
@@ -379,6 +390,92 @@ func Fit(obs []Observation, opts FitOptions) (*Model, error) {
 		m.Notes = append(m.Notes, "no factor varies: intercept-only model")
 	}
 	return m, nil
+}
+
+func positive(y []float64) bool {
+	for _, v := range y {
+		if v <= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func forward(tr string, y []float64) []float64 {
+	if tr != "log" {
+		return y
+	}
+	out := make([]float64, len(y))
+	for i, v := range y {
+		out[i] = math.Log(v)
+	}
+	return out
+}
+
+func inverse(tr string, v float64) float64 {
+	if tr == "log" {
+		return math.Exp(v)
+	}
+	return v
+}
+
+// selectTerms runs forward selection for one response transform; the
+// criterion is the cross-validated RMSE on the original scale.
+func selectTerms(candTerms []Term, obs []Observation, y []float64, tr string, foldOf []int, folds, maxTerms int, minGain float64) ([]Term, [][]float64, float64) {
+	n := len(y)
+	yt := forward(tr, y)
+	score := func(cols [][]float64) (float64, bool) {
+		pred, ok := cvPredict(cols, yt, foldOf, folds)
+		if !ok {
+			return math.Inf(1), false
+		}
+		s := 0.0
+		for i := range y {
+			d := y[i] - inverse(tr, pred[i])
+			s += d * d
+		}
+		v := math.Sqrt(s / float64(n))
+		if math.IsNaN(v) {
+			return math.Inf(1), false
+		}
+		return v, true
+	}
+	chosen := []Term{{}}
+	cols := [][]float64{ones(n)}
+	bestCV, _ := score(cols)
+	used := map[string]bool{Intercept: true}
+	for len(chosen)-1 < maxTerms {
+		bestIdx, bestVal := -1, bestCV
+		var bestCol []float64
+		for ci, t := range candTerms {
+			if used[t.String()] {
+				continue
+			}
+			col, err := column(t, obs)
+			if err != nil {
+				continue // e.g. log of a zero: not a usable candidate
+			}
+			trial := append(slices.Clone(cols), col)
+			if !fullRank(trial) {
+				continue
+			}
+			v, ok := score(trial)
+			if !ok {
+				continue
+			}
+			if v < bestVal {
+				bestIdx, bestVal, bestCol = ci, v, col
+			}
+		}
+		if bestIdx < 0 || !(bestVal < bestCV*(1-minGain)) {
+			break
+		}
+		chosen = append(chosen, candTerms[bestIdx])
+		cols = append(cols, bestCol)
+		used[candTerms[bestIdx].String()] = true
+		bestCV = bestVal
+	}
+	return chosen, cols, bestCV
 }
 
 // CVPredictions returns the out-of-fold predictions of m's terms refitted on
@@ -407,7 +504,10 @@ func CVPredictions(m *Model, obs []Observation, seed uint64) ([]float64, error) 
 	if folds < 2 || folds > len(obs) {
 		folds = len(obs)
 	}
-	pred, _ := cvPredict(cols, y, assignFolds(len(obs), folds, seed), folds)
+	pred, _ := cvPredict(cols, forward(m.Transform, y), assignFolds(len(obs), folds, seed), folds)
+	for i := range pred {
+		pred[i] = inverse(m.Transform, pred[i])
+	}
 	return pred, nil
 }
 
@@ -590,16 +690,4 @@ func cvPredict(cols [][]float64, y []float64, foldOf []int, k int) ([]float64, b
 		}
 	}
 	return pred, true
-}
-
-func cvRMSE(cols [][]float64, y []float64, foldOf []int, k int) (float64, bool) {
-	pred, ok := cvPredict(cols, y, foldOf, k)
-	if !ok {
-		return math.Inf(1), false
-	}
-	s := 0.0
-	for i := range y {
-		s += (y[i] - pred[i]) * (y[i] - pred[i])
-	}
-	return math.Sqrt(s / float64(len(y))), true
 }

@@ -77,7 +77,7 @@ func TestFitRecoversKnownCoefficients(t *testing.T) {
 			chosen, covered, total := 0, 0, 0
 			for seed := uint64(1); seed <= draws; seed++ {
 				obs := synth(t, tt.truth, grid, 0.5, seed)
-				m, err := Fit(obs, FitOptions{Candidates: tt.candidates, MaxTerms: 6})
+				m, err := Fit(obs, FitOptions{Candidates: tt.candidates, MaxTerms: 6, Transform: "none"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -135,7 +135,8 @@ func TestFitSmallAndDegenerate(t *testing.T) {
 		obs     []Observation
 		wantErr bool
 	}{
-		{"one condition", []Observation{{X: map[string]float64{"a": 1}, Y: 1}}, true},
+		{"no condition", nil, true},
+		{"one condition", []Observation{{X: map[string]float64{"a": 1}, Y: 1}}, false},
 		{"nan response", []Observation{{X: map[string]float64{"a": 1}, Y: 1}, {X: map[string]float64{"a": 2}, Y: math.NaN()}}, true},
 		{"two conditions", []Observation{{X: map[string]float64{"a": 1}, Y: 1}, {X: map[string]float64{"a": 2}, Y: 3}}, false},
 		{"constant factor", []Observation{{X: map[string]float64{"a": 1}, Y: 1}, {X: map[string]float64{"a": 1}, Y: 2}, {X: map[string]float64{"a": 1}, Y: 3}}, false},
@@ -160,6 +161,40 @@ func TestFitSmallAndDegenerate(t *testing.T) {
 				t.Fatalf("terms %v", m.Terms)
 			}
 		})
+	}
+}
+
+// TestFitLogTransform checks that a multiplicative law is fitted on the log
+// scale when that predicts held-out conditions better.
+func TestFitLogTransform(t *testing.T) {
+	grid := map[string][]float64{"size_bytes": {64, 256, 512, 1024, 1500}, "rate_kpps": {0.5, 1, 2, 5, 10}}
+	obs := synth(t, map[string]float64{Intercept: 3, "rate_kpps": 0.4, "log(size_bytes)": 0.2}, grid, 0.02, 1)
+	for i := range obs {
+		obs[i].Y = math.Exp(obs[i].Y) // y = exp(3 + 0.4 rate + 0.2 ln size) * noise
+	}
+	m, err := Fit(obs, FitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Transform != "log" {
+		t.Fatalf("transform %q, want log (terms %v)", m.Transform, m.Terms)
+	}
+	ci := m.CI95["rate_kpps"]
+	if ci[0] > 0.4 || ci[1] < 0.4 {
+		t.Fatalf("rate_kpps CI %v excludes 0.4", ci)
+	}
+	x := map[string]float64{"size_bytes": 700, "rate_kpps": 4}
+	want := math.Exp(3 + 0.4*4 + 0.2*math.Log(700))
+	got, err := m.Predict(x)
+	if err != nil || math.Abs(got-want)/want > 0.05 {
+		t.Fatalf("Predict = %v, %v; want %v", got, err, want)
+	}
+	if _, err := Fit(obs, FitOptions{Transform: "sqrt"}); err == nil {
+		t.Fatal("unknown transform should fail")
+	}
+	obs[0].Y = -1
+	if _, err := Fit(obs, FitOptions{Transform: "log"}); err == nil {
+		t.Fatal("log of a negative response should fail")
 	}
 }
 
@@ -201,7 +236,7 @@ func TestSaveLoadPredict(t *testing.T) {
 	if ex := m2.Extrapolates(map[string]float64{"size_bytes": 9000, "mem_mib": 1}); len(ex) != 1 || ex[0] != "size_bytes" {
 		t.Fatalf("Extrapolates = %v", ex)
 	}
-	for _, bad := range []string{`{`, `{"terms":[]}`, `{"terms":["x"],"coefficients":{}}`, `{"terms":["sqrt(x)"],"coefficients":{"sqrt(x)":1}}`} {
+	for _, bad := range []string{`{`, `{"terms":["intercept"],"coefficients":{"intercept":1},"transform":"cube"}`, `{"terms":[]}`, `{"terms":["x"],"coefficients":{}}`, `{"terms":["sqrt(x)"],"coefficients":{"sqrt(x)":1}}`} {
 		if _, err := Parse([]byte(bad)); err == nil {
 			t.Fatalf("Parse(%s) should fail", bad)
 		}

@@ -105,11 +105,25 @@ func cleanupLocked(ctx context.Context, tempDir, cgroupRoot string, log *slog.Lo
 
 // Leftovers lists what testbeds left behind without removing anything:
 // live OVS daemons of a testbed, namespaces, links, cgroups and directories.
-// Tests use it to check that nothing is left.
-func Leftovers(o CleanupOptions) []string {
+// It takes the host lock first, so a testbed running in another process is
+// not counted (it holds the lock for its whole life). Tests use it to check
+// that nothing is left.
+func Leftovers(ctx context.Context, o CleanupOptions) ([]string, error) {
 	if o.TempDir == "" {
 		o.TempDir = os.TempDir()
 	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	lock, err := acquireLock(ctx, filepath.Join(o.TempDir, "ovsprobe-testbed.lock"), o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.release()
+	return leftoversLocked(o), nil
+}
+
+func leftoversLocked(o CleanupOptions) []string {
 	var out []string
 	for _, pid := range strayDaemons("/proc") {
 		out = append(out, fmt.Sprintf("process:%d", pid))

@@ -27,7 +27,11 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 
 func assertNothingLeft(t *testing.T) {
 	t.Helper()
-	if left := Leftovers(CleanupOptions{}); len(left) > 0 {
+	left, err := Leftovers(context.Background(), CleanupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
 }
@@ -182,7 +186,7 @@ func TestCleanupAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	if left := Leftovers(CleanupOptions{}); len(left) == 0 {
+	if left, _ := Leftovers(context.Background(), CleanupOptions{}); len(left) == 0 {
 		t.Fatal("a killed testbed should leave something behind")
 	}
 	removed, err := Cleanup(context.Background(), CleanupOptions{Logger: discard()})
