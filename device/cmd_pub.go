@@ -8,12 +8,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/device/sysstat"
 	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"
 )
 
@@ -38,6 +44,7 @@ type clientFlags struct {
 	reconnect  bool
 	maxBackoff time.Duration
 	logLevel   string
+	metricsOut string
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet) {
@@ -52,6 +59,7 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.reconnect, "reconnect", true, "reconnect with exponential backoff and jitter after network errors and 503")
 	fs.DurationVar(&f.maxBackoff, "max-backoff", 30*time.Second, "cap of the reconnect backoff")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&f.metricsOut, "metrics-out", "", "write this role's metrics (DESIGN.md's eight, with diagnostics) as JSON to this file on exit")
 }
 
 // options turns the flags into client options and a logger.
@@ -280,6 +288,11 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	opts.PublishMode = *mode
+	meter, err := newRoleMeter(cf.metricsOut, "pub", &opts)
+	if err != nil {
+		return err
+	}
+	defer meter.close()
 	c, err := client.New(opts)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -294,7 +307,12 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if !*quiet {
 		fmt.Fprintln(stdout, pubSummary(&res, *topic, *qos))
 	}
-	return err
+	merr := meter.finish(uint64(res.Sent), func(m *qmetrics.RoleMetrics) {
+		m.MessagesSent = uint64(res.Sent)
+		m.HandshakeMs = qmetrics.Ms(res.Handshake)
+		m.TTFDMs = qmetrics.Ms(res.TTFD)
+	})
+	return errors.Join(err, merr)
 }
 
 // pubSummary is the one-line report of a publish run.
@@ -319,3 +337,83 @@ func pubSummary(r *pubResult, topicName string, qos int) string {
 
 // ms converts a duration to fractional milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// roleMeter measures a pub or sub process for --metrics-out: a counting
+// UDP socket and a QUIC tracer under the client (QUIC schemes only), and
+// the process's CPU and memory from /proc. Without --metrics-out none of
+// this is installed, so it costs nothing.
+type roleMeter struct {
+	path    string
+	m       *qmetrics.RoleMetrics
+	pc      qmetrics.CountingPacketConn
+	tracer  *qmetrics.Tracer
+	sampler *sysstat.Sampler
+}
+
+// newRoleMeter prepares measurement of role and installs the socket and
+// tracer in opts. It returns nil when path is empty.
+func newRoleMeter(path, role string, opts *client.Options) (*roleMeter, error) {
+	if path == "" {
+		return nil, nil
+	}
+	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("%w: --metrics-out %s: no such directory %s", errUsage, path, filepath.Dir(path))
+	}
+	u, err := url.Parse(opts.Broker)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bad --broker URL %q: %v", errUsage, opts.Broker, err)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	proto := "h3"
+	if strings.HasPrefix(scheme, "mqtt") {
+		proto = "mqtt"
+	}
+	r := &roleMeter{path: path, m: qmetrics.NewRoleMetrics(role, proto)}
+	if scheme == "https" || scheme == "mqtt-quic" {
+		udp, err := net.ListenUDP("udp", nil)
+		if err != nil {
+			return nil, fmt.Errorf("couldn't open a UDP socket: %w", err)
+		}
+		r.pc = qmetrics.NewCountingPacketConn(udp)
+		r.tracer = qmetrics.NewTracer(nil)
+		opts.PacketConn = r.pc
+		opts.Tracer = r.tracer.ConnectionTracer
+	}
+	r.sampler, err = sysstat.NewSampler(nil)
+	if err == nil {
+		err = r.sampler.Start()
+	}
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("couldn't measure this process: %w", err)
+	}
+	return r, nil
+}
+
+// finish adds CPU, memory, wire and tracer figures to the metrics fill set
+// and writes the file. msgs is the number of messages the role handled.
+func (r *roleMeter) finish(msgs uint64, fill func(m *qmetrics.RoleMetrics)) error {
+	if r == nil {
+		return nil
+	}
+	u, err := r.sampler.Stop()
+	if err != nil {
+		return fmt.Errorf("couldn't measure this process: %w", err)
+	}
+	r.m.SetUsage(u, msgs)
+	if r.pc != nil {
+		r.m.SetWire(r.pc.Stats())
+	}
+	if r.tracer != nil {
+		r.m.SetTrace(r.tracer.Stats())
+	}
+	fill(r.m)
+	return r.m.WriteFile(r.path)
+}
+
+// close closes the socket (after the client is closed).
+func (r *roleMeter) close() {
+	if r != nil && r.pc != nil {
+		_ = r.pc.Close()
+	}
+}

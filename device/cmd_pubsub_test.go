@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/testutil"
 )
@@ -68,11 +69,13 @@ func TestPubSubCommands(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 
+			dir := t.TempDir()
+			subMetrics, pubMetrics := filepath.Join(dir, "sub.json"), filepath.Join(dir, "pub.json")
 			subOut := newSyncBuffer("")
 			subErr := newSyncBuffer("msg=subscribed")
 			subDone := make(chan error, 1)
 			go func() {
-				subDone <- runSub(ctx, []string{"--config", "", "--broker", b.URL, "--ca", ca, "--topic", "cli/#", "--count", "5", "--format", "json"}, subOut, subErr)
+				subDone <- runSub(ctx, []string{"--config", "", "--broker", b.URL, "--ca", ca, "--topic", "cli/#", "--count", "5", "--format", "json", "--metrics-out", subMetrics}, subOut, subErr)
 			}()
 			select {
 			case <-subErr.seen:
@@ -82,7 +85,7 @@ func TestPubSubCommands(t *testing.T) {
 				t.Fatalf("sub did not subscribe; stderr: %s", subErr)
 			}
 			var pubOut, pubErr bytes.Buffer
-			err := runPub(ctx, []string{"--config", "", "--broker", b.URL, "--ca", ca, "--topic", "cli/x", "--payload", "hello", "--count", "5", "--rate", "200", "--mode", mode}, &pubOut, &pubErr)
+			err := runPub(ctx, []string{"--config", "", "--broker", b.URL, "--ca", ca, "--topic", "cli/x", "--payload", "hello", "--count", "5", "--rate", "200", "--mode", mode, "--metrics-out", pubMetrics}, &pubOut, &pubErr)
 			if err != nil {
 				t.Fatalf("pub: %v; stderr: %s", err, pubErr.String())
 			}
@@ -117,6 +120,7 @@ func TestPubSubCommands(t *testing.T) {
 			if !strings.Contains(subErr.String(), "received 5 message(s)") {
 				t.Fatalf("sub summary missing: %s", subErr)
 			}
+			checkRoleMetrics(t, pubMetrics, subMetrics)
 		})
 	}
 }
@@ -248,5 +252,41 @@ func TestDemo(t *testing.T) {
 	}
 	if !strings.Contains(s, "summary  5/5 delivered in order") {
 		t.Fatalf("demo summary missing:\n%s", s)
+	}
+}
+
+// checkRoleMetrics checks the --metrics-out files of a 5-message run.
+func checkRoleMetrics(t *testing.T, pubFile, subFile string) {
+	t.Helper()
+	pm, err := qmetrics.ReadFile(pubFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := qmetrics.ReadFile(subFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"pub role/proto", pm.Role == "pub" && pm.Proto == "h3"},
+		{"pub messages_sent", pm.MessagesSent == 5},
+		{"pub handshake_ms", pm.HandshakeMs > 0},
+		{"pub ttfd_ms >= handshake_ms", pm.TTFDMs >= pm.HandshakeMs},
+		{"pub wire", pm.WireBytes > 0 && pm.WireDatagrams > 0 && pm.Diag.Wire.BytesSent > 0},
+		{"pub frames", pm.Diag.FramesSent["STREAM"] > 0 || len(pm.Diag.FramesSent) > 0},
+		{"pub memory", pm.PeakRSSKiB > 0},
+		{"sub role", sm.Role == "sub"},
+		{"sub messages_received", sm.MessagesReceived == 5},
+		{"sub latency", sm.LatencyMs.P50 > 0 && sm.LatencyMs.Max >= sm.LatencyMs.P99 && len(sm.LatenciesMs) == 5},
+		{"sub delivery", sm.DeliveryRatio == 1 && sm.CompletionS > 0 && sm.ThroughputMsgsS > 0},
+		{"sub wire", sm.WireBytes > 0 && sm.WireDatagrams > 0},
+		{"sub handshake_ms", sm.HandshakeMs > 0},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("metrics: %s wrong\npub: %+v\nsub: %+v", c.name, pm, sm)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/internal/qmetrics"
 )
 
 func init() {
@@ -119,13 +121,19 @@ func orUnknown(s string) string {
 
 // subStats summarizes what a subscriber received.
 type subStats struct {
-	Count       int           // messages delivered (gaps excluded)
-	Gaps        int           // gap announcements
-	Stamped     int           // messages carrying the publisher's send time
-	LatencySum  time.Duration // over stamped messages
-	LatencyMax  time.Duration
-	FirstSent   time.Time // earliest publisher send time seen
-	First, Last time.Time // first and last delivery
+	Count       int               // messages delivered (gaps excluded)
+	Gaps        int               // gap announcements
+	Latency     *qmetrics.Latency // of messages carrying the publisher's send time
+	FirstSent   time.Time         // earliest publisher send time seen
+	First, Last time.Time         // first and last delivery
+}
+
+func newSubStats(keepSamples bool) *subStats {
+	keep := 0
+	if keepSamples {
+		keep = -1 // qmetrics.DefaultKeepSamples, for CDF plots
+	}
+	return &subStats{Latency: qmetrics.NewLatency(keep)}
 }
 
 func (s *subStats) add(m *client.Message) {
@@ -141,15 +149,20 @@ func (s *subStats) add(m *client.Message) {
 	if m.Sent.IsZero() {
 		return
 	}
-	s.Stamped++
-	l := m.Latency()
-	s.LatencySum += l
-	if l > s.LatencyMax {
-		s.LatencyMax = l
-	}
+	s.Latency.Record(m.Latency())
 	if s.FirstSent.IsZero() || m.Sent.Before(s.FirstSent) {
 		s.FirstSent = m.Sent
 	}
+}
+
+// took is the time from the first send (or, without stamps, the first
+// delivery) to the last delivery.
+func (s *subStats) took() time.Duration {
+	start := s.First
+	if !s.FirstSent.IsZero() && s.FirstSent.Before(start) {
+		start = s.FirstSent
+	}
+	return s.Last.Sub(start)
 }
 
 // summary is the one-line report of a subscription.
@@ -161,8 +174,9 @@ func (s *subStats) summary(filter string) string {
 			fmt.Fprintf(&b, " in %s (%.1f msg/s)", d.Round(time.Millisecond), float64(s.Count-1)/d.Seconds())
 		}
 	}
-	if s.Stamped > 0 {
-		fmt.Fprintf(&b, "; latency mean %.3f ms, max %.3f ms", ms(s.LatencySum)/float64(s.Stamped), ms(s.LatencyMax))
+	if s.Latency.Count() > 0 {
+		l := s.Latency.Summary()
+		fmt.Fprintf(&b, "; latency p50 %.3f ms, p99 %.3f ms, max %.3f ms", l.P50, l.P99, l.Max)
 	}
 	if s.Gaps > 0 {
 		fmt.Fprintf(&b, "; %d gap(s)", s.Gaps)
@@ -195,6 +209,11 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	meter, err := newRoleMeter(cf.metricsOut, "sub", &opts)
+	if err != nil {
+		return err
+	}
+	defer meter.close()
 	c, err := client.New(opts)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -205,7 +224,7 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer cancel()
 	ctx = client.WithSubscribed(ctx, func() { log.Info("subscribed", "filter", *filter, "broker", opts.Broker) })
 	p := &subPrinter{w: bufio.NewWriter(stdout), format: *format}
-	var st subStats
+	st := newSubStats(meter != nil)
 	var outErr error
 	err = c.Subscribe(ctx, *filter, *since, func(m client.Message) {
 		if outErr != nil {
@@ -225,9 +244,19 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stderr, st.summary(*filter))
 	}
 	if outErr != nil {
-		return outErr
+		err = outErr
 	}
-	return err
+	merr := meter.finish(uint64(st.Count), func(m *qmetrics.RoleMetrics) {
+		m.MessagesReceived = uint64(st.Count)
+		m.HandshakeMs = qmetrics.Ms(c.Stats().Handshake)
+		m.SetLatency(st.Latency, true)
+		expected := uint64(*count)
+		if expected == 0 {
+			expected = uint64(st.Count)
+		}
+		m.SetDelivery(expected, uint64(st.Count), st.took())
+	})
+	return errors.Join(err, merr)
 }
 
 func validFormat(f string) bool {
