@@ -173,25 +173,28 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	return st, ctx.Err()
 }
 
-// wait returns at deadline (or when ctx is done during a long wait): it
-// sleeps while the deadline is more than spin away, then busy-waits. It
-// returns how late it already was.
+// wait returns at deadline (or when ctx is done during a long wait). Long
+// waits sleep on a Go timer (millisecond granularity) until 10 ms before the
+// deadline, then a high-resolution sleep (clock_nanosleep with 1 ns timer
+// slack on Linux) brings it to spin before the deadline, and it busy-waits
+// the rest. It returns how late it already was.
 func wait(ctx context.Context, deadline time.Time, spin time.Duration) time.Duration {
 	d := time.Until(deadline)
 	if d <= 0 {
 		return -d
 	}
-	switch {
-	case d > 10*time.Millisecond:
-		t := time.NewTimer(d - spin)
+	if d > 20*time.Millisecond {
+		t := time.NewTimer(d - 10*time.Millisecond)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
 			return 0
 		}
-	case d > spin:
-		time.Sleep(d - spin)
+		d = time.Until(deadline)
+	}
+	if d > spin {
+		preciseSleep(d - spin)
 	}
 	for time.Now().Before(deadline) {
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"time"
 
 	"github.com/quiot/quiot/probe/netns"
 	"golang.org/x/sys/unix"
@@ -81,8 +82,37 @@ func (f *flows) close() {
 	f.fds = nil
 }
 
-func lockThread()   { runtime.LockOSThread() }
-func unlockThread() { runtime.UnlockOSThread() }
+var prevSlack int
+
+// lockThread pins the sender to its OS thread and sets the thread's timer
+// slack to 1 ns so that preciseSleep wakes close to its deadline.
+func lockThread() {
+	runtime.LockOSThread()
+	if v, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0); err == nil {
+		prevSlack = v
+		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	}
+}
+
+func unlockThread() {
+	if prevSlack > 0 {
+		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(prevSlack), 0, 0, 0)
+	}
+	runtime.UnlockOSThread()
+}
+
+// preciseSleep blocks the thread in clock_nanosleep (high-resolution timer).
+func preciseSleep(d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	for {
+		var rem unix.Timespec
+		err := unix.Nanosleep(&ts, &rem)
+		if !errors.Is(err, unix.EINTR) {
+			return
+		}
+		ts = rem
+	}
+}
 
 // Sink is a bound UDP socket at the probe destination so that probe packets
 // are not answered with ICMP port unreachable. It does not read: the kernel

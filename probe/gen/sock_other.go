@@ -5,6 +5,7 @@ package gen
 import (
 	"errors"
 	"net/netip"
+	"time"
 )
 
 var errUnsupported = errors.New("generator needs Linux")
@@ -15,6 +16,7 @@ func openFlows(ns string, dst netip.AddrPort, n int) (*flows, error) { return ni
 func (f *flows) write(i int, b []byte) error                         { return errUnsupported }
 func (f *flows) close()                                              {}
 func lockThread()                                                    {}
+func preciseSleep(d time.Duration)                                   { time.Sleep(d) }
 func unlockThread()                                                  {}
 
 // Sink is a bound UDP socket at the probe destination (Linux only).
