@@ -394,6 +394,12 @@ func TestH3ResumeAfterReconnect(t *testing.T) {
 }
 
 func TestH3ReconnectAcrossBrokerRestart(t *testing.T) {
+	for _, mode := range []string{"request", "stream"} {
+		t.Run(mode, func(t *testing.T) { testReconnectAcrossBrokerRestart(t, mode) })
+	}
+}
+
+func testReconnectAcrossBrokerRestart(t *testing.T, mode string) {
 	pki := testutil.NewPKI(t)
 	b1 := testutil.StartBroker(t, pki, nil)
 	addr := b1.Addr().String()
@@ -402,9 +408,8 @@ func TestH3ReconnectAcrossBrokerRestart(t *testing.T) {
 	prof := quictune.Default()
 	prof.MaxIdleTimeout = quictune.Duration(2 * time.Second)
 	prof.HandshakeIdleTimeout = quictune.Duration(time.Second)
-	mod := func(o *client.Options) { o.Profile = prof }
-	sub := newClient(t, b1, mod)
-	pub := newClient(t, b1, mod)
+	sub := newClient(t, b1, func(o *client.Options) { o.Profile = prof })
+	pub := newClient(t, b1, func(o *client.Options) { o.Profile = prof; o.PublishMode = mode })
 	col := newCollector()
 	subscribed := make(chan struct{}, 4)
 	sctx := client.WithSubscribed(ctx, func() { subscribed <- struct{}{} })
