@@ -72,7 +72,7 @@ func TestRunTiny(t *testing.T) {
 	if m.FloorUS <= 0 || m.Datapath != "netdev" || len(m.Terms) == 0 || m.NConditions != len(conds) {
 		t.Fatalf("model: %+v", m)
 	}
-	if sum.FloorUS != m.FloorUS {
+	if d := sum.FloorUS - m.FloorUS; d > 0.001 || d < -0.001 {
 		t.Fatalf("summary floor %v, model %v", sum.FloorUS, m.FloorUS)
 	}
 	if _, err := os.Stat(filepath.Join(out, "report.md")); err != nil {
