@@ -290,3 +290,30 @@ func checkRoleMetrics(t *testing.T, pubFile, subFile string) {
 		}
 	}
 }
+
+func TestSubStopsOnSignal(t *testing.T) {
+	b := testutil.StartBroker(t, nil, nil)
+	ca := writeCA(t, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	metrics := filepath.Join(t.TempDir(), "sub.json")
+	errOut := newSyncBuffer("msg=subscribed")
+	done := make(chan error, 1)
+	go func() {
+		done <- runSub(ctx, []string{"--config", "", "--broker", b.URL, "--ca", ca, "--topic", "#", "--metrics-out", metrics}, io.Discard, errOut)
+	}()
+	select {
+	case <-errOut.seen:
+	case err := <-done:
+		t.Fatalf("sub ended early: %v; %s", err, errOut)
+	}
+	cancel() // what SIGINT/SIGTERM do through main's context
+	if err := <-done; err != nil {
+		t.Fatalf("sub after cancel = %v, want a clean exit", err)
+	}
+	if !strings.Contains(errOut.String(), "received 0 message(s) on #") {
+		t.Fatalf("summary missing: %s", errOut)
+	}
+	if _, err := qmetrics.ReadFile(metrics); err != nil {
+		t.Fatalf("metrics not written on a signal: %v", err)
+	}
+}
