@@ -90,13 +90,16 @@ type Options struct {
 	// SnapLen is the number of bytes kept of each packet; default 256.
 	SnapLen int
 	// BlockSize is the ring block size in bytes (a power of two >= the page
-	// size); default 1 MiB.
+	// size); default 128 KiB.
 	BlockSize int
-	// Blocks is the number of ring blocks; default 16 (16 MiB with the
-	// default block size: about 0.4 s of 200,000 small packets/s).
+	// Blocks is the number of ring blocks; default 128. The kernel retires a
+	// block when it is full or after BlockTimeout, so the ring absorbs a
+	// stalled reader for Blocks x BlockTimeout at low rates (default about
+	// 1 s) and Blocks x BlockSize bytes at high rates (16 MiB, about 0.3 s of
+	// 200,000 small packets/s).
 	Blocks int
 	// BlockTimeout retires a partly filled block to user space after this
-	// long; default 4 ms (the latency of live output).
+	// long; default 8 ms (the latency of live output).
 	BlockTimeout time.Duration
 	// Hardware requests NIC hardware timestamps (SIOCSHWTSTAMP, changes the
 	// NIC's configuration); where unsupported, software timestamps are used
@@ -117,13 +120,13 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("capture: snap length %d out of range 64..65535", o.SnapLen)
 	}
 	if o.BlockSize == 0 {
-		o.BlockSize = 1 << 20
+		o.BlockSize = 128 << 10
 	}
 	if o.BlockSize < 4096 || o.BlockSize&(o.BlockSize-1) != 0 {
 		return fmt.Errorf("capture: block size %d is not a power of two >= 4096", o.BlockSize)
 	}
 	if o.Blocks == 0 {
-		o.Blocks = 16
+		o.Blocks = 128
 	}
 	if o.Blocks < 2 {
 		return fmt.Errorf("capture: %d blocks, need at least 2", o.Blocks)
@@ -138,7 +141,7 @@ func (o *Options) setDefaults() error {
 }
 
 // DefaultBlockTimeout is the default Options.BlockTimeout.
-const DefaultBlockTimeout = 4 * time.Millisecond
+const DefaultBlockTimeout = 8 * time.Millisecond
 
 // ErrUnsupported is returned by Open on systems without AF_PACKET.
 var ErrUnsupported = errors.New("capture: AF_PACKET capture needs Linux")

@@ -1,8 +1,3 @@
-// Package measure runs one measurement condition: it captures at an ingress
-// and an egress interface, sends the probe stream (probe/gen) from a
-// generator namespace to a UDP sink, matches the packets (probe/match, active
-// mode) and returns the per-packet delays and the loss, duplicate, reorder and
-// ring-drop counts.
 package measure
 
 import (
@@ -48,8 +43,8 @@ type Options struct {
 	Drain time.Duration
 	// Hardware asks for NIC hardware timestamps where available.
 	Hardware bool
-	// RingBlocks overrides the number of 1 MiB ring blocks per capture;
-	// default capture's (16).
+	// RingBlocks overrides the number of ring blocks per capture (of
+	// capture's default block size, 128 KiB); default capture's (128).
 	RingBlocks int
 	// Logger; default discards.
 	Logger *slog.Logger
