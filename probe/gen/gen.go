@@ -99,6 +99,7 @@ type Stats struct {
 	WarmupSent uint64 // packets of the warmup phase: sequence numbers 0..WarmupSent-1
 	Errors     uint64 // failed writes (not counted in Sent; their sequence numbers are skipped)
 	FirstError error  // the first write error, if any
+	Seqs       uint64 // sequence numbers used: 0..Seqs-1 (Sent + Errors)
 	MaxLate    time.Duration
 	Start, End time.Time // first and last send
 	Flows      []netip.AddrPort
@@ -165,6 +166,7 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 			}
 		}
 		seq++
+		st.Seqs = seq
 		next = next.Add(sched.Next())
 	}
 	if st.Sent == 0 && st.Errors > 0 {

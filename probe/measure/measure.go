@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
@@ -223,7 +222,7 @@ func Run(ctx context.Context, o Options, c Condition) (*Result, error) {
 	if gerr != nil && gs.Sent == 0 {
 		return nil, fmt.Errorf("measure: %w", gerr)
 	}
-	r := analyse(in.recs, out.recs, gs.WarmupSent, gopts.Flows)
+	r := analyse(in.recs, out.recs, gs.WarmupSent, gs.Seqs, gopts.Flows)
 	r.Sent = gs.Sent - gs.WarmupSent
 	r.SendErrors = gs.Errors
 	r.MaxLate = gs.MaxLate
@@ -243,62 +242,79 @@ func Run(ctx context.Context, o Options, c Condition) (*Result, error) {
 	return r, gerr
 }
 
-// analyse matches the captured records offline: the measured phase
-// (seq >= warm) through a Matcher, the first packet of each flow apart.
-func analyse(ins, outs []rec, warm uint64, flows int) *Result {
+// analyse matches the captured records offline. Sequence numbers are dense
+// (0..nseq-1), so it indexes arrays by sequence instead of hashing: the
+// measured phase is seq in [warm, nseq); the first packet of each flow (seq
+// < flows) is matched apart for the cold delays. Records with a sequence
+// outside [0, nseq) are not this run's and are ignored. Egress records are
+// taken in capture (transmission) order for the reorder count.
+func analyse(ins, outs []rec, warm, nseq uint64, flows int) *Result {
 	r := &Result{FlowFirstDelays: make([]time.Duration, flows)}
-	type sd struct {
-		seq uint64
-		d   time.Duration
+	if warm > nseq {
+		warm = nseq
 	}
-	var samples []sd
-	m := match.NewMatcher(func(s match.Sample) {
-		samples = append(samples, sd{s.Seq, s.Delay()})
-	})
-	firstIn := make(map[uint64]int64, flows)
-	firstOut := make(map[uint64]int64, flows)
+	n := nseq - warm
+	inT := make([]int64, n)
+	outT := make([]int64, n)
+	firstIn := make([]int64, flows)
+	firstOut := make([]int64, flows)
+	var seen uint64
 	for _, x := range ins {
-		if x.seq < uint64(flows) {
-			if _, ok := firstIn[x.seq]; !ok {
-				firstIn[x.seq] = x.t
-			}
+		if x.seq < uint64(flows) && firstIn[x.seq] == 0 {
+			firstIn[x.seq] = x.t
 		}
-		if x.seq >= warm {
-			m.Ingress(match.Key{Flow: uint64(x.flow), ID: x.seq}, uint64(x.flow), x.seq, time.Unix(0, x.t))
+		if x.seq < warm || x.seq >= nseq {
+			continue
+		}
+		if i := x.seq - warm; inT[i] == 0 {
+			inT[i] = x.t
+			seen++
 		}
 	}
+	maxSeq := make([]uint64, flows) // per flow: highest egress seq + 1
 	for _, x := range outs {
-		if x.seq < uint64(flows) {
-			if _, ok := firstOut[x.seq]; !ok {
-				firstOut[x.seq] = x.t
-			}
+		if x.seq < uint64(flows) && firstOut[x.seq] == 0 {
+			firstOut[x.seq] = x.t
 		}
-		if x.seq >= warm {
-			m.Egress(match.Key{Flow: uint64(x.flow), ID: x.seq}, time.Unix(0, x.t))
+		if x.seq < warm || x.seq >= nseq {
+			continue
 		}
-	}
-	c := m.Finish()
-	slices.SortFunc(samples, func(a, b sd) int {
+		i := x.seq - warm
 		switch {
-		case a.seq < b.seq:
-			return -1
-		case a.seq > b.seq:
-			return 1
+		case inT[i] == 0:
+			r.EgressOnly++
+			continue
+		case outT[i] != 0:
+			r.Duplicated++
+			continue
 		}
-		return 0
-	})
-	r.Delays = make([]time.Duration, len(samples))
-	r.Seqs = make([]uint64, len(samples))
-	for i, s := range samples {
-		r.Delays[i], r.Seqs[i] = s.d, s.seq
+		outT[i] = x.t
+		r.Matched++
+		f := x.seq % uint64(flows)
+		if x.seq+1 < maxSeq[f] {
+			r.Reordered++
+		} else {
+			maxSeq[f] = x.seq + 1
+		}
 	}
-	r.Matched, r.Lost, r.Duplicated, r.Reordered = c.Matched, c.Lost, c.Duplicated, c.Reordered
-	r.IngressSeen, r.EgressOnly, r.NegativeDelays = c.Ingress, c.EgressOnly, c.NegativeDelays
+	r.IngressSeen = seen
+	r.Lost = seen - r.Matched
+	r.Delays = make([]time.Duration, 0, r.Matched)
+	r.Seqs = make([]uint64, 0, r.Matched)
+	for i := range inT {
+		if inT[i] == 0 || outT[i] == 0 {
+			continue
+		}
+		d := time.Duration(outT[i] - inT[i])
+		if d < 0 {
+			r.NegativeDelays++
+		}
+		r.Delays = append(r.Delays, d)
+		r.Seqs = append(r.Seqs, warm+uint64(i))
+	}
 	for f := range r.FlowFirstDelays {
-		ti, ok1 := firstIn[uint64(f)]
-		to, ok2 := firstOut[uint64(f)]
-		if ok1 && ok2 {
-			r.FlowFirstDelays[f] = time.Duration(to - ti)
+		if firstIn[f] != 0 && firstOut[f] != 0 {
+			r.FlowFirstDelays[f] = time.Duration(firstOut[f] - firstIn[f])
 		} else {
 			r.FlowFirstDelays[f] = -1
 		}
