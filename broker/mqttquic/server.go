@@ -63,6 +63,11 @@ type Options struct {
 	// MaxSessionExpiry caps the session expiry a client may ask for, in
 	// seconds; zero means one day.
 	MaxSessionExpiry uint32
+	// MaxPendingWrites bounds the packets queued for one client before
+	// further QoS 0 deliveries to it are dropped (counted by mochi); zero
+	// means 1024, the HTTP/3 broker's subscriber queue length (mochi's own
+	// default, 8192, costs 64 KiB per client).
+	MaxPendingWrites int32
 	// StreamTimeout bounds the wait for a client's MQTT stream after the
 	// QUIC handshake; zero means 10 s.
 	StreamTimeout time.Duration
@@ -79,6 +84,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.MaxPacketSize == 0 {
 		o.MaxPacketSize = 320 << 10
+	}
+	if o.MaxPendingWrites == 0 {
+		o.MaxPendingWrites = 1024
 	}
 	if o.MaxSessionExpiry == 0 {
 		o.MaxSessionExpiry = 24 * 3600
@@ -107,6 +115,7 @@ func New(opts Options) (*Server, error) {
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumPacketSize = opts.MaxPacketSize
 	caps.MaximumSessionExpiryInterval = opts.MaxSessionExpiry
+	caps.MaximumClientWritesPending = opts.MaxPendingWrites
 	mq := mqtt.New(&mqtt.Options{
 		Capabilities: caps,
 		Logger:       slog.New(quietHandler{opts.Logger.Handler()}).With("component", "mqtt"),
