@@ -146,7 +146,9 @@ func BenchmarkLatency(b *testing.B) {
 	}
 	b.StopTimer()
 	sort.Slice(ls, func(i, j int) bool { return ls[i] < ls[j] })
-	q := func(p float64) float64 { return float64(ls[min(len(ls)-1, int(p*float64(len(ls))))].Nanoseconds()) / 1e6 }
+	q := func(p float64) float64 {
+		return float64(ls[min(len(ls)-1, int(p*float64(len(ls))))].Nanoseconds()) / 1e6
+	}
 	b.ReportMetric(q(0.5), "p50-ms")
 	b.ReportMetric(q(0.99), "p99-ms")
 	b.ReportMetric(float64(ls[len(ls)-1].Nanoseconds())/1e6, "max-ms")
