@@ -170,6 +170,7 @@ func runMeasure(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	row.HostMemAvailBytes, _ = ovs.HostMemAvailable("")
+	row.HostLoad1, _ = ovs.HostLoad1("")
 	row, err = lab.AppendCondition(*out, row, res.Delays)
 	if err != nil {
 		return err

@@ -134,10 +134,19 @@ func linePlot(path, title, xLabel string, data map[string][]xy, logX bool) error
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
 	keys := make([]string, 0, len(data))
-	for k := range data {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for k, pts := range data {
 		keys = append(keys, k)
+		for _, v := range pts {
+			lo, hi = math.Min(lo, math.Min(v.y, v.lo)), math.Max(hi, math.Max(v.y, v.hi))
+		}
 	}
 	sort.Strings(keys)
+	if lo > 0 && hi/lo > 20 {
+		// Delays near saturation span decades: a log axis keeps the rest legible.
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
 	for i, k := range keys {
 		pts := make(plotter.XYs, len(data[k]))
 		errs := make(plotter.YErrors, len(data[k]))
@@ -400,6 +409,13 @@ func writeReport(path string, rows []Row, m *model.Model, plots, warnings []stri
 			fmt.Fprintf(&b, "**Probe floor** (same capture points, no switch: veth pairs spliced by tc mirred), %s: min %.1f us, p50 %.1f us [%.1f, %.1f], p99 %.1f us, %d packets.\n\n",
 				r.Condition.Describe(), r.Stats.Min, r.Stats.P50, r.Stats.P50CI.Lo, r.Stats.P50CI.Hi, r.Stats.P99, r.Stats.N)
 		}
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, r := range rows {
+		lo, hi = math.Min(lo, r.HostLoad1), math.Max(hi, r.HostLoad1)
+	}
+	if len(rows) > 0 {
+		fmt.Fprintf(&b, "Host load average (1 min) during the run: %.1f to %.1f. The userspace datapath's threads share the CPUs with the probe and anything else running: a busy host lengthens and widens the delays.\n\n", lo, hi)
 	}
 	fmt.Fprintf(&b, "## Model\n\n%s = sum of terms below; chosen by %d-fold cross-validation over %d conditions.\n\n", m.Response, m.Folds, m.NConditions)
 	fmt.Fprintf(&b, "Held-out R^2 **%.3f**, RMSE **%.2f us** (in-sample R^2 %.3f, RMSE %.2f us).\n\n", m.R2, m.RMSEus, m.R2Train, m.RMSETrainUS)

@@ -31,6 +31,7 @@ type Row struct {
 	VswitchdCPUPct                            float64
 	VswitchdRSSBytes, VswitchdPeakRSS         int64
 	CgroupMemBytes, HostMemAvailBytes         int64
+	HostLoad1                                 float64
 	Datapath, OVSVersion                      string
 }
 
@@ -42,7 +43,7 @@ var columns = []string{
 	"p999_us", "p999_lo", "p999_hi", "pdv_us", "pdv_lo", "pdv_hi", "mean_us", "mean_lo", "mean_hi", "max_us",
 	"dp_hit", "dp_missed", "dp_lost", "dp_flows", "of_rules", "emc_hits", "smc_hits", "megaflow_hits", "upcalls",
 	"vswitchd_cpu_pct", "vswitchd_rss_bytes", "vswitchd_peak_rss_bytes", "cgroup_mem_bytes", "host_mem_avail_bytes",
-	"datapath", "ovs_version",
+	"host_load1", "datapath", "ovs_version",
 }
 
 func f64(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
@@ -66,7 +67,7 @@ func (r Row) record() []string {
 		r3(s.P999), r3(s.P999CI.Lo), r3(s.P999CI.Hi), r3(s.PDV), r3(s.PDVCI.Lo), r3(s.PDVCI.Hi), r3(s.Mean), r3(s.MeanCI.Lo), r3(s.MeanCI.Hi), r3(s.Max),
 		u64(r.DPHit), u64(r.DPMissed), u64(r.DPLost), u64(r.DPFlows), u64(r.OFRules), f64(r.EMCHits), f64(r.SMCHits), f64(r.MegaflowHits), f64(r.Upcalls),
 		r3(r.VswitchdCPUPct), i64(r.VswitchdRSSBytes), i64(r.VswitchdPeakRSS), i64(r.CgroupMemBytes), i64(r.HostMemAvailBytes),
-		r.Datapath, r.OVSVersion,
+		f64(r.HostLoad1), r.Datapath, r.OVSVersion,
 	}
 }
 
@@ -178,6 +179,7 @@ func ParseRows(rd io.Reader) ([]Row, error) {
 		r.VswitchdCPUPct = p.float("vswitchd_cpu_pct")
 		r.VswitchdRSSBytes, r.VswitchdPeakRSS = int64(p.float("vswitchd_rss_bytes")), int64(p.float("vswitchd_peak_rss_bytes"))
 		r.CgroupMemBytes, r.HostMemAvailBytes = int64(p.float("cgroup_mem_bytes")), int64(p.float("host_mem_avail_bytes"))
+		r.HostLoad1 = p.float("host_load1")
 		r.Datapath, r.OVSVersion = p.str("datapath"), p.str("ovs_version")
 		if p.err != nil {
 			return nil, fmt.Errorf("conditions line %d: %w", line, p.err)

@@ -304,6 +304,7 @@ func (r *runner) measure(ctx context.Context, c Condition) (Row, error) {
 		row.CgroupMemBytes, _ = cg.MemoryUsage()
 	}
 	row.HostMemAvailBytes, _ = ovs.HostMemAvailable("")
+	row.HostLoad1, _ = ovs.HostLoad1("")
 	if err := r.rw.Write(row); err != nil {
 		return Row{}, err
 	}

@@ -71,3 +71,21 @@ func HostMemAvailable(procRoot string) (int64, error) {
 	}
 	return 0, fmt.Errorf("meminfo has no MemAvailable")
 }
+
+// HostLoad1 returns the 1-minute load average from procRoot/loadavg
+// ("" = /proc): a busy host delays the switch's threads, so it is recorded
+// with every condition.
+func HostLoad1(procRoot string) (float64, error) {
+	if procRoot == "" {
+		procRoot = procfs.DefaultMountPoint
+	}
+	fs, err := procfs.NewFS(procRoot)
+	if err != nil {
+		return 0, fmt.Errorf("open procfs: %w", err)
+	}
+	l, err := fs.LoadAvg()
+	if err != nil {
+		return 0, fmt.Errorf("read loadavg: %w", err)
+	}
+	return l.Load1, nil
+}

@@ -28,6 +28,9 @@ func TestSampleProcessFixture(t *testing.T) {
 	if err != nil || m != 24255180*1024 {
 		t.Errorf("HostMemAvailable = %d, %v", m, err)
 	}
+	if l, err := HostLoad1("testdata/proc"); err != nil || l != 0.5 {
+		t.Errorf("HostLoad1 = %v, %v", l, err)
+	}
 	a := ProcSample{At: time.Unix(0, 0), CPUSeconds: 1}
 	b := ProcSample{At: time.Unix(2, 0), CPUSeconds: 2}
 	if got := CPUPercent(a, b); got != 50 {
