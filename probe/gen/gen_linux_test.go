@@ -4,6 +4,7 @@ package gen_test
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -101,6 +102,90 @@ func BenchmarkMaxRate(b *testing.B) {
 	var st gen.Stats
 	for b.Loop() {
 		st, err = gen.Run(context.Background(), gen.Options{Dst: dst, Namespace: p.GenNS, Rate: 5e6, Size: 64, Duration: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(st.Sent)/st.End.Sub(st.Start).Seconds(), "pps")
+}
+
+// TestInjectInNamespace sends through the AF_PACKET injector (neighbour MAC
+// from the namespace's permanent entry) and checks the sink's stack accepts
+// the frames: UDP datagrams with the probe header arrive at a reading socket.
+func TestInjectInNamespace(t *testing.T) {
+	needRoot(t)
+	p := path(t)
+	dst := netip.AddrPortFrom(p.Dst, 9103)
+	var conn *net.UDPConn
+	err := netns.Do(p.SinkNS, func() error {
+		var err error
+		conn, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(dst))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := gen.Run(context.Background(), gen.Options{Dst: dst, Namespace: p.GenNS, Interface: p.GenDev,
+		Rate: 2000, Count: 20, Flows: 2, Size: 100, Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sent != 20 || len(st.Flows) != 2 || st.Flows[0].Addr() != p.Src {
+		t.Fatalf("stats %+v", st)
+	}
+	buf := make([]byte, 2048)
+	for i := 0; i < 20; i++ {
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, from, err := conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			t.Fatalf("datagram %d: %v", i, err)
+		}
+		h, err := gen.Decode(buf[:n])
+		if err != nil || n != 100-42 || from.Addr() != p.Src {
+			t.Fatalf("datagram %d from %v: %d bytes, %v", i, from, n, err)
+		}
+		if from.Port() != st.Flows[h.Flow].Port() {
+			t.Errorf("seq %d flow %d from port %d", h.Seq, h.Flow, from.Port())
+		}
+	}
+}
+
+func TestInjectErrors(t *testing.T) {
+	needRoot(t)
+	p := path(t)
+	tests := []struct {
+		name string
+		o    gen.Options
+	}{
+		{"no such interface", gen.Options{Dst: netip.AddrPortFrom(p.Dst, 9), Namespace: p.GenNS, Interface: "nosuch0"}},
+		{"no neighbour", gen.Options{Dst: netip.MustParseAddrPort("10.201.0.77:9"), Namespace: p.GenNS, Interface: p.GenDev}},
+		{"ipv6", gen.Options{Dst: netip.MustParseAddrPort("[fd00::1]:9"), Namespace: p.GenNS, Interface: p.GenDev}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := gen.Run(context.Background(), tt.o)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// BenchmarkMaxRateInject is BenchmarkMaxRate with the AF_PACKET injector.
+func BenchmarkMaxRateInject(b *testing.B) {
+	needRoot(b)
+	p := path(b)
+	dst := netip.AddrPortFrom(p.Dst, 9104)
+	sink, err := gen.NewSink(p.SinkNS, dst)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sink.Close()
+	var st gen.Stats
+	for b.Loop() {
+		st, err = gen.Run(context.Background(), gen.Options{Dst: dst, Namespace: p.GenNS, Interface: p.GenDev, Rate: 5e6, Size: 64, Duration: time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}

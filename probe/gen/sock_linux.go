@@ -3,26 +3,36 @@
 package gen
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
+	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/quiot/quiot/probe/netns"
 	"golang.org/x/sys/unix"
 )
 
+// flows sends through n connected UDP sockets, one per flow.
 type flows struct {
 	fds    []int
 	locals []netip.AddrPort
+	bufs   [][]byte
 }
 
 // openFlows opens n connected blocking UDP sockets (distinct source ports) in
 // namespace ns.
-func openFlows(ns string, dst netip.AddrPort, n int) (*flows, error) {
+func openFlows(ns string, dst netip.AddrPort, n, plen int) (*flows, error) {
 	f := &flows{}
+	for i := 0; i < maxBatch; i++ {
+		f.bufs = append(f.bufs, make([]byte, plen))
+	}
 	err := netns.Do(ns, func() error {
 		family := unix.AF_INET
 		var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(dst.Port()), Addr: dst.Addr().Unmap().As4()}
@@ -65,14 +75,28 @@ func addrPort(sa unix.Sockaddr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-func (f *flows) write(i int, b []byte) error {
-	for {
-		_, err := unix.Write(f.fds[i], b)
-		if errors.Is(err, unix.EINTR) {
-			continue
+func (f *flows) payload(i int) []byte      { return f.bufs[i] }
+func (f *flows) sources() []netip.AddrPort { return f.locals }
+
+func (f *flows) send(flows []uint32) (int, error) {
+	var first error
+	n := 0
+	for i, flow := range flows {
+		for {
+			_, err := unix.Write(f.fds[flow], f.bufs[i])
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil && first == nil {
+				first = err
+			}
+			if err == nil {
+				n++
+			}
+			break
 		}
-		return err
 	}
+	return n, first
 }
 
 func (f *flows) close() {
@@ -80,6 +104,173 @@ func (f *flows) close() {
 		unix.Close(fd)
 	}
 	f.fds = nil
+}
+
+// injector sends complete Ethernet/IPv4/UDP frames with an AF_PACKET socket
+// (qdisc bypassed), many per sendmmsg call.
+type injector struct {
+	fd       int
+	hdrs     [][]byte // per flow: Ethernet+IPv4+UDP headers (42 bytes)
+	frames   [][]byte // per batch slot
+	msgs     []unix.Mmsghdr
+	iovs     []unix.Iovec
+	srcs     []netip.AddrPort
+	payload0 int
+}
+
+const srcPortBase = 40000
+
+func openInjector(o Options, plen int) (*injector, error) {
+	if !o.Dst.Addr().Unmap().Is4() {
+		return nil, fmt.Errorf("generator: frame injection on %s supports IPv4 destinations only", o.Interface)
+	}
+	if o.Flows > 65535-srcPortBase {
+		return nil, fmt.Errorf("generator: frame injection supports at most %d flows", 65535-srcPortBase)
+	}
+	in := &injector{fd: -1}
+	var srcMAC, dstMAC net.HardwareAddr
+	var src netip.Addr
+	dst := o.Dst.Addr().Unmap()
+	err := netns.Do(o.Namespace, func() error {
+		ifi, err := net.InterfaceByName(o.Interface)
+		if err != nil {
+			return fmt.Errorf("generator: interface %q: %w", o.Interface, err)
+		}
+		srcMAC = ifi.HardwareAddr
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			return fmt.Errorf("generator: addresses of %q: %w", o.Interface, err)
+		}
+		for _, a := range addrs {
+			if pn, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(pn.IP); ok && ip.Unmap().Is4() {
+					src = ip.Unmap()
+					break
+				}
+			}
+		}
+		if !src.IsValid() {
+			return fmt.Errorf("generator: interface %q has no IPv4 address", o.Interface)
+		}
+		dstMAC = o.DstMAC
+		if dstMAC == nil {
+			arp, err := os.ReadFile("/proc/thread-self/net/arp")
+			if err != nil {
+				return fmt.Errorf("generator: neighbour table: %w", err)
+			}
+			if dstMAC = lookupARP(arp, dst, o.Interface); dstMAC == nil {
+				return fmt.Errorf("generator: no neighbour entry for %s on %q (ping it first or set DstMAC)", dst, o.Interface)
+			}
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("generator: AF_PACKET socket on %q: %w (needs root or CAP_NET_RAW)", o.Interface, err)
+		}
+		in.fd = fd
+		_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1)
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20)
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: ifi.Index}); err != nil {
+			return fmt.Errorf("generator: bind to %q: %w", o.Interface, err)
+		}
+		return nil
+	})
+	if err != nil {
+		in.close()
+		return nil, err
+	}
+	for f := 0; f < o.Flows; f++ {
+		sp := netip.AddrPortFrom(src, uint16(srcPortBase+f))
+		in.srcs = append(in.srcs, sp)
+		in.hdrs = append(in.hdrs, frameHeader(srcMAC, dstMAC, sp, netip.AddrPortFrom(dst, o.Dst.Port()), plen))
+	}
+	in.frames = make([][]byte, maxBatch)
+	in.msgs = make([]unix.Mmsghdr, maxBatch)
+	in.iovs = make([]unix.Iovec, maxBatch)
+	for i := range in.frames {
+		fr := make([]byte, EthernetHeader+IPv4Header+UDPHeader+plen)
+		in.frames[i] = fr
+		in.iovs[i].Base = &fr[0]
+		in.iovs[i].SetLen(len(fr))
+		in.msgs[i].Hdr.Iov = &in.iovs[i]
+		in.msgs[i].Hdr.SetIovlen(1)
+	}
+	in.payload0 = EthernetHeader + IPv4Header + UDPHeader
+	return in, nil
+}
+
+// lookupARP finds ip's MAC on dev in /proc/net/arp content.
+func lookupARP(table []byte, ip netip.Addr, dev string) net.HardwareAddr {
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[0] != ip.String() || f[5] != dev || f[2] == "0x0" {
+			continue
+		}
+		if mac, err := net.ParseMAC(f[3]); err == nil && !bytes.Equal(mac, make([]byte, len(mac))) {
+			return mac
+		}
+	}
+	return nil
+}
+
+// frameHeader builds Ethernet + IPv4 (DF, TTL 64, checksum) + UDP (checksum
+// 0: none, allowed over IPv4) headers for a payload of plen bytes.
+func frameHeader(srcMAC, dstMAC net.HardwareAddr, src, dst netip.AddrPort, plen int) []byte {
+	h := make([]byte, EthernetHeader+IPv4Header+UDPHeader)
+	copy(h[0:6], dstMAC)
+	copy(h[6:12], srcMAC)
+	binary.BigEndian.PutUint16(h[12:], 0x0800)
+	ip := h[14:34]
+	ip[0], ip[8], ip[9] = 0x45, 64, 17
+	binary.BigEndian.PutUint16(ip[2:], uint16(IPv4Header+UDPHeader+plen))
+	binary.BigEndian.PutUint16(ip[6:], 0x4000)
+	s, d := src.Addr().As4(), dst.Addr().As4()
+	copy(ip[12:], s[:])
+	copy(ip[16:], d[:])
+	var sum uint32
+	for j := 0; j < IPv4Header; j += 2 {
+		sum += uint32(binary.BigEndian.Uint16(ip[j:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	u := h[34:]
+	binary.BigEndian.PutUint16(u[0:], src.Port())
+	binary.BigEndian.PutUint16(u[2:], dst.Port())
+	binary.BigEndian.PutUint16(u[4:], uint16(UDPHeader+plen))
+	return h
+}
+
+func (in *injector) payload(i int) []byte      { return in.frames[i][in.payload0:] }
+func (in *injector) sources() []netip.AddrPort { return in.srcs }
+
+func (in *injector) send(flows []uint32) (int, error) {
+	for i, f := range flows {
+		copy(in.frames[i], in.hdrs[f])
+	}
+	sent := 0
+	for sent < len(flows) {
+		n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(in.fd), uintptr(unsafe.Pointer(&in.msgs[sent])),
+			uintptr(len(flows)-sent), 0, 0, 0)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return sent, errno
+		}
+		if n == 0 {
+			return sent, unix.ENOBUFS
+		}
+		sent += int(n)
+	}
+	return sent, nil
+}
+
+func (in *injector) close() {
+	if in.fd >= 0 {
+		unix.Close(in.fd)
+		in.fd = -1
+	}
 }
 
 var prevSlack int

@@ -10,14 +10,14 @@ import (
 
 var errUnsupported = errors.New("generator needs Linux")
 
-type flows struct{ locals []netip.AddrPort }
+func openFlows(ns string, dst netip.AddrPort, n, plen int) (sender, error) {
+	return nil, errUnsupported
+}
+func openInjector(o Options, plen int) (sender, error) { return nil, errUnsupported }
 
-func openFlows(ns string, dst netip.AddrPort, n int) (*flows, error) { return nil, errUnsupported }
-func (f *flows) write(i int, b []byte) error                         { return errUnsupported }
-func (f *flows) close()                                              {}
-func lockThread()                                                    {}
-func preciseSleep(d time.Duration)                                   { time.Sleep(d) }
-func unlockThread()                                                  {}
+func lockThread()                  {}
+func preciseSleep(d time.Duration) { time.Sleep(d) }
+func unlockThread()                {}
 
 // Sink is a bound UDP socket at the probe destination (Linux only).
 type Sink struct{}

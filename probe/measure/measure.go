@@ -31,6 +31,10 @@ type Options struct {
 	EgressDir capture.Direction
 	// GenNamespace is where the generator sends from; "" = current.
 	GenNamespace string
+	// GenInterface, when set, makes the generator inject frames with
+	// AF_PACKET on this interface of GenNamespace instead of sending through
+	// UDP sockets (higher rates; IPv4; see gen.Options.Interface).
+	GenInterface string
 	// Dst is the probe destination (required).
 	Dst netip.AddrPort
 	// SinkNamespace, when set, gets a UDP socket bound to Dst so that no ICMP
@@ -147,7 +151,7 @@ func Run(ctx context.Context, o Options, c Condition) (*Result, error) {
 		return nil, err
 	}
 	gopts := gen.Options{
-		Dst: o.Dst, Namespace: o.GenNamespace, Size: c.Size, Rate: c.Rate, Poisson: c.Poisson,
+		Dst: o.Dst, Namespace: o.GenNamespace, Interface: o.GenInterface, Size: c.Size, Rate: c.Rate, Poisson: c.Poisson,
 		Burst: c.Burst, Flows: c.Flows, Warmup: c.Warmup, Duration: c.Duration, Count: c.Count,
 		Seed: c.Seed, Logger: o.Logger,
 	}

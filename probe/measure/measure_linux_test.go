@@ -177,3 +177,19 @@ func TestRunBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestRunInjected uses the generator's AF_PACKET injector.
+func TestRunInjected(t *testing.T) {
+	needRoot(t)
+	p := floorPath(t, true)
+	r, err := measure.Run(context.Background(), measure.Options{IngressIf: p.Ingress, EgressIf: p.Egress,
+		GenNamespace: p.GenNS, GenInterface: p.GenDev, Dst: netip.AddrPortFrom(p.Dst, 9000), SinkNamespace: p.SinkNS},
+		measure.Condition{Rate: 5000, Flows: 3, Burst: 4, Duration: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sent=%d matched=%d median=%v", r.Sent, r.Matched, median(r.Delays))
+	if r.Sent < 500 || r.Matched != r.Sent || r.Lost != 0 {
+		t.Errorf("want every injected packet matched: %+v", r)
+	}
+}
