@@ -491,3 +491,38 @@ func TestH3CountingPacketConn(t *testing.T) {
 		t.Fatalf("counting conn saw %d bytes in %d datagrams, want the handshake and the publish", bytes, dgrams)
 	}
 }
+
+func TestH3StreamPublishCancelWhileBlocked(t *testing.T) {
+	b := testutil.StartBroker(t, nil, nil)
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = udp.Close() })
+	bh := &blackhole{PacketConn: udp}
+	pub := newClient(t, b, func(o *client.Options) { o.PacketConn = bh; o.PublishMode = "stream"; o.Reconnect = false })
+	if _, err := pub.Publish(context.Background(), "blk/x", []byte("first"), client.PublishOptions{QoS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	bh.armed.Store(true) // nothing gets through: flow control soon stalls the stream
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	big := make([]byte, 200<<10)
+	done := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := pub.Publish(ctx, "blk/x", big, client.PublishOptions{QoS: 0}); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("blocked publish returned %v, want the context's deadline", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("a publish blocked by flow control ignored its context")
+	}
+}

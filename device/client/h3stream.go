@@ -188,9 +188,21 @@ func (sp *streamPub) publish(ctx context.Context, topicName string, payload []by
 		p.Flags |= wire.PubRetain
 	}
 	frame := wire.AppendPublish(nil, &p)
+	// A write blocks while flow control holds the stream back; if ctx ends
+	// meanwhile, the stream (which may now hold half a frame) is given up.
+	stop := context.AfterFunc(ctx, func() { sp.close(fmt.Errorf("publish abandoned: %w", context.Cause(ctx))) })
 	_, err := sp.pw.Write(frame) // io.Pipe gates parallel writes: frames never interleave
+	stop()
 	if err != nil {
 		sp.forget(id)
+		if ctx.Err() != nil {
+			return Ack{}, ctx.Err()
+		}
+		sp.mu.Lock()
+		if sp.err != nil {
+			err = sp.err // why the pipe closed
+		}
+		sp.mu.Unlock()
 		return Ack{}, fmt.Errorf("%s: %w", op, err)
 	}
 	if ch == nil {
