@@ -109,7 +109,7 @@ func TestSweep(t *testing.T) {
 		{Sizes: []int{10}, Rates: []float64{1}, Flows: []int{1}, Duration: time.Second},
 		{Sizes: []int{64}, Rates: []float64{-1}, Flows: []int{1}, Duration: time.Second},
 		{Sizes: []int{64}, Rates: []float64{1}, Flows: []int{0}, Duration: time.Second},
-		{Sizes: []int{64}, Rates: []float64{1}, Flows: []int{1}, Mems: []int64{1 << 20}, Duration: time.Second},
+		{Sizes: []int{64}, Rates: []float64{1}, Flows: []int{1}, Mems: []int64{4 << 20}, Duration: time.Second},
 		{Sizes: []int{64}, Rates: []float64{1}, Flows: []int{1}},
 	}
 	for i, s := range bad {

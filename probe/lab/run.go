@@ -205,6 +205,13 @@ func (r *runner) apply(ctx context.Context, c Condition) error {
 		}
 	}
 	lim := ovs.Limits{MemoryBytes: c.MemBytes, CPUs: c.CPUs}
+	if cg := r.tb.Cgroup(); cg != nil && lim.MemoryBytes > 0 {
+		// Without swap, a limit at or below what ovs-vswitchd already holds
+		// gets it OOM-killed: keep 1 MiB of headroom or skip.
+		if use, err := cg.MemoryUsage(); err == nil && lim.MemoryBytes < use+1<<20 {
+			return fmt.Errorf("%w: memory limit %d MiB is not above the %.1f MiB ovs-vswitchd already uses (+1 MiB headroom)", errSkip, lim.MemoryBytes>>20, float64(use)/(1<<20))
+		}
+	}
 	if lim != r.lim {
 		if err := r.tb.SetLimits(lim); err != nil {
 			if errors.Is(err, ovs.ErrCgroupUnsupported) {

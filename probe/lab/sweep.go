@@ -79,7 +79,7 @@ func QuickSweep() Sweep {
 		Rates:    []float64{500, 2000, 5000},
 		Flows:    []int{1, 64},
 		Rules:    []int{0, 2000},
-		Mems:     []int64{0, 48 << 20},
+		Mems:     []int64{0, 16 << 20},
 		CPUs:     []float64{0},
 		Cold:     true,
 		Duration: 2 * time.Second,
@@ -94,7 +94,7 @@ func FullSweep() Sweep {
 		Rates:    []float64{500, 1000, 2000, 5000, 10000, 20000},
 		Flows:    []int{1, 16, 256, 2048},
 		Rules:    []int{0, 1000, 10000},
-		Mems:     []int64{0, 64 << 20, 40 << 20},
+		Mems:     []int64{0, 32 << 20, 16 << 20, 14 << 20},
 		CPUs:     []float64{0, 0.5},
 		Cold:     true,
 		Duration: 5 * time.Second,
@@ -128,8 +128,8 @@ func (s Sweep) Validate() error {
 		}
 	}
 	for _, v := range s.Mems {
-		if v != 0 && v < 16<<20 {
-			return fmt.Errorf("memory limit %d bytes below 16 MiB: ovs-vswitchd cannot run", v)
+		if v != 0 && v < 8<<20 {
+			return fmt.Errorf("memory limit %d bytes below 8 MiB: ovs-vswitchd cannot run", v)
 		}
 	}
 	for _, v := range s.CPUs {
