@@ -243,4 +243,38 @@ func TestBadInput(t *testing.T) {
 			assertClean(t)
 		})
 	}
+
+	// Happy path without OVS: splice opxt0b's ingress onto opxt1a with tc
+	// mirred, so probe packets received at opxt0b leave through opxt1a.
+	for _, s := range [][]string{
+		{"tc", "qdisc", "add", "dev", "opxt0b", "ingress"},
+		{"tc", "filter", "add", "dev", "opxt0b", "parent", "ffff:", "protocol", "all", "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", "opxt1a"},
+	} {
+		if b, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v %s", s, err, b)
+		}
+	}
+	t.Run("measure and fit", func(t *testing.T) {
+		dir := t.TempDir()
+		for _, rate := range []string{"500", "1000", "2000"} {
+			b, err := ovsprobe("measure", "--ingress", "opxt0b", "--egress", "opxt1a", "--gen-netns", ns,
+				"--dst", "10.250.0.2:9000", "--duration", "300ms", "--rate", rate, "--out", dir).CombinedOutput()
+			if err != nil {
+				t.Fatalf("measure: %v\n%s", err, b)
+			}
+			if !strings.Contains(string(b), "delay us: min") || !strings.Contains(string(b), "appended m00") {
+				t.Fatalf("measure output:\n%s", b)
+			}
+		}
+		rows, err := lab.ReadRows(filepath.Join(dir, "conditions.csv"))
+		if err != nil || len(rows) != 3 || rows[2].ID != "m003" || rows[0].Stats.N == 0 {
+			t.Fatalf("rows %+v, %v", rows, err)
+		}
+		if b, err := ovsprobe("fit", "--in", dir).CombinedOutput(); err != nil {
+			t.Fatalf("fit: %v\n%s", err, b)
+		}
+		if _, err := model.Load(filepath.Join(dir, "model.json")); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
