@@ -89,6 +89,13 @@ type Direction struct {
 	QueueLimit int
 }
 
+// MeanLossPct returns the direction's expected loss in percent: the burst
+// model's stationary loss combined with the independent random loss
+// (queue drops not included).
+func (d Direction) MeanLossPct() float64 {
+	return 100 - (100-d.Burst.MeanLossPct())*(100-d.LossPct)/100
+}
+
 // Validate checks d's values.
 func (d Direction) Validate() error {
 	switch {

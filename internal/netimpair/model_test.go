@@ -199,3 +199,21 @@ func TestCauseString(t *testing.T) {
 		}
 	}
 }
+
+func TestMeanLossPct(t *testing.T) {
+	tests := []struct {
+		d    Direction
+		want float64
+	}{
+		{Direction{}, 0},
+		{Direction{LossPct: 10}, 10},
+		{Direction{Burst: GilbertElliott{P: 1, R: 9}}, 10},
+		{Direction{LossPct: 10, Burst: GilbertElliott{P: 1, R: 9}}, 19},
+		{Direction{Burst: GilbertElliott{LossGood: 2}}, 2},
+	}
+	for _, tt := range tests {
+		if got := tt.d.MeanLossPct(); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("%+v: MeanLossPct() = %v, want %v", tt.d, got, tt.want)
+		}
+	}
+}
