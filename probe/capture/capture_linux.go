@@ -177,6 +177,7 @@ func (h *Handle) Run(ctx context.Context, fn func(*Packet)) error {
 			mac := off + uint32(hdr.Mac)
 			p.Time = time.Unix(int64(hdr.Sec), int64(hdr.Nsec))
 			p.Hardware = hdr.Status&unix.TP_STATUS_TS_RAW_HARDWARE != 0
+			p.Stamped = hdr.Status&(unix.TP_STATUS_TS_SOFTWARE|unix.TP_STATUS_TS_RAW_HARDWARE) != 0
 			p.Type = PacketType(block[off+sllOffset+sllPktType])
 			p.Len = int(hdr.Len)
 			p.Data = block[mac : mac+hdr.Snaplen : mac+hdr.Snaplen]

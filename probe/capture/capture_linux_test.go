@@ -56,12 +56,17 @@ type counter struct {
 	seqs  map[uint64]bool
 	last  time.Time
 	bad   int
+	// unstamped counts packets without an skb timestamp
+	unstamped int
 }
 
 func (c *counter) fn(p *capture.Packet) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.types[p.Type]++
+	if !p.Stamped {
+		c.unstamped++
+	}
 	u, err := match.ParseUDP(p.Data)
 	if err != nil {
 		c.bad++
@@ -123,7 +128,7 @@ func TestCaptureTypes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: types %v stats %+v", h.Interface(), c.types, s)
+		t.Logf("%s: types %v stats %+v, %d without skb timestamp", h.Interface(), c.types, s, c.unstamped)
 		if c.types[want[h.Interface()]] != int(st.Sent) || len(c.seqs) != int(st.Sent) || c.bad != 0 {
 			t.Errorf("%s: %d packets of type %v, %d distinct, %d bad; sent %d", h.Interface(),
 				c.types[want[h.Interface()]], want[h.Interface()], len(c.seqs), c.bad, st.Sent)

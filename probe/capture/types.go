@@ -62,11 +62,15 @@ func (t PacketType) String() string {
 // Packet is one captured frame. Data aliases the ring and is valid only
 // during the handler call; copy what you keep.
 type Packet struct {
-	Time     time.Time  // kernel timestamp
-	Hardware bool       // Time is a NIC hardware timestamp
-	Type     PacketType // sll_pkttype
-	Len      int        // length on the wire (without FCS)
-	Data     []byte     // captured bytes (at most SnapLen), starting at the Ethernet header
+	Time     time.Time // kernel timestamp
+	Hardware bool      // Time is a NIC hardware timestamp
+	// Stamped is true when Time is the skb's own timestamp (software or
+	// hardware); false when the kernel had none and took the time when it
+	// copied the packet into the ring (a little later).
+	Stamped bool
+	Type    PacketType // sll_pkttype
+	Len     int        // length on the wire (without FCS)
+	Data    []byte     // captured bytes (at most SnapLen), starting at the Ethernet header
 }
 
 // Stats are cumulative ring counters since Open (PACKET_STATISTICS).

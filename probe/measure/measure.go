@@ -103,6 +103,10 @@ type Result struct {
 	MaxLate time.Duration
 	// Hardware is true when the timestamps came from a NIC.
 	Hardware bool
+	// Unstamped counts captured probe packets (both ports) that carried no
+	// kernel skb timestamp, so the ring copy time was used instead (normally
+	// 0: the captures turn kernel timestamping on).
+	Unstamped uint64
 	// Start and End are the first and last send times.
 	Start, End time.Time
 }
@@ -138,10 +142,11 @@ type rec struct {
 }
 
 type side struct {
-	h    *capture.Handle
-	recs []rec
-	hw   bool
-	err  error
+	h         *capture.Handle
+	recs      []rec
+	hw        bool
+	unstamped uint64
+	err       error
 }
 
 // Run measures one condition. On ctx cancellation it returns what it has and
@@ -205,6 +210,9 @@ func Run(ctx context.Context, o Options, c Condition) (*Result, error) {
 					return
 				}
 				s.hw = s.hw || p.Hardware
+				if !p.Stamped {
+					s.unstamped++
+				}
 				s.recs = append(s.recs, rec{seq: hd.Seq, flow: hd.Flow, t: p.Time.UnixNano()})
 			})
 		}()
@@ -233,6 +241,7 @@ func Run(ctx context.Context, o Options, c Condition) (*Result, error) {
 	r.Start, r.End = gs.Start, gs.End
 	r.IngressRingDrops, r.EgressRingDrops = ist.Drops, est.Drops
 	r.Hardware = in.hw && out.hw
+	r.Unstamped = in.unstamped + out.unstamped
 	if r.IngressRingDrops > 0 || r.EgressRingDrops > 0 {
 		o.Logger.Warn("capture ring drops: delays are incomplete",
 			"ingress", o.IngressIf, "ingress_drops", r.IngressRingDrops,

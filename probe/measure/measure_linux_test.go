@@ -72,6 +72,9 @@ func TestRunBridgeFloor(t *testing.T) {
 	if r.Sent < 900 || r.Matched != r.Sent || r.Lost != 0 || r.Duplicated != 0 {
 		t.Errorf("want every packet matched once: %+v", r)
 	}
+	if r.Unstamped != 0 {
+		t.Errorf("%d packets without kernel timestamps", r.Unstamped)
+	}
 	if int(r.Matched) != len(r.Delays) {
 		t.Errorf("%d delays for %d matches", len(r.Delays), r.Matched)
 	}

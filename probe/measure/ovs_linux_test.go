@@ -4,6 +4,7 @@ package measure_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/quiot/quiot/probe/measure"
+	"golang.org/x/sys/unix"
 )
 
 // testOVS is a minimal throwaway Open vSwitch (userspace datapath) for this
@@ -37,6 +39,31 @@ func (o *testOVS) run(t testing.TB, name string, args ...string) string {
 	return string(out)
 }
 
+// lockHost takes the host-wide lock probe/ovs's testbeds take (flock on
+// $TMPDIR/ovsprobe-testbed.lock) until the test ends: OVS userspace
+// datapaths in one network namespace share the "ovs-netdev" tap device, so
+// only one may run at a time.
+func lockHost(t testing.TB) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "ovsprobe-testbed.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			t.Fatalf("host OVS lock: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Cleanup(func() { f.Close() }) // closing drops the flock
+}
+
 func startOVS(t testing.TB) *testOVS {
 	t.Helper()
 	for _, tool := range []string{"ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ovs-appctl"} {
@@ -48,6 +75,7 @@ func startOVS(t testing.TB) *testOVS {
 	if _, err := os.Stat(schema); err != nil {
 		t.Skipf("skipping: %s missing", schema)
 	}
+	lockHost(t)
 	d, err := os.MkdirTemp("", "measure-ovs-test-")
 	if err != nil {
 		t.Fatal(err)
