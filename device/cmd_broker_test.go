@@ -79,7 +79,6 @@ func TestBrokerUsageErrors(t *testing.T) {
 	}
 }
 
-
 // loopbackBrokerArgs adds, for the flags other files' extensions register,
 // values that keep a test on loopback ports it owns: extra listeners on
 // port 0 or disabled.
