@@ -38,6 +38,7 @@ type Handle struct {
 	fd      int
 	ring    []byte
 	ifindex int
+	blk     int // next ring block to read (kept across Run calls)
 
 	mu     sync.Mutex
 	runMu  sync.Mutex // held by Run; Close waits for it before unmapping
@@ -159,8 +160,8 @@ func (h *Handle) Run(ctx context.Context, fn func(*Packet)) error {
 	bs := h.o.BlockSize
 	var p Packet
 	pfd := []unix.PollFd{{Fd: int32(h.fd), Events: unix.POLLIN | unix.POLLERR}}
-	for blk := 0; ; blk = (blk + 1) % h.o.Blocks {
-		block := h.ring[blk*bs : (blk+1)*bs]
+	for ; ; h.blk = (h.blk + 1) % h.o.Blocks {
+		block := h.ring[h.blk*bs : (h.blk+1)*bs]
 		status := (*uint32)(unsafe.Pointer(&block[bdBlockStatus]))
 		for atomic.LoadUint32(status)&tpStatusUser == 0 {
 			if ctx.Err() != nil || h.closed.Load() {
@@ -186,6 +187,7 @@ func (h *Handle) Run(ctx context.Context, fn func(*Packet)) error {
 		}
 		atomic.StoreUint32(status, tpStatusKernel)
 		if h.closed.Load() || ctx.Err() != nil {
+			h.blk = (h.blk + 1) % h.o.Blocks
 			return nil
 		}
 	}
