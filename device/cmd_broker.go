@@ -37,6 +37,10 @@ type brokerExtension struct {
 	// parsed runs after the flags are parsed, before anything starts
 	// (optional); it may set flags (fs.Set) that the user did not give.
 	parsed func(fs *flag.FlagSet) error
+	// configure adjusts the broker's options before the broker is created
+	// (optional): e.g. a counting socket or a QUIC tracer. Returning
+	// errConfigChecked ends the command successfully (--check-config).
+	configure func(opts *broker.Options, stdout io.Writer) error
 	// start attaches to the running broker, after it listens and before
 	// the command waits for a signal (optional). The returned stop runs on
 	// shutdown, before the broker's own Shutdown, with the shutdown context.
@@ -169,6 +173,15 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	opts, err := bf.options(stdout, log)
 	if err != nil {
 		return err
+	}
+	for _, e := range brokerExtensions {
+		if e.configure != nil {
+			if err := e.configure(opts, stdout); errors.Is(err, errConfigChecked) {
+				return nil
+			} else if err != nil {
+				return fmt.Errorf("%s: %w", e.name, err)
+			}
+		}
 	}
 	b, err := broker.New(opts)
 	if err != nil {

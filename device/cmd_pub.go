@@ -117,6 +117,9 @@ type pubPlan struct {
 	rate     float64 // messages per second; 0 = no pacing
 	count    int     // 0 = until ctx is done
 	inflight int     // publishes awaiting their ack at once (>= 1)
+	// next, when set, supplies each message's payload instead of payload
+	// (--sensor); it blocks until a reading is available.
+	next func(context.Context) ([]byte, error)
 }
 
 // pubResult is what a publish run measured.
@@ -184,15 +187,27 @@ loop:
 		case <-ctx.Done():
 			break loop
 		}
+		payload := p.payload
+		if p.next != nil {
+			b, err := p.next(ctx)
+			if err != nil {
+				<-slots
+				if ctx.Err() == nil {
+					cancel(fmt.Errorf("sensor: %w", err))
+				}
+				break loop
+			}
+			payload = b
+		}
 		if p.inflight == 1 {
-			ack, err := c.Publish(ctx, p.topic, p.payload, opts)
+			ack, err := c.Publish(ctx, p.topic, payload, opts)
 			done(ack, err)
 			<-slots
 			continue
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			ack, err := c.Publish(ctx, p.topic, p.payload, opts)
+			ack, err := c.Publish(ctx, p.topic, payload, opts)
 			done(ack, err)
 		})
 	}
@@ -258,6 +273,7 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	inflight := fs.Int("inflight", 1, "publishes awaiting acknowledgement at once (order is kept only with 1)")
 	mode := fs.String("mode", "request", "HTTP/3 publish mode: request (one request per message) or stream (one long-lived request)")
 	quiet := fs.Bool("quiet", false, "print no summary line")
+	sensor := fs.String("sensor", "", sensorFlagHelp)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -279,7 +295,7 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			payloadSet = true
 		}
 	})
-	body, err := makePayload(*payload, payloadSet, *payloadSize)
+	body, err := makePayload(*payload, payloadSet || *sensor != "", *payloadSize)
 	if err != nil {
 		return err
 	}
@@ -297,10 +313,17 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	res, err := publishLoop(ctx, c, pubPlan{
+	plan := pubPlan{
 		topic: *topic, payload: body, qos: byte(*qos), retain: *retain,
 		rate: *rate, count: *count, inflight: *inflight,
-	}, log)
+	}
+	closeSensor, err := startPub(ctx, fs, *sensor, &plan, log)
+	if err != nil {
+		c.Close()
+		return err
+	}
+	defer closeSensor()
+	res, err := publishLoop(ctx, c, plan, log)
 	if cerr := c.Close(); cerr != nil {
 		log.Debug("close", "error", cerr)
 	}

@@ -193,6 +193,7 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	since := fs.Uint64("since", 0, "replay the broker's history after this sequence number first (HTTP/3)")
 	format := fs.String("format", "text", "output: text, json (one object a line), raw (payload bytes only) or none")
 	quiet := fs.Bool("quiet", false, "print no summary line on stderr")
+	gpioOut := fs.String("gpio-out", "", gpioOutFlagHelp)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -219,10 +220,19 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	defer c.Close()
+	out, err := openGPIOOut(*gpioOut)
+	if err != nil {
+		return err
+	}
+	defer closeGPIOOut(out, log)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ctx = client.WithSubscribed(ctx, func() { log.Info("subscribed", "filter", *filter, "broker", opts.Broker) })
+	notifier := &serviceNotifier{log: log}
+	ctx = client.WithSubscribed(ctx, func() {
+		log.Info("subscribed", "filter", *filter, "broker", opts.Broker)
+		notifier.ready(ctx, "subscribed to "+*filter)
+	})
 	p := &subPrinter{w: bufio.NewWriter(stdout), format: *format}
 	st := newSubStats(meter != nil)
 	var outErr error
@@ -231,6 +241,7 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return
 		}
 		st.add(&m)
+		driveGPIOOut(out, &m, log)
 		if err := p.print(&m); err != nil {
 			outErr = fmt.Errorf("couldn't write output: %w", err)
 			cancel()

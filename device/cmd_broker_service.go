@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/internal/promexport"
+	"github.com/quiot/quiot/internal/qmetrics"
+	"github.com/quiot/quiot/internal/quictune"
+	"github.com/quiot/quiot/internal/sdnotify"
+)
+
+// Running `quiot broker` as a service: --check-config, the Prometheus
+// metrics listener (--metrics-listen) and systemd readiness and watchdog.
+//
+// This extension registers after cmd_broker_mqtt.go's (init runs in file
+// name order), so READY=1 goes to systemd once the MQTT listeners run too.
+
+type serviceFlags struct {
+	metricsListen string
+	metricsTrace  bool
+	checkConfig   bool
+
+	counting qmetrics.CountingPacketConn
+	tracer   *qmetrics.Tracer
+}
+
+// errConfigChecked ends `quiot broker --check-config` successfully.
+var errConfigChecked = errors.New("configuration checked")
+
+func init() {
+	var f serviceFlags
+	registerBrokerExtension(brokerExtension{
+		name: "service",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&f.metricsListen, "metrics-listen", "127.0.0.1:9464", "TCP address of the Prometheus metrics endpoint (plain HTTP, GET /metrics); empty disables")
+			fs.BoolVar(&f.metricsTrace, "metrics-trace", true, "count QUIC packets, losses, PTOs and frames for /metrics (a little CPU per packet; false keeps only UDP byte and datagram counts)")
+			fs.BoolVar(&f.checkConfig, "check-config", false, "check the configuration file and flags (certificates, ACL, tuning, addresses), print the result and exit")
+		},
+		configure: f.configure,
+		start:     f.start,
+	})
+}
+
+// configure checks addresses and, with metrics on, puts a counting socket
+// and the QUIC tracer under the broker. With --check-config it stops the
+// command here.
+func (f *serviceFlags) configure(opts *broker.Options, stdout io.Writer) error {
+	listen := opts.Listen
+	if listen == "" {
+		listen = ":4433"
+	}
+	udpAddr, err := net.ResolveUDPAddr("udp", listen)
+	if err != nil {
+		return fmt.Errorf("%w: --listen %q: %v", errUsage, listen, err)
+	}
+	if f.metricsListen != "" {
+		if _, err := net.ResolveTCPAddr("tcp", f.metricsListen); err != nil {
+			return fmt.Errorf("%w: --metrics-listen %q: %v", errUsage, f.metricsListen, err)
+		}
+	}
+	if f.checkConfig {
+		// New loads the certificates and client CA without listening.
+		if _, err := broker.New(opts); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "configuration OK")
+		return errConfigChecked
+	}
+	if f.metricsListen == "" {
+		return nil
+	}
+	if opts.PacketConn == nil {
+		udp, err := net.ListenUDP("udp", udpAddr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", listen, err)
+		}
+		// The broker does not close a PacketConn it was given; this one
+		// lives as long as the process.
+		f.counting = qmetrics.NewCountingPacketConn(udp)
+		opts.PacketConn = f.counting
+	}
+	if f.metricsTrace {
+		if opts.QUIC == nil {
+			t := opts.Tuning
+			if t == nil {
+				t = quictune.Default()
+			}
+			opts.QUIC = t.QUICConfig()
+		} else {
+			opts.QUIC = opts.QUIC.Clone()
+		}
+		f.tracer = qmetrics.NewTracer(opts.QUIC.Tracer)
+		opts.QUIC.Tracer = f.tracer.ConnectionTracer
+	}
+	return nil
+}
+
+// start serves the metrics and tells systemd the broker is ready.
+func (f *serviceFlags) start(ctx context.Context, b *broker.Broker, _ *broker.Options, log *slog.Logger, stdout io.Writer) (func(context.Context) error, error) {
+	var srv *promexport.Server
+	if f.metricsListen != "" {
+		var wire func() qmetrics.WireStats
+		var trace func() qmetrics.TraceStats
+		if f.counting != nil {
+			wire = f.counting.Stats
+		}
+		if f.tracer != nil {
+			trace = f.tracer.Stats
+		}
+		reg, err := promexport.NewRegistry(promexport.NewBrokerCollector(b.Stats), promexport.NewQUICCollector(wire, trace))
+		if err != nil {
+			return nil, err
+		}
+		if srv, err = promexport.Listen(f.metricsListen, reg); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", srv.Addr())
+	}
+	healthy := func() error {
+		select {
+		case <-b.Done():
+			return errors.New("broker stopped")
+		default:
+			return nil
+		}
+	}
+	if err := sdnotify.Start(ctx, "serving https://"+b.Addr().String(), healthy); err != nil {
+		log.Warn("systemd notification failed", "err", err)
+	}
+	return func(sctx context.Context) error {
+		sdnotify.Stopping()
+		if srv != nil {
+			return srv.Shutdown(sctx)
+		}
+		return nil
+	}, nil
+}
