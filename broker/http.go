@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/quic-go/quic-go"
 
@@ -24,6 +25,9 @@ const (
 	HeaderSeq  = "Quiot-Seq"
 	HeaderTime = "Quiot-Time"
 )
+
+// sseHeartbeat is the interval of SSE keep-alive comments.
+const sseHeartbeat = 15 * time.Second
 
 // connState is what the broker knows about one connection: its identity,
 // once authenticated, and its live subscriptions.
@@ -366,9 +370,25 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	var gaps []wire.Gap
 	var msgs []*Message
 	ctx := r.Context()
+	// SSE streams get a comment line when idle, which keeps proxies and the
+	// QUIC idle timer from ending a quiet subscription.
+	var heartbeat <-chan time.Time
+	if sse {
+		t := time.NewTicker(sseHeartbeat)
+		defer t.Stop()
+		heartbeat = t.C
+	}
 	for {
 		select {
 		case <-sub.notify:
+		case <-heartbeat:
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+			continue
 		case <-ctx.Done():
 			return
 		}
