@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quiot/quiot/probe/capture"
@@ -41,8 +42,10 @@ type Options struct {
 	// port unreachable answers the probes. "" = no sink: something at Dst
 	// must accept UDP (or the switch must not deliver the packets anywhere).
 	SinkNamespace string
-	// Drain is how long the captures keep running after the last packet was
-	// sent; default 100 ms (plus the ring's block timeout).
+	// Drain: after the last packet was sent, the captures keep running until
+	// the egress port has been quiet for Drain (default 100 ms; plus the
+	// ring's block timeout), at most 10 x Drain: packets still inside the
+	// switch after that count as lost.
 	Drain time.Duration
 	// Hardware asks for NIC hardware timestamps where available.
 	Hardware bool
@@ -133,6 +136,30 @@ func (o *Options) setDefaults() error {
 	return nil
 }
 
+// drain returns once nothing was seen for quiet (last holds the time of the
+// latest packet), after at most limit, or when ctx is done.
+func drain(ctx context.Context, last *atomic.Int64, quiet, limit time.Duration) {
+	start := time.Now()
+	t := time.NewTicker(quiet / 4)
+	defer t.Stop()
+	for {
+		now := time.Now()
+		ref := start
+		if l := time.Unix(0, last.Load()); l.After(ref) {
+			ref = l
+		}
+		idle := now.Sub(ref)
+		if idle >= quiet || now.Sub(start) >= limit {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // rec is one probe packet seen at a port (24 bytes: a million packets per
 // side take 24 MB).
 type rec struct {
@@ -142,6 +169,7 @@ type rec struct {
 }
 
 type side struct {
+	last      atomic.Int64 // wall time (Unix ns) the last probe packet was seen
 	h         *capture.Handle
 	recs      []rec
 	hw        bool
@@ -214,16 +242,14 @@ func Run(ctx context.Context, o Options, c Condition) (*Result, error) {
 					s.unstamped++
 				}
 				s.recs = append(s.recs, rec{seq: hd.Seq, flow: hd.Flow, t: p.Time.UnixNano()})
+				s.last.Store(time.Now().UnixNano())
 			})
 		}()
 	}
 
 	gs, gerr := gen.Run(ctx, gopts)
 	// Let the last packets cross the switch and their ring blocks retire.
-	select {
-	case <-time.After(o.Drain + 2*capture.DefaultBlockTimeout):
-	case <-ctx.Done():
-	}
+	drain(ctx, &out.last, o.Drain+2*capture.DefaultBlockTimeout, 10*o.Drain)
 	stop()
 	wg.Wait()
 	ist, ierr := in.h.Stats()
