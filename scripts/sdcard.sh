@@ -174,6 +174,7 @@ if [[ -n $certs ]]; then
     b=$(basename "$f")
     [[ $b =~ ^[A-Za-z0-9._-]+$ ]] || die "certificate file name '$b' has characters other than letters, digits, . _ -"
     [[ $b != quiot.toml ]] || die "--certs holds a quiot.toml; pass it with --config"
+    [[ $b != ca-key.pem ]] || die "--certs holds ca-key.pem, the CA's private key: it must not go onto a device (copy ca.pem and the device's NAME.pem and NAME-key.pem into a directory of their own)"
     cp "$f" "$stage/cert-$b"
     case $b in
       *.key|*key.pem) addroot "$stage/cert-$b" "/etc/quiot/$b" 0640 0 Q ;;

@@ -231,7 +231,7 @@ func TestSDCard(t *testing.T) {
 	img := makeImage(t, imageSpec{})
 	bin := armBinary(t, 0)
 	certs := t.TempDir()
-	for name, body := range map[string]string{"ca.crt": "CA\n", "device.crt": "CERT\n", "device.key": "KEY\n"} {
+	for name, body := range map[string]string{"ca.crt": "CA\n", "device.crt": "CERT\n", "device.key": "KEY\n", "pi-key.pem": "PEMKEY\n"} {
 		if err := os.WriteFile(filepath.Join(certs, name), []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -269,6 +269,7 @@ func TestSDCard(t *testing.T) {
 		{"/etc/quiot/ca.crt", 0o644, 0, 0, "CA\n"},
 		{"/etc/quiot/device.crt", 0o644, 0, 0, "CERT\n"},
 		{"/etc/quiot/device.key", 0o640, 0, qgid, "KEY\n"},
+		{"/etc/quiot/pi-key.pem", 0o640, 0, qgid, "PEMKEY\n"},
 		{"/etc/systemd/system/quiot-broker.service", 0o644, 0, 0, readFile(t, "../build/systemd/quiot-broker.service")},
 		{"/etc/systemd/system/quiot-pub@.service", 0o644, 0, 0, readFile(t, "../build/systemd/quiot-pub@.service")},
 		{"/etc/systemd/system/quiot-sub@.service", 0o644, 0, 0, readFile(t, "../build/systemd/quiot-sub@.service")},
@@ -429,6 +430,8 @@ func TestSDCardRefuses(t *testing.T) {
 			[]string{"--wifi", "net:short"}, "passphrase must be 8 to 63"},
 		{"bad hostname", func(t *testing.T) string { return makeImage(t, imageSpec{}) },
 			[]string{"--hostname", "pi_1"}, "is not a valid host name"},
+		{"CA key", func(t *testing.T) string { return makeImage(t, imageSpec{}) },
+			[]string{"--certs", "CAKEY"}, "the CA's private key"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -437,8 +440,17 @@ func TestSDCardRefuses(t *testing.T) {
 			before := sum(t, img)
 			args := []string{"--binary", small}
 			for i, a := range tc.args {
-				if a == "BIG" {
+				switch a {
+				case "BIG":
 					tc.args[i] = armBinary(t, 6<<20)
+				case "CAKEY":
+					d := t.TempDir()
+					for _, f := range []string{"ca.pem", "ca-key.pem"} {
+						if err := os.WriteFile(filepath.Join(d, f), []byte("x"), 0o600); err != nil {
+							t.Fatal(err)
+						}
+					}
+					tc.args[i] = d
 				}
 			}
 			args = append(args, tc.args...)
