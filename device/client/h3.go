@@ -383,9 +383,6 @@ func (c *h3Client) Publish(ctx context.Context, topicName string, payload []byte
 	if po.QoS > 1 {
 		return Ack{}, fmt.Errorf("publish to %q: qos %d not supported (want 0 or 1)", topicName, po.QoS)
 	}
-	if po.Sent.IsZero() {
-		po.Sent = time.Now()
-	}
 	var ack Ack
 	op := c.publishRequest
 	if c.opts.PublishMode == "stream" {
@@ -397,6 +394,16 @@ func (c *h3Client) Publish(ctx context.Context, topicName string, payload []byte
 		return err
 	})
 	return ack, err
+}
+
+// sendTime is the send-time stamp of a message: the caller's, or now, taken
+// once the connection is up (connection setup belongs to time to first
+// data, not to the message's latency).
+func sendTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Now()
+	}
+	return t
 }
 
 // publishRequest publishes with one POST /v1/topics/{topic}.
@@ -417,7 +424,7 @@ func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 		req.ContentLength = int64(len(payload))
-		req.Header.Set(headerTime, strconv.FormatInt(po.Sent.UnixNano(), 10))
+		req.Header.Set(headerTime, strconv.FormatInt(sendTime(po.Sent).UnixNano(), 10))
 		return req, nil
 	})
 	if err != nil {

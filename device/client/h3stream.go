@@ -180,7 +180,7 @@ func (sp *streamPub) publish(ctx context.Context, topicName string, payload []by
 	}
 	sp.mu.Unlock()
 
-	p := wire.Publish{ID: id, Time: po.Sent.UnixNano(), Topic: topicName, Payload: payload}
+	p := wire.Publish{ID: id, Time: sendTime(po.Sent).UnixNano(), Topic: topicName, Payload: payload}
 	if po.QoS == 1 {
 		p.Flags |= wire.PubQoS1
 	}
