@@ -62,7 +62,14 @@ type TestbedOptions struct {
 	OtherConfig map[string]string
 	// StartTimeout bounds the wait for the daemons; 0 means 20 s.
 	StartTimeout time.Duration
+	// Nice is ovs-vswitchd's scheduling priority; 0 means -10, what
+	// Debian's ovs-ctl gives it (--ovs-vswitchd-priority), so the switch's
+	// threads are not starved by the probe or other work on the host.
+	Nice int
 }
+
+// DefaultNice is ovs-ctl's default priority for ovs-vswitchd.
+const DefaultNice = -10
 
 func (o TestbedOptions) withDefaults() (TestbedOptions, error) {
 	if o.ID == "" {
@@ -90,6 +97,12 @@ func (o TestbedOptions) withDefaults() (TestbedOptions, error) {
 	}
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 20 * time.Second
+	}
+	if o.Nice == 0 {
+		o.Nice = DefaultNice
+	}
+	if o.Nice < -20 || o.Nice > 19 {
+		return o, fmt.Errorf("nice %d out of range -20..19", o.Nice)
 	}
 	return o, nil
 }
@@ -215,7 +228,7 @@ func (tb *Testbed) start(ctx context.Context) error {
 	}
 	sock := filepath.Join(d, "db.sock")
 	var err error
-	tb.ovsdb, err = startDaemon("ovsdb-server", env, filepath.Join(d, "ovsdb-server.out"), nil,
+	tb.ovsdb, err = startDaemon("ovsdb-server", env, filepath.Join(d, "ovsdb-server.out"), nil, 0,
 		db, "--remote=punix:"+sock, "--pidfile="+filepath.Join(d, "ovsdb-server.pid"),
 		"--unixctl="+filepath.Join(d, "ovsdb-server.ctl"), "--log-file="+filepath.Join(d, "ovsdb-server.log"))
 	if err != nil {
@@ -239,7 +252,7 @@ func (tb *Testbed) start(ctx context.Context) error {
 		tb.cg = cg
 		join = cg.ProcsFiles()
 	}
-	tb.vswitchd, err = startDaemon("ovs-vswitchd", env, filepath.Join(d, "ovs-vswitchd.out"), join,
+	tb.vswitchd, err = startDaemon("ovs-vswitchd", env, filepath.Join(d, "ovs-vswitchd.out"), join, tb.opts.Nice,
 		"unix:"+sock, "--disable-system", "--pidfile="+tb.OVS.PIDFile, "--unixctl="+tb.OVS.Target,
 		"--log-file="+filepath.Join(d, "ovs-vswitchd.log"))
 	if err != nil {
@@ -466,8 +479,9 @@ type daemon struct {
 
 // startDaemon starts name with args; when join lists cgroup.procs files the
 // daemon writes its pid there first (through sh, before exec), so it runs
-// inside the cgroup from its first allocation.
-func startDaemon(name string, env []string, outPath string, join []string, args ...string) (*daemon, error) {
+// inside the cgroup from its first allocation; a non-zero nice runs it
+// through nice(1) so every thread it starts inherits the priority.
+func startDaemon(name string, env []string, outPath string, join []string, nice int, args ...string) (*daemon, error) {
 	f, err := os.Create(outPath)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -478,12 +492,16 @@ func startDaemon(name string, env []string, outPath string, join []string, args 
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	cmd := exec.Command(path, args...)
-	if len(join) > 0 {
+	if len(join) > 0 || nice != 0 {
 		script := ""
 		for _, j := range join {
 			script += "echo $$ > '" + j + "' && "
 		}
-		script += `exec "$0" "$@"`
+		if nice != 0 {
+			script += fmt.Sprintf("exec nice -n %d ", nice) + `"$0" "$@"`
+		} else {
+			script += `exec "$0" "$@"`
+		}
 		cmd = exec.Command("/bin/sh", append([]string{"-c", script, path}, args...)...)
 	}
 	cmd.Env = append(os.Environ(), env...)

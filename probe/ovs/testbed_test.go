@@ -142,6 +142,14 @@ func TestTestbedLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("priority", func(t *testing.T) {
+		prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, tb.VswitchdPID)
+		// The raw syscall returns 20 - nice.
+		if err != nil || 20-prio != DefaultNice {
+			t.Fatalf("ovs-vswitchd nice = %d (%v), want %d", 20-prio, err, DefaultNice)
+		}
+	})
+
 	t.Run("procfs", func(t *testing.T) {
 		s, err := SampleProcess("", tb.VswitchdPID)
 		if err != nil || s.RSSBytes <= 0 || s.PeakRSSBytes < s.RSSBytes/2 {
