@@ -7,19 +7,18 @@ import (
 )
 
 // gsoSegmentSize returns the UDP_SEGMENT size in a control message buffer,
-// or 0 if there is none.
+// or 0 if there is none. It does not allocate (it runs on every write).
 func gsoSegmentSize(oob []byte) int {
-	if len(oob) == 0 {
-		return 0
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return 0
-	}
-	for _, m := range msgs {
-		if m.Header.Level == unix.IPPROTO_UDP && m.Header.Type == unix.UDP_SEGMENT && len(m.Data) >= 2 {
-			return int(binary.NativeEndian.Uint16(m.Data))
+	// x/sys reads the header before checking the length: guard it.
+	for len(oob) >= unix.SizeofCmsghdr {
+		h, data, rest, err := unix.ParseOneSocketControlMessage(oob)
+		if err != nil {
+			return 0
 		}
+		if h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_SEGMENT && len(data) >= 2 {
+			return int(binary.NativeEndian.Uint16(data))
+		}
+		oob = rest
 	}
 	return 0
 }
