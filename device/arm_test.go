@@ -200,35 +200,44 @@ func TestARMv6RoundTrip(t *testing.T) {
 	url := broker.wait(t, ctx, broker.stdout, "the broker to listen")
 	t.Logf("broker under qemu (-cpu %s) listening at %s", armCPU, url)
 
+	// One subscriber; two publishers in turn: one request per message with
+	// the default profile, then a streamed publish with the lean profile.
 	const n = 10
 	sub := startARM(t, ctx, qemu, bin, `^$`, `msg=subscribed`,
-		"sub", "--config=", "--broker", url, "--insecure", "--topic", "arm/#", "--count", fmt.Sprint(n), "--format", "json")
+		"sub", "--config=", "--broker", url, "--insecure", "--topic", "arm/#", "--count", fmt.Sprint(2*n), "--format", "json")
 	sub.wait(t, ctx, sub.stderr, "the subscription")
 
-	start := time.Now()
-	pub := startARM(t, ctx, qemu, bin, `^(published .*)$`, `^$`,
-		"pub", "--config=", "--broker", url, "--insecure", "--topic", "arm/pi0", "--payload", "hello from an ARM1176", "--count", fmt.Sprint(n), "--rate", "20")
-	summary := pub.wait(t, ctx, pub.stdout, "the publisher's summary")
-	pub.exit(t, ctx)
-	pubWall := time.Since(start)
+	runs := []struct{ mode, tuning string }{{"request", "default"}, {"stream", "lean"}}
+	for _, r := range runs {
+		start := time.Now()
+		pub := startARM(t, ctx, qemu, bin, `^(published .*)$`, `^$`,
+			"pub", "--config=", "--broker", url, "--insecure", "--topic", "arm/"+r.mode, "--payload", "hello from an ARM1176",
+			"--count", fmt.Sprint(n), "--rate", "20", "--mode", r.mode, "--tuning", r.tuning)
+		summary := pub.wait(t, ctx, pub.stdout, "the publisher's summary")
+		pub.exit(t, ctx)
+		t.Logf("publisher under qemu (%s mode, %s tuning): %s (process wall time incl. emulator start %s)", r.mode, r.tuning, summary, time.Since(start).Round(time.Millisecond))
+	}
 	sub.exit(t, ctx)
 
-	var lat []float64
+	lat := map[string][]float64{}
+	count := 0
 	for _, line := range strings.Split(strings.TrimSpace(sub.stdout.String()), "\n") {
 		var j subJSON
 		if err := json.Unmarshal([]byte(line), &j); err != nil {
 			t.Fatalf("subscriber line %q: %v", line, err)
 		}
-		if j.Topic != "arm/pi0" || j.Payload == nil || *j.Payload != "hello from an ARM1176" || j.LatencyMS == nil {
-			t.Fatalf("subscriber line %q: want the published message with latency_ms", line)
+		if !strings.HasPrefix(j.Topic, "arm/") || j.Payload == nil || *j.Payload != "hello from an ARM1176" || j.LatencyMS == nil {
+			t.Fatalf("subscriber line %q: want a published message with latency_ms", line)
 		}
-		lat = append(lat, *j.LatencyMS)
+		lat[j.Topic] = append(lat[j.Topic], *j.LatencyMS)
+		count++
 	}
-	if len(lat) != n {
-		t.Fatalf("subscriber printed %d messages, want %d:\n%s", len(lat), n, sub.stdout)
+	if count != 2*n || len(lat["arm/request"]) != n || len(lat["arm/stream"]) != n {
+		t.Fatalf("subscriber printed %d messages, want %d of each mode:\n%s", count, n, sub.stdout)
 	}
-	t.Logf("publisher under qemu: %s (process wall time incl. emulator start %s)", summary, pubWall.Round(time.Millisecond))
-	t.Logf("publish -> deliver latency under qemu, ms: %s", fmtMS(lat))
+	for _, r := range runs {
+		t.Logf("publish -> deliver latency under qemu, %s mode, ms: %s", r.mode, fmtMS(lat["arm/"+r.mode]))
+	}
 
 	// SIGTERM: the broker drains and exits cleanly.
 	if err := broker.cmd.Process.Signal(syscall.SIGTERM); err != nil {
