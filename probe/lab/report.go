@@ -417,7 +417,11 @@ func writeReport(path string, rows []Row, m *model.Model, plots, warnings []stri
 	if len(rows) > 0 {
 		fmt.Fprintf(&b, "Host load average (1 min) during the run: %.1f to %.1f. The userspace datapath's threads share the CPUs with the probe and anything else running: a busy host lengthens and widens the delays.\n\n", lo, hi)
 	}
-	fmt.Fprintf(&b, "## Model\n\n%s = sum of terms below; chosen by %d-fold cross-validation over %d conditions.\n\n", m.Response, m.Folds, m.NConditions)
+	lhs := m.Response
+	if m.Transform == "log" {
+		lhs = "ln(" + m.Response + ")"
+	}
+	fmt.Fprintf(&b, "## Model\n\n%s = sum of the terms below (each coefficient times its term), chosen by %d-fold cross-validation over %d conditions.\n\n", lhs, m.Folds, m.NConditions)
 	fmt.Fprintf(&b, "Held-out R^2 **%.3f**, RMSE **%.2f us** (in-sample R^2 %.3f, RMSE %.2f us).\n\n", m.R2, m.RMSEus, m.R2Train, m.RMSETrainUS)
 	fmt.Fprintf(&b, "| term | coefficient | 95 %% CI |\n|---|---|---|\n")
 	for _, t := range m.Terms {

@@ -19,6 +19,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/gonum/stat/distuv"
@@ -190,25 +191,33 @@ func (m *Model) Extrapolates(x map[string]float64) []string {
 }
 
 // Candidates returns the candidate terms for the given factors and data:
-// each factor (linear), log or log1p, inv for memory-like factors named
-// mem*, hinge terms knee(F,K) on rate-like factors (named rate*) at each
-// interior distinct value K when there are at least 3 distinct values, and
-// every pairwise product of linear factors.
+// each factor (linear), log or log1p, hinge terms knee(F,K) on rate-like
+// factors (named rate*) at each interior distinct value K when there are at
+// least 3 distinct values, and every pairwise product. Memory-like factors
+// (named mem*, where 0 means unlimited) enter only as inv(F), which maps
+// unlimited to 0 and grows as the limit shrinks.
 func Candidates(obs []Observation, factors []string) []string {
 	var out []string
+	base := func(f string) string {
+		if strings.HasPrefix(f, "mem") {
+			return "inv(" + f + ")"
+		}
+		return f
+	}
 	for _, f := range factors {
 		vals := distinct(obs, f)
-		out = append(out, f)
+		out = append(out, base(f))
+		if strings.HasPrefix(f, "mem") {
+			continue
+		}
 		lo := vals[0]
 		switch {
-		case len(f) >= 3 && f[:3] == "mem":
-			out = append(out, "inv("+f+")")
 		case lo > 0:
 			out = append(out, "log("+f+")")
 		case lo == 0 && len(vals) >= 3:
 			out = append(out, "log1p("+f+")")
 		}
-		if len(f) >= 4 && f[:4] == "rate" && len(vals) >= 3 {
+		if strings.HasPrefix(f, "rate") && len(vals) >= 3 {
 			for _, k := range vals[1 : len(vals)-1] {
 				out = append(out, Term{atoms: []atom{{fn: "knee", factor: f, arg: k}}}.String())
 			}
@@ -216,7 +225,7 @@ func Candidates(obs []Observation, factors []string) []string {
 	}
 	for i := range factors {
 		for j := i + 1; j < len(factors); j++ {
-			out = append(out, factors[i]+"*"+factors[j])
+			out = append(out, base(factors[i])+"*"+base(factors[j]))
 		}
 	}
 	return out
