@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"runtime"
 	"time"
 )
 
@@ -47,6 +48,10 @@ type Options struct {
 	Interface string
 	// DstMAC is the next hop's MAC for Interface; default: looked up.
 	DstMAC net.HardwareAddr
+	// RealTime runs the sender thread with SCHED_FIFO priority (root) so
+	// that its wake-ups are not delayed by other busy tasks; the kernel's RT
+	// throttling still leaves other tasks 5 % of the CPU it spins on.
+	RealTime bool
 	// Spin is how close to a deadline the sender busy-waits instead of
 	// sleeping; default 200 µs.
 	Spin time.Duration
@@ -136,61 +141,71 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	defer snd.close()
 	st := Stats{Flows: snd.sources()}
 	sched := Schedule{Rate: o.Rate, Burst: o.Burst, Poisson: o.Poisson, Rand: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))}
-	lockThread()
-	defer unlockThread()
+	// The sender runs on its own locked OS thread, which is never unlocked:
+	// the thread, with its timer slack and scheduling policy, ends with the
+	// goroutine.
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		runtime.LockOSThread()
+		if err := tuneThread(o.RealTime); err != nil {
+			o.Logger.Warn("sender thread tuning failed", "err", err)
+		}
 
-	start := time.Now()
-	warmEnd := start.Add(o.Warmup)
-	end := warmEnd.Add(o.Duration)
-	next := start
-	var seq uint64
-	flows := make([]uint32, 0, maxBatch)
-	for i := 0; ; i++ {
-		if !next.Before(end) || (o.Count > 0 && seq >= o.Count) {
-			break
-		}
-		if i&255 == 0 && ctx.Err() != nil {
-			break
-		}
-		late := wait(ctx, next, o.Spin)
-		if ctx.Err() != nil {
-			break
-		}
-		st.MaxLate = max(st.MaxLate, late)
-		now := time.Now()
-		if !now.Before(end) {
-			break // behind schedule at the end: stop on time, not on count
-		}
-		// Every packet already due goes out now, in one batch where the
-		// sender can (sendmmsg on the injector).
-		flows = flows[:0]
-		for len(flows) < maxBatch && !next.After(now) && next.Before(end) && (o.Count == 0 || seq < o.Count) {
-			flow := uint32(seq % uint64(o.Flows))
-			_ = Encode(snd.payload(len(flows)), Header{Seq: seq, Flow: flow, Sent: now})
-			flows = append(flows, flow)
-			if next.Before(warmEnd) {
-				st.WarmupSent = seq + 1
+		start := time.Now()
+		warmEnd := start.Add(o.Warmup)
+		end := warmEnd.Add(o.Duration)
+		next := start
+		var seq uint64
+		flows := make([]uint32, 0, maxBatch)
+		for i := 0; ; i++ {
+			if !next.Before(end) || (o.Count > 0 && seq >= o.Count) {
+				break
 			}
-			seq++
-			next = next.Add(sched.Next())
-		}
-		st.Seqs = seq
-		n, err := snd.send(flows)
-		if n > 0 {
-			if st.Sent == 0 {
-				st.Start = now
+			if i&255 == 0 && ctx.Err() != nil {
+				break
 			}
-			st.Sent += uint64(n)
-			st.End = now
-		}
-		if failed := len(flows) - n; failed > 0 {
-			st.Errors += uint64(failed)
-			if st.FirstError == nil {
-				st.FirstError = err
-				o.Logger.Warn("send failed", "dst", o.Dst, "err", err)
+			late := wait(ctx, next, o.Spin)
+			if ctx.Err() != nil {
+				break
+			}
+			st.MaxLate = max(st.MaxLate, late)
+			now := time.Now()
+			if !now.Before(end) {
+				break // behind schedule at the end: stop on time, not on count
+			}
+			// Every packet already due goes out now, in one batch where the
+			// sender can (sendmmsg on the injector).
+			flows = flows[:0]
+			for len(flows) < maxBatch && !next.After(now) && next.Before(end) && (o.Count == 0 || seq < o.Count) {
+				flow := uint32(seq % uint64(o.Flows))
+				_ = Encode(snd.payload(len(flows)), Header{Seq: seq, Flow: flow, Sent: now})
+				flows = append(flows, flow)
+				if next.Before(warmEnd) {
+					st.WarmupSent = seq + 1
+				}
+				seq++
+				next = next.Add(sched.Next())
+			}
+			st.Seqs = seq
+			n, err := snd.send(flows)
+			if n > 0 {
+				if st.Sent == 0 {
+					st.Start = now
+				}
+				st.Sent += uint64(n)
+				st.End = now
+			}
+			if failed := len(flows) - n; failed > 0 {
+				st.Errors += uint64(failed)
+				if st.FirstError == nil {
+					st.FirstError = err
+					o.Logger.Warn("send failed", "dst", o.Dst, "err", err)
+				}
 			}
 		}
-	}
+	}()
+	<-finished
 	if st.Sent == 0 && st.Errors > 0 {
 		return st, fmt.Errorf("generator: every send to %s failed: %w", o.Dst, st.FirstError)
 	}

@@ -25,9 +25,11 @@ func BenchmarkPacing(b *testing.B) {
 		name    string
 		rate    float64
 		poisson bool
+		rt      bool
 	}{
-		{"constant-1k", 1000, false}, {"constant-10k", 10000, false}, {"constant-20k", 20000, false},
-		{"poisson-1k", 1000, true}, {"poisson-10k", 10000, true},
+		{"constant-1k", 1000, false, false}, {"constant-10k", 10000, false, false}, {"constant-20k", 20000, false, false},
+		{"poisson-1k", 1000, true, false}, {"poisson-10k", 10000, true, false},
+		{"constant-1k-rt", 1000, false, true}, {"constant-10k-rt", 10000, false, true}, {"poisson-10k-rt", 10000, true, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			p := path(b)
@@ -48,7 +50,7 @@ func BenchmarkPacing(b *testing.B) {
 			go func() { defer close(done); _ = h.Run(ctx, func(pk *capture.Packet) { ts = append(ts, pk.Time) }) }()
 			var st gen.Stats
 			for b.Loop() {
-				st, err = gen.Run(context.Background(), gen.Options{Dst: dst, Namespace: p.GenNS, Rate: tc.rate, Poisson: tc.poisson, Size: 128, Duration: time.Second})
+				st, err = gen.Run(context.Background(), gen.Options{Dst: dst, Namespace: p.GenNS, Rate: tc.rate, Poisson: tc.poisson, RealTime: tc.rt, Size: 128, Duration: time.Second})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 	"unsafe"
@@ -273,23 +272,20 @@ func (in *injector) close() {
 	}
 }
 
-var prevSlack int
-
-// lockThread pins the sender to its OS thread and sets the thread's timer
-// slack to 1 ns so that preciseSleep wakes close to its deadline.
-func lockThread() {
-	runtime.LockOSThread()
-	if v, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0); err == nil {
-		prevSlack = v
-		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+// tuneThread sets the calling (locked) thread's timer slack to 1 ns, so
+// that preciseSleep wakes close to its deadline, and with rt its scheduling
+// policy to SCHED_FIFO priority 10.
+func tuneThread(rt bool) error {
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("timer slack: %w", err)
 	}
-}
-
-func unlockThread() {
-	if prevSlack > 0 {
-		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(prevSlack), 0, 0, 0)
+	if rt {
+		attr := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: 10}
+		if err := unix.SchedSetAttr(0, attr, 0); err != nil {
+			return fmt.Errorf("SCHED_FIFO: %w", err)
+		}
 	}
-	runtime.UnlockOSThread()
+	return nil
 }
 
 // preciseSleep blocks the thread in clock_nanosleep (high-resolution timer).

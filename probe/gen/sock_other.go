@@ -15,9 +15,8 @@ func openFlows(ns string, dst netip.AddrPort, n, plen int) (sender, error) {
 }
 func openInjector(o Options, plen int) (sender, error) { return nil, errUnsupported }
 
-func lockThread()                  {}
+func tuneThread(rt bool) error     { return nil }
 func preciseSleep(d time.Duration) { time.Sleep(d) }
-func unlockThread()                {}
 
 // Sink is a bound UDP socket at the probe destination (Linux only).
 type Sink struct{}

@@ -36,6 +36,9 @@ type Options struct {
 	// AF_PACKET on this interface of GenNamespace instead of sending through
 	// UDP sockets (higher rates; IPv4; see gen.Options.Interface).
 	GenInterface string
+	// GenRealTime runs the generator's sender thread with SCHED_FIFO
+	// priority (see gen.Options.RealTime): steadier pacing on a busy host.
+	GenRealTime bool
 	// Dst is the probe destination (required).
 	Dst netip.AddrPort
 	// SinkNamespace, when set, gets a UDP socket bound to Dst so that no ICMP
@@ -184,7 +187,7 @@ func Run(ctx context.Context, o Options, c Condition) (*Result, error) {
 		return nil, err
 	}
 	gopts := gen.Options{
-		Dst: o.Dst, Namespace: o.GenNamespace, Interface: o.GenInterface, Size: c.Size, Rate: c.Rate, Poisson: c.Poisson,
+		Dst: o.Dst, Namespace: o.GenNamespace, Interface: o.GenInterface, RealTime: o.GenRealTime, Size: c.Size, Rate: c.Rate, Poisson: c.Poisson,
 		Burst: c.Burst, Flows: c.Flows, Warmup: c.Warmup, Duration: c.Duration, Count: c.Count,
 		Seed: c.Seed, Logger: o.Logger,
 	}
