@@ -421,7 +421,7 @@ func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), body)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
+			return nil, err
 		}
 		req.ContentLength = int64(len(payload))
 		req.Header.Set(headerTime, strconv.FormatInt(sendTime(po.Sent).UnixNano(), 10))
@@ -528,7 +528,7 @@ func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Me
 	resp, _, err := c.do(ctx, func(ctx context.Context) (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
+			return nil, err
 		}
 		req.Header.Set("Accept", framesContentType)
 		return req, nil
