@@ -211,6 +211,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sum, err := watch.Run(ctx, watch.Options{
 		IngressIf: *ingress, EgressIf: *egress, IngressNamespace: *ingressNS, EgressNamespace: *egressNS,
 		Filter: *filter, Duration: *duration, Interval: *interval, Out: stdout, Logger: log,
+		OnReady: func() { fmt.Fprintf(stdout, "watching %s -> %s (%s)\n", *ingress, *egress, *filter) },
 	})
 	if sum != nil {
 		fmt.Fprintf(stdout, "total: ingress %d egress %d packets; matched %d; p50 %v p99 %v p99.9 %v (min %v, max %v); ring drops %d/%d\n",

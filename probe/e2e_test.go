@@ -162,7 +162,7 @@ func TestLabKilledThenNextRunCleansUp(t *testing.T) {
 	assertClean(t)
 }
 
-func TestBadInput(t *testing.T) {
+func TestMeasureWatchAndBadInput(t *testing.T) {
 	needLab(t)
 	// A veth pair and a namespace that carry probe traffic nowhere useful.
 	// Names avoid the testbed prefix so no concurrent cleanup removes them.
@@ -254,6 +254,35 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("%v: %v %s", s, err, b)
 		}
 	}
+	t.Run("watch", func(t *testing.T) {
+		w := ovsprobe("watch", "--ingress", "opxt0b", "--egress", "opxt1a", "--filter", "udp:9000", "--duration", "2s", "--interval", "500ms")
+		stdout, err := w.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		w.Stderr = &stderr
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Process.Kill() })
+		rd := bufio.NewReader(stdout)
+		if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "watching ") {
+			t.Fatalf("watch did not get ready: %q %v %s", line, err, stderr.String())
+		}
+		if b, err := ovsprobe("measure", "--ingress", "opxt0b", "--egress", "opxt1a", "--gen-netns", ns,
+			"--dst", "10.250.0.2:9000", "--duration", "500ms", "--rate", "1000").CombinedOutput(); err != nil {
+			t.Fatalf("measure: %v\n%s", err, b)
+		}
+		rest, _ := io.ReadAll(rd)
+		if err := w.Wait(); err != nil {
+			t.Fatalf("watch: %v\n%s%s", err, rest, stderr.String())
+		}
+		if !strings.Contains(string(rest), "total:") || strings.Contains(string(rest), "matched 0;") {
+			t.Fatalf("watch output:\n%s", rest)
+		}
+	})
+
 	t.Run("measure and fit", func(t *testing.T) {
 		dir := t.TempDir()
 		for _, rate := range []string{"500", "1000", "2000"} {
