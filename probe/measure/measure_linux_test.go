@@ -69,7 +69,7 @@ func TestRunBridgeFloor(t *testing.T) {
 	}
 	t.Logf("sent=%d matched=%d lost=%d dup=%d reord=%d ringdrops=%d/%d first=%v median=%v",
 		r.Sent, r.Matched, r.Lost, r.Duplicated, r.Reordered, r.IngressRingDrops, r.EgressRingDrops, r.FirstDelay, median(r.Delays))
-	if r.Sent < 900 || r.Matched != r.Sent || r.Lost != 0 || r.Duplicated != 0 {
+	if r.Sent < 300 || r.Matched != r.Sent || r.Lost != 0 || r.Duplicated != 0 {
 		t.Errorf("want every packet matched once: %+v", r)
 	}
 	if r.Unstamped != 0 {
@@ -192,7 +192,7 @@ func TestRunInjected(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("sent=%d matched=%d median=%v", r.Sent, r.Matched, median(r.Delays))
-	if r.Sent < 500 || r.Matched != r.Sent || r.Lost != 0 {
+	if r.Sent < 200 || r.Matched != r.Sent || r.Lost != 0 {
 		t.Errorf("want every injected packet matched: %+v", r)
 	}
 }
