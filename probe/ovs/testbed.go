@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -507,14 +508,25 @@ func startDaemon(name string, env []string, outPath string, join []string, nice 
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = daemonAttr()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
 	d := &daemon{name: name, cmd: cmd, out: outPath, done: make(chan struct{})}
+	// The parent-death signal fires when the forking OS thread exits, not
+	// the process (golang/go#27505): fork from a goroutine locked to its
+	// thread and keep it there, reaping the daemon, until the daemon exits.
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		d.err = cmd.Wait()
 		close(d.done)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
 	return d, nil
 }
 
