@@ -256,6 +256,14 @@ func startOurs(b testing.TB) *brokerProc {
 		b.Fatalf("build benchbroker: %v: %s", err, out)
 	}
 	cmd := exec.Command(bin, "-tcp", "127.0.0.1:0")
+	// BENCH_BROKER_GOMAXPROCS / BENCH_BROKER_GOGC set the broker's runtime
+	// knobs without touching the benchmark process (e.g. 1 for a Pi Zero).
+	cmd.Env = os.Environ()
+	for _, k := range []string{"GOMAXPROCS", "GOGC"} {
+		if v := os.Getenv("BENCH_BROKER_" + k); v != "" {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)

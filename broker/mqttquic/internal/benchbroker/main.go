@@ -20,6 +20,7 @@ import (
 
 func main() {
 	addr := flag.String("tcp", "127.0.0.1:0", "MQTT/TCP address")
+	standalone := flag.Bool("standalone", os.Getenv("BENCHBROKER_STANDALONE") != "", "mochi without the HTTP/3 broker and bridge (to measure the bridge's cost)")
 	prof := flag.String("cpuprofile", os.Getenv("BENCHBROKER_CPUPROFILE"), "write a CPU profile to this file")
 	flag.Parse()
 	if *prof != "" {
@@ -29,13 +30,13 @@ func main() {
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
 		}
 	}
-	if err := run(*addr); err != nil {
+	if err := run(*addr, *standalone); err != nil {
 		fmt.Fprintln(os.Stderr, "benchbroker:", err)
 		os.Exit(1) //nolint:gocritic // the profile is not needed on failure
 	}
 }
 
-func run(addr string) error {
+func run(addr string, standalone bool) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c, err := certs.SelfSigned(nil, nil)
 	if err != nil {
@@ -49,7 +50,11 @@ func run(addr string) error {
 		return err
 	}
 	defer b.Close()
-	s, err := mqttquic.New(mqttquic.Options{QUICAddr: "off", TCPAddr: addr, Broker: b, Logger: log})
+	o := mqttquic.Options{QUICAddr: "off", TCPAddr: addr, Broker: b, Logger: log}
+	if standalone {
+		o.Broker = nil
+	}
+	s, err := mqttquic.New(o)
 	if err != nil {
 		return err
 	}
