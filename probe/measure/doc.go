@@ -32,10 +32,21 @@
 // where its peer receives: IngressNamespace=GenNS, IngressDir=capture.Out,
 // EgressDir=capture.In), which isolates the taps and one veth hop.
 //
-// Measured on the 2-core build host (go test -run XXX -bench Floor
-// -benchtime=1x ./probe/measure/, 10,000 packets/s of 128-byte frames, 2 s):
-// bridge floor p50 3.3 us (min 2.0, p99 19 us); veth-pair floor p50 0.8 us
-// (min 0.7, p99 5.2 us).
+// Measured on the 2-core build host while other jobs kept it busy (load
+// average 9-16), go test -run XXX -bench Floor -benchtime=1x
+// ./probe/measure/ (10,000 packets/s of 128-byte frames for 2 s, 20,000
+// packets, 0 lost, 0 ring drops): bridge floor p50 3.1-4.0 us (min 1.9-2.4,
+// p99 16-24 us); veth-pair floor p50 0.8-1.8 us (min 0.6-0.8, p99 5-14 us).
+//
+// # Generator
+//
+// By default the probe goes out through UDP sockets in GenNamespace (one per
+// flow); on the build host that reaches about 30,000-55,000 packets/s
+// through the bridge path. GenInterface switches to frame injection with
+// AF_PACKET (about 65,000-115,000 packets/s there; on veths the whole path
+// runs in the sender's softirq, so the sender's CPU sets the ceiling).
+// GenRealTime gives the sender thread SCHED_FIFO priority: on a busy host
+// the gap error of 1,000 packets/s falls from about 1 ms to 1 us (median).
 //
 // # Ring drops
 //
