@@ -118,3 +118,17 @@ func TestSweep(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParseRows(f *testing.F) {
+	f.Add("id,path,size_bytes,rate_pps,flows,p50_us\nc1,ovs,128,1000,1,55.5\n")
+	f.Add("id,path,size_bytes,rate_pps,flows,p50_us,cold\nfloor,floor,64,1,1,9,1\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		rows, err := ParseRows(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for _, r := range rows {
+			_ = FactorValues(r.Condition)
+		}
+	})
+}
