@@ -148,9 +148,11 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 func (h *Handle) Interface() string { return h.o.Interface }
 
 // Run delivers packets to fn until ctx is done (then it returns nil) or an
-// error occurs. Packets still in partly filled blocks are retired by the
-// kernel after BlockTimeout, so let the ring drain that long before
-// cancelling ctx when the tail matters.
+// error occurs. When ctx is done it still delivers the blocks the kernel has
+// already retired (at most one ring's worth), so a reader that lags behind
+// loses nothing; packets in a partly filled block are retired by the kernel
+// after BlockTimeout, so let the ring drain that long before cancelling ctx
+// when the tail matters.
 func (h *Handle) Run(ctx context.Context, fn func(*Packet)) error {
 	h.runMu.Lock()
 	defer h.runMu.Unlock()
@@ -159,6 +161,7 @@ func (h *Handle) Run(ctx context.Context, fn func(*Packet)) error {
 	}
 	bs := h.o.BlockSize
 	var p Packet
+	drained := 0
 	pfd := []unix.PollFd{{Fd: int32(h.fd), Events: unix.POLLIN | unix.POLLERR}}
 	for ; ; h.blk = (h.blk + 1) % h.o.Blocks {
 		block := h.ring[h.blk*bs : (h.blk+1)*bs]
@@ -186,9 +189,16 @@ func (h *Handle) Run(ctx context.Context, fn func(*Packet)) error {
 			off += hdr.Next_offset
 		}
 		atomic.StoreUint32(status, tpStatusKernel)
-		if h.closed.Load() || ctx.Err() != nil {
+		if h.closed.Load() {
 			h.blk = (h.blk + 1) % h.o.Blocks
 			return nil
+		}
+		if ctx.Err() != nil {
+			// Finish what is already retired, but not forever.
+			if drained++; drained >= h.o.Blocks {
+				h.blk = (h.blk + 1) % h.o.Blocks
+				return nil
+			}
 		}
 	}
 }
