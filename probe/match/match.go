@@ -168,3 +168,6 @@ func (m *Matcher) Finish() Counts {
 
 // Pending returns the number of ingress packets waiting for egress.
 func (m *Matcher) Pending() int { return len(m.in) }
+
+// PendingEgress returns the number of egress packets waiting for ingress.
+func (m *Matcher) PendingEgress() int { return len(m.early) }

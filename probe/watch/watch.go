@@ -53,7 +53,10 @@ var ErrNoTraffic = errors.New("no matching traffic")
 // Summary is the outcome of a watch.
 type Summary struct {
 	match.Counts
-	IngressPackets, EgressPackets     uint64 // packets captured on each side
+	IngressPackets, EgressPackets uint64 // packets captured on each side
+	// Unsettled are packets seen on one side within Horizon of the end,
+	// still waiting for the other side: neither lost nor matched.
+	Unsettled                         uint64
 	IngressRingDrops, EgressRingDrops uint64
 	P50, P99, P999, Min, Max          time.Duration // over all matched packets
 }
@@ -241,10 +244,12 @@ func (w *watcher) line(now time.Time, in, out *capture.Handle) {
 }
 
 func (w *watcher) summary(in, out *capture.Handle) *Summary {
-	c := w.m.Finish()
+	w.m.Expire(w.last, w.o.Horizon)
+	c := w.m.Counts()
 	ist, _ := in.Stats()
 	est, _ := out.Stats()
 	s := &Summary{Counts: c, IngressPackets: w.nIn, EgressPackets: w.nOut,
+		Unsettled:        uint64(w.m.Pending() + w.m.PendingEgress()),
 		IngressRingDrops: ist.Drops, EgressRingDrops: est.Drops}
 	if w.all.TotalCount() > 0 {
 		s.P50 = time.Duration(w.all.ValueAtQuantile(50))
