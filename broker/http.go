@@ -83,6 +83,8 @@ func errStatus(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrShuttingDown):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrRetainedFull):
+		return http.StatusInsufficientStorage
 	case errors.Is(err, ErrTooManySubscriptions):
 		return http.StatusTooManyRequests
 	case errors.Is(err, auth.ErrDenied):

@@ -46,6 +46,9 @@ var (
 	ErrBadQoS = errors.New("bad qos")
 	// ErrShuttingDown: the broker no longer accepts work.
 	ErrShuttingDown = errors.New("broker shutting down")
+	// ErrRetainedFull: keeping the message as retained would exceed
+	// Limits.RetainedBytes (clearing retained messages always works).
+	ErrRetainedFull = errors.New("retained message store full")
 	// ErrTooManySubscriptions: a connection's subscription limit is reached.
 	ErrTooManySubscriptions = errors.New("too many subscriptions")
 )
@@ -77,7 +80,10 @@ type hub struct {
 	order    ring[*entry] // all history entries, oldest first (lazily pruned)
 	stubs    int          // evicted entries still in order
 	histSize int64        // payload bytes in history
-	histMsgs int
+	// retainedSize and retainedCount measure the retained messages.
+	retainedSize  int64
+	retainedCount int
+	histMsgs      int
 	// forgotten is the highest sequence number of a message lost with a
 	// topic that was dropped from the map (history emptied, no retained).
 	forgotten uint64
@@ -129,18 +135,33 @@ func (h *hub) publish(ctx context.Context, m Message) (uint64, error) {
 		h.mu.Unlock()
 		return 0, ErrShuttingDown
 	}
-	h.seq++
-	msg.Seq = h.seq
 	ts := h.topics[msg.Topic]
+	if msg.Retain && len(msg.Payload) > 0 {
+		size := h.retainedSize + msgCost(msg)
+		if ts != nil && ts.retained != nil {
+			size -= msgCost(ts.retained)
+		}
+		if size > h.limits.RetainedBytes {
+			h.mu.Unlock()
+			return 0, fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, h.retainedSize, h.limits.RetainedBytes)
+		}
+	}
 	if ts == nil {
 		ts = &topicState{}
 		h.topics[msg.Topic] = ts
 	}
+	h.seq++
+	msg.Seq = h.seq
 	if msg.Retain {
-		if len(msg.Payload) == 0 {
+		if ts.retained != nil {
+			h.retainedSize -= msgCost(ts.retained)
+			h.retainedCount--
 			ts.retained = nil
-		} else {
+		}
+		if len(msg.Payload) > 0 {
 			ts.retained = msg
+			h.retainedSize += msgCost(msg)
+			h.retainedCount++
 		}
 	}
 	h.store(ts, msg)

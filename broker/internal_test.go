@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -113,5 +114,32 @@ func TestSubscriberQueueBound(t *testing.T) {
 	}
 	if _, msgs, end, cut := d.take(nil, nil); len(msgs) != 2 || !end || !cut {
 		t.Fatalf("disconnect policy: %d %v %v", len(msgs), end, cut)
+	}
+}
+
+func TestRetainedBound(t *testing.T) {
+	per := int64(10 + 3 + entryOverhead) // payload, topic "r/x", overhead
+	b := newTestBroker(t, Options{Limits: Limits{RetainedBytes: 2 * per}})
+	ctx := context.Background()
+	pub := func(topic, payload string) error {
+		_, err := b.Publish(ctx, Message{Topic: topic, Payload: []byte(payload), Retain: true})
+		return err
+	}
+	for _, tp := range []string{"r/a", "r/b", "r/a"} { // replacing does not add up
+		if err := pub(tp, "0123456789"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub("r/c", "0123456789"); !errors.Is(err, ErrRetainedFull) || errStatus(err) != http.StatusInsufficientStorage {
+		t.Fatalf("third retained topic: %v", err)
+	}
+	if err := pub("r/a", ""); err != nil {
+		t.Fatalf("clearing: %v", err)
+	}
+	if err := pub("r/c", "0123456789"); err != nil {
+		t.Fatalf("after clearing: %v", err)
+	}
+	if st := b.Stats(); st.Retained != 2 || st.RetainedBytes != 2*per {
+		t.Fatalf("stats %+v", st)
 	}
 }

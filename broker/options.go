@@ -47,6 +47,10 @@ type Limits struct {
 	// HistoryBytes bounds the memory of all history (payload and topic bytes
 	// plus ~96 bytes per message); zero means 16 MiB.
 	HistoryBytes int64
+	// RetainedBytes bounds the memory of all retained messages (counted as
+	// HistoryBytes is); zero means 16 MiB. A retained publish beyond it
+	// fails (HTTP 507).
+	RetainedBytes int64
 	// QueueLength is each subscriber's queue length in messages; zero means 1024.
 	QueueLength int
 	// QueuePolicy applies when a subscriber's queue is full; zero means DropOldest.
@@ -142,6 +146,9 @@ func (o *Options) ensureDefaults() Options {
 	}
 	if l.HistoryBytes <= 0 {
 		l.HistoryBytes = 16 << 20
+	}
+	if l.RetainedBytes <= 0 {
+		l.RetainedBytes = 16 << 20
 	}
 	if l.QueueLength <= 0 {
 		l.QueueLength = 1024

@@ -36,6 +36,9 @@ type Stats struct {
 	// Limits.HistoryBytes counts them).
 	HistoryMessages int
 	HistoryBytes    int64
+	// Retained and RetainedBytes measure the retained messages.
+	Retained      int
+	RetainedBytes int64
 	// LastSeq is the last sequence number assigned.
 	LastSeq uint64
 }
@@ -99,6 +102,8 @@ func (b *Broker) Stats() Stats {
 	s.HistoryMessages = h.histMsgs
 	s.HistoryBytes = h.histSize
 	s.LastSeq = h.seq
+	s.Retained = h.retainedCount
+	s.RetainedBytes = h.retainedSize
 	subs := make([]*subscriber, 0, h.nsubs)
 	for _, l := range h.exact {
 		subs = append(subs, l...)
