@@ -128,13 +128,7 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		return Stats{}, err
 	}
 	plen, _ := PayloadLen(o.Size, o.Dst.Addr())
-	var snd sender
-	var err error
-	if o.Interface != "" {
-		snd, err = openInjector(o, plen)
-	} else {
-		snd, err = openFlows(o.Namespace, o.Dst, o.Flows, plen)
-	}
+	snd, err := openSender(o, plen)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -210,6 +204,14 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		return st, fmt.Errorf("generator: every send to %s failed: %w", o.Dst, st.FirstError)
 	}
 	return st, ctx.Err()
+}
+
+// openSender opens the injector or the UDP flows (a variable for tests).
+var openSender = func(o Options, plen int) (sender, error) {
+	if o.Interface != "" {
+		return openInjector(o, plen)
+	}
+	return openFlows(o.Namespace, o.Dst, o.Flows, plen)
 }
 
 // maxBatch bounds the packets sent in one go when the sender is behind.
