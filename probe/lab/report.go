@@ -403,7 +403,7 @@ func fitPlot(path string, obs []model.Observation, pred []float64, m *model.Mode
 func writeReport(path string, rows []Row, m *model.Model, plots, warnings []string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# ovsprobe lab report\n\n")
-	fmt.Fprintf(&b, "Open vSwitch %s, %s datapath. Delays are per-packet, from kernel software timestamps at the switch's ingress and egress ports (microseconds).\n\n", m.OVSVersion, m.Datapath)
+	fmt.Fprintf(&b, "Open vSwitch %s, %s datapath. Delays are per-packet, from kernel software timestamps at the switch's ingress and egress ports (microseconds); \"first pkt\" is the delay of a condition's very first packet (the upcall path on cold conditions).\n\n", m.OVSVersion, m.Datapath)
 	for _, r := range rows {
 		if r.Path == "floor" {
 			fmt.Fprintf(&b, "**Probe floor** (same capture points, no switch: veth pairs spliced by tc mirred), %s: min %.1f us, p50 %.1f us [%.1f, %.1f], p99 %.1f us, %d packets.\n\n",
@@ -442,12 +442,12 @@ func writeReport(path string, rows []Row, m *model.Model, plots, warnings []stri
 			fmt.Fprintf(&b, "![%s](%s)\n\n", strings.TrimSuffix(p, ".png"), p)
 		}
 	}
-	fmt.Fprintf(&b, "## Conditions\n\n| id | condition | n | min | p50 [95 %% CI] | p99 | p99.9 | PDV | lost | ring drops | dp hit/missed | vswitchd CPU %% | RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "## Conditions\n\n| id | condition | n | first pkt | min | p50 [95 %% CI] | p99 | p99.9 | PDV | lost | ring drops | dp hit/missed | vswitchd CPU %% | RSS MiB | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		s := r.Stats
-		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.1f [%.1f, %.1f] | %.1f | %.1f | %.1f | %d | %d | %d/%d | %.0f | %d |\n",
-			r.ID, r.Condition.Describe(), s.N, s.Min, s.P50, s.P50CI.Lo, s.P50CI.Hi, s.P99, s.P999, s.PDV, r.Lost,
-			r.IngressRingDrops+r.EgressRingDrops, r.DPHit, r.DPMissed, r.VswitchdCPUPct, r.VswitchdRSSBytes>>20)
+		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.1f | %.1f [%.1f, %.1f] | %.1f | %.1f | %.1f | %d | %d | %d/%d | %.0f | %d | %.1f |\n",
+			r.ID, r.Condition.Describe(), s.N, r.FirstDelayUS, s.Min, s.P50, s.P50CI.Lo, s.P50CI.Hi, s.P99, s.P999, s.PDV, r.Lost,
+			r.IngressRingDrops+r.EgressRingDrops, r.DPHit, r.DPMissed, r.VswitchdCPUPct, r.VswitchdRSSBytes>>20, r.HostLoad1)
 	}
 	if len(warnings) > 0 {
 		fmt.Fprintf(&b, "\n## Warnings\n\n")

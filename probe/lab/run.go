@@ -119,6 +119,13 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 		return nil, err
 	}
 	t0 := time.Now()
+	// Per-condition files of an earlier run in the same directory would mix
+	// with this run's: start those two subdirectories afresh.
+	for _, d := range []string{filepath.Join(o.Out, "samples"), filepath.Join(o.Out, "distributions")} {
+		if err := os.RemoveAll(d); err != nil {
+			return nil, fmt.Errorf("clear %s: %w", d, err)
+		}
+	}
 	for _, d := range []string{o.Out, filepath.Join(o.Out, "samples"), filepath.Join(o.Out, "distributions")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("create output directory: %w", err)
