@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/quiot/quiot/broker"
@@ -68,6 +69,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func demo(ctx context.Context, p demoPlan, stdout io.Writer, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
+	stdout = &lockedWriter{w: stdout} // the subscriber's goroutine prints too
 
 	dev, err := certs.SelfSigned(nil, nil)
 	if err != nil {
@@ -224,4 +226,16 @@ func demoEnd(ctx context.Context, doing string) error {
 		return fmt.Errorf("timed out while %s", doing)
 	}
 	return nil
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
