@@ -382,6 +382,10 @@ func fitPlot(path string, obs []model.Observation, pred []float64, m *model.Mode
 		lo = math.Min(lo, math.Min(o.Y, pred[i]))
 		hi = math.Max(hi, math.Max(o.Y, pred[i]))
 	}
+	if lo > 0 && hi/lo > 20 {
+		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+		p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	}
 	s, err := plotter.NewScatter(pts)
 	if err != nil {
 		return fmt.Errorf("plot fit: %w", err)
