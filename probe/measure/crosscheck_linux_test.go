@@ -20,6 +20,7 @@ import (
 	"github.com/quiot/quiot/probe/gen"
 	"github.com/quiot/quiot/probe/match"
 	"github.com/quiot/quiot/probe/measure"
+	"github.com/quiot/quiot/probe/netns"
 )
 
 // tcpdump starts `tcpdump -i IF -Q DIR` writing nanosecond pcap to file and
@@ -109,7 +110,20 @@ func readPcap(t *testing.T, file string) map[uint64]time.Time {
 // median of the differences within 5 µs.
 func TestCrossCheckTcpdump(t *testing.T) {
 	needRoot(t, "tcpdump")
-	p := floorPath(t, true)
+	crossCheck(t, floorPath(t, true))
+}
+
+// TestCrossCheckTcpdumpOVS is the same cross-check through a real OVS
+// userspace datapath.
+func TestCrossCheckTcpdumpOVS(t *testing.T) {
+	needRoot(t, "tcpdump")
+	p := floorPath(t, false)
+	o := startOVS(t)
+	o.bridge(t, p.GenNS+"br", p.Ingress, p.Egress)
+	crossCheck(t, p)
+}
+
+func crossCheck(t *testing.T, p *netns.Path) {
 	dir := t.TempDir()
 	const port = 9400
 	filter := fmt.Sprintf("udp dst port %d", port)

@@ -96,6 +96,19 @@ func (o *testOVS) vsctl(t testing.TB, args ...string) string {
 	return o.run(t, "ovs-vsctl", append([]string{"--db=unix:" + o.dir + "/db.sock", "--timeout=10"}, args...)...)
 }
 
+// bridge creates a netdev bridge with in and out as OpenFlow ports 1 and 2
+// and one rule forwarding 1 -> 2. The netdev datapath creates a tap device
+// named after the bridge in this namespace: give it a unique name.
+func (o *testOVS) bridge(t testing.TB, br, in, out string) {
+	t.Helper()
+	o.vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
+	o.vsctl(t, "add-port", br, in, "--", "set", "Interface", in, "ofport_request=1")
+	o.vsctl(t, "add-port", br, out, "--", "set", "Interface", out, "ofport_request=2")
+	o.waitBridge(t, br)
+	o.run(t, "ovs-ofctl", "del-flows", br)
+	o.run(t, "ovs-ofctl", "add-flow", br, "priority=100,in_port=1,actions=output:2")
+}
+
 // waitBridge waits until ovs-vswitchd has created the bridge's OpenFlow
 // management socket.
 func (o *testOVS) waitBridge(t testing.TB, br string) {
@@ -153,15 +166,7 @@ func TestRunThroughOVS(t *testing.T) {
 	needRoot(t)
 	p := floorPath(t, false)
 	o := startOVS(t)
-	// The netdev datapath creates a tap device named after the bridge in
-	// this namespace: a unique name keeps parallel OVS instances apart.
-	br := p.GenNS + "br"
-	o.vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
-	o.vsctl(t, "add-port", br, p.Ingress, "--", "set", "Interface", p.Ingress, "ofport_request=1")
-	o.vsctl(t, "add-port", br, p.Egress, "--", "set", "Interface", p.Egress, "ofport_request=2")
-	o.waitBridge(t, br)
-	o.run(t, "ovs-ofctl", "del-flows", br)
-	o.run(t, "ovs-ofctl", "add-flow", br, "priority=100,in_port=1,actions=output:2")
+	o.bridge(t, p.GenNS+"br", p.Ingress, p.Egress)
 	r, err := measure.Run(context.Background(), measure.Options{IngressIf: p.Ingress, EgressIf: p.Egress,
 		GenNamespace: p.GenNS, Dst: netip.AddrPortFrom(p.Dst, 9500), SinkNamespace: p.SinkNS},
 		measure.Condition{Size: 128, Rate: 1000, Flows: 4, Duration: 500 * time.Millisecond})
