@@ -107,3 +107,50 @@ func waitFor(t testing.TB, cond func() bool, what string) {
 		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising on time
 	}
 }
+
+// TestPublisherResendsAfterReconnect: a QoS 1 publish whose connection is
+// cut before the PUBACK completes after the publisher reconnects (the
+// client's session re-sends it), and the subscriber gets it.
+func TestPublisherResendsAfterReconnect(t *testing.T) {
+	p := newPKI(t)
+	s := startServer(t, p, nil)
+	proxy := newUDPProxy(t, s.QUICAddr(), 0, 1)
+	fast := &quictune.Profile{Name: "test", MaxIdleTimeout: quictune.Duration(2 * time.Second), KeepAlivePeriod: quictune.Duration(time.Second)}
+	pub := newClient(t, p, fmt.Sprintf("mqtt-quic://localhost:%d", proxy.addr().Port), func(o *client.Options) {
+		o.ClientID = "resend-pub"
+		o.Reconnect = true
+		o.MaxBackoff = 300 * time.Millisecond
+		o.Profile = fast
+	})
+	sub := newClient(t, p, quicURL(s), nil)
+	ch := subscribe(t, sub, "resend/#")
+	waitSubscribed(t, pub, ch, "resend/probe")
+
+	proxy.setBlocked(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := pub.Publish(context.Background(), "resend/x", []byte("survivor"), client.PublishOptions{QoS: 1})
+		done <- err
+	}()
+	cl, ok := s.MQTT().Clients.Get("resend-pub")
+	if !ok {
+		t.Fatal("publisher session not found")
+	}
+	cl.Stop(fmt.Errorf("test: cut off"))
+	waitFor(t, func() bool { return cl.Closed() }, "publisher offline")
+	proxy.setBlocked(false)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("publish across the reconnect: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("publish did not complete after the reconnect")
+	}
+	if m := recv(t, ch, "re-sent message"); string(m.Payload) != "survivor" {
+		t.Fatalf("got %q", m.Payload)
+	}
+	if pub.Stats().Reconnects < 1 {
+		t.Fatal("publisher did not reconnect")
+	}
+}
