@@ -34,6 +34,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	resamples := fs.Int("resamples", 500, "bootstrap replicates per condition")
 	port := fs.Uint("port", 9000, "UDP destination port of the probe packets")
 	noPlots := fs.Bool("no-plots", false, "skip the PNG plots")
+	inOrder := fs.Bool("in-order", false, "measure conditions in sweep order (default: random order, seeded by --seed)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -96,7 +97,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "ovsprobe lab: %d conditions of %v (+%v warmup) and the floor, output in %s\n", n, sw.Duration, sw.Warmup, *out)
 	sum, err := lab.Run(ctx, lab.Options{
 		Out: *out, Sweep: sw, Response: *response, Seed: *seed, Resamples: *resamples, Port: uint16(*port),
-		Logger: log, Progress: stdout, NoPlots: *noPlots,
+		Logger: log, Progress: stdout, NoPlots: *noPlots, InOrder: *inOrder,
 	})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {

@@ -42,6 +42,13 @@ func Analyze(dir string, o AnalyzeOptions) error {
 	if err != nil {
 		return err
 	}
+	// Present in sweep order (floor first) whatever order they ran in.
+	sort.SliceStable(rows, func(i, j int) bool {
+		if (rows[i].Path == "floor") != (rows[j].Path == "floor") {
+			return rows[i].Path == "floor"
+		}
+		return rows[i].ID < rows[j].ID
+	})
 	m, obs, err := FitRows(rows, o.Response, o.Seed)
 	if err != nil {
 		return err
@@ -192,6 +199,11 @@ func writePlots(dir string, rows []Row, m *model.Model, obs []model.Observation,
 		return nil, nil
 	}
 	base := ovsRows[0]
+	for _, r := range ovsRows {
+		if r.ID == "c001" { // the sweep's baseline (rows may be in random order)
+			base = r
+		}
+	}
 	var made []string
 	add := func(name, title, xl string, data map[string][]xy, logX bool) error {
 		n := 0

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -55,6 +56,10 @@ type Options struct {
 	Measure MeasureFunc
 	// NoPlots skips the PNG plots (report.md still written).
 	NoPlots bool
+	// InOrder measures the conditions in sweep order; by default they run
+	// in a random order (seeded by Seed), so that a drift of the host (load,
+	// memory, caches) does not masquerade as the effect of a factor.
+	InOrder bool
 }
 
 func (o *Options) setDefaults() error {
@@ -153,6 +158,10 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	r := &runner{o: o, tb: tb, rw: rw, sum: sum}
 
 	conds := o.Sweep.Conditions()
+	if !o.InOrder {
+		rng := rand.New(rand.NewPCG(o.Seed, 0x0de7))
+		rng.Shuffle(len(conds), func(i, j int) { conds[i], conds[j] = conds[j], conds[i] })
+	}
 	floor := Condition{ID: "floor", Path: "floor", Size: first(o.Sweep.Sizes), Rate: o.Sweep.FloorRate, Flows: 1}
 	if floor.Rate == 0 {
 		floor.Rate = first(o.Sweep.Rates)
