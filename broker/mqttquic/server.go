@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -104,6 +105,8 @@ type Server struct {
 	quic *QUICListener
 	tcp  *listeners.TCP
 	br   *bridge
+
+	closeOnce sync.Once
 }
 
 // New builds the server; Start opens the listeners.
@@ -213,9 +216,12 @@ func (s *Server) ProtocolErrors() int64 {
 // metrics).
 func (s *Server) MQTT() *mqtt.Server { return s.mq }
 
-// Close disconnects every client and closes the listeners.
+// Close disconnects every client and closes the listeners. It is safe to
+// call more than once.
 func (s *Server) Close() error {
-	return s.mq.Close()
+	var err error
+	s.closeOnce.Do(func() { err = s.mq.Close() })
+	return err
 }
 
 var _ io.Closer = (*Server)(nil)

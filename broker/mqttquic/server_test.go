@@ -127,3 +127,25 @@ func TestPublishSubscribeStandalone(t *testing.T) {
 		})
 	}
 }
+
+func TestCloseTwiceAndBadOptions(t *testing.T) {
+	p := newPKI(t)
+	s := startServer(t, p, nil)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Options{Logger: discard()}); err == nil {
+		t.Fatal("QUIC listener without TLS accepted")
+	}
+	s2, err := New(Options{QUICAddr: "off", TCPAddr: "256.0.0.1:1", Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Start(); err == nil {
+		_ = s2.Close()
+		t.Fatal("bad TCP address accepted")
+	}
+}
