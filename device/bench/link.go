@@ -18,6 +18,8 @@ type LinkInfo struct {
 	// RateKbps is the rate limit in kbit/s per direction (uplink when they
 	// differ); 0 means unlimited.
 	RateKbps float64 `json:"rate_kbps"`
+	// RateDownKbps is the downlink rate when it differs from RateKbps.
+	RateDownKbps float64 `json:"rate_down_kbps,omitempty"`
 	// Desc is a one-line description.
 	Desc string `json:"desc,omitempty"`
 }

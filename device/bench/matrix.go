@@ -70,6 +70,11 @@ type Spec struct {
 	// QoS is the publish QoS (0 or 1); TTFD needs 1 (the broker's
 	// acknowledgement).
 	QoS int
+	// Inflight is how many publishes may await their acknowledgement at
+	// once (MQTT's receive maximum; concurrent requests in HTTP/3 request
+	// mode). Zero means 1. With 1, a publisher on a 600 ms RTT link sends
+	// fewer than two messages a second whatever the rate.
+	Inflight int
 }
 
 // Config is one cell of the matrix: everything that identifies a run except
@@ -160,6 +165,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.Rate < 0 {
 		return fmt.Errorf("rate %v: want 0 (unpaced) or more", s.Rate)
+	}
+	if s.Inflight < 0 {
+		return fmt.Errorf("inflight %d: want 1 or more", s.Inflight)
 	}
 	if s.QoS != 0 && s.QoS != 1 {
 		return fmt.Errorf("qos %d: want 0 or 1", s.QoS)

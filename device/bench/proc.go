@@ -15,12 +15,14 @@ import (
 // proc is one role process: its output goes to a log file and is watched
 // for a readiness line.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  *os.File
-	out  *lineWatch
-	done chan struct{}
-	err  error // valid after done
+	name  string
+	cmd   *exec.Cmd
+	log   *os.File
+	out   *lineWatch
+	done  chan struct{}
+	err   error     // valid after done
+	start time.Time // when it started
+	wall  time.Duration
 }
 
 // lineWatch is an io.Writer that copies output to a file and closes ready
@@ -118,9 +120,10 @@ func startProc(name, bin string, args, env []string, logPath string, want []stri
 		f.Close()
 		return nil, fmt.Errorf("couldn't start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, log: f, out: w, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, log: f, out: w, done: make(chan struct{}), start: time.Now()}
 	go func() {
 		p.err = cmd.Wait()
+		p.wall = time.Since(p.start)
 		f.Close()
 		close(p.done)
 	}()
@@ -189,4 +192,15 @@ func (p *proc) exitErr() error {
 		return nil
 	}
 	return fmt.Errorf("%s: %v: %s", p.name, p.err, p.out.lastLines(3))
+}
+
+// usage returns the exited process's CPU time, peak RSS and wall time.
+func (p *proc) usage() (cpu time.Duration, maxRSSKiB int64, wall time.Duration, ok bool) {
+	select {
+	case <-p.done:
+	default:
+		return 0, 0, 0, false
+	}
+	cpu, rss, ok := usage(p.cmd.ProcessState)
+	return cpu, rss, p.wall, ok
 }

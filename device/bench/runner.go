@@ -141,7 +141,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	runs := spec.Expand()
 	res := &Result{Links: links, Summary: &Summary{
 		Host: HostInfo(), Version: opts.Version, Started: time.Now(), Tunings: tunings,
-		Workload: Workload{Count: spec.Count, Rate: spec.Rate, QoS: spec.QoS, Repeat: spec.Repeat},
+		Workload: Workload{Count: spec.Count, Rate: spec.Rate, QoS: spec.QoS, Repeat: spec.Repeat, Inflight: max(1, spec.Inflight)},
 	}}
 	var bar *progressbar.ProgressBar
 	if opts.Progress != nil {
@@ -355,9 +355,11 @@ func runRoles(ctx context.Context, o *Options, r Job, link LinkInfo, s *Sample) 
 		return err
 	}
 	h3Addr := "127.0.0.1:" + strconv.Itoa(port)
-	args := []string{"broker", "--dev", "--listen", h3Addr, "--tuning", t.Profile, "--metrics-listen", ""}
+	// The broker prints "broker listening: https://ADDR (HTTP/3, ...)" and
+	// "mqtt listening: mqtt-quic://ADDR (...)" once it serves.
+	args := []string{"broker", "--dev", "--listen", h3Addr, "--tuning", t.Profile}
 	upstream, scheme := h3Addr, "https"
-	want := []string{h3Addr}
+	want := []string{"https://" + h3Addr + " "}
 	if r.Proto == ProtoMQTT {
 		mport, err := freePort()
 		if err != nil {
@@ -365,7 +367,9 @@ func runRoles(ctx context.Context, o *Options, r Job, link LinkInfo, s *Sample) 
 		}
 		upstream, scheme = "127.0.0.1:"+strconv.Itoa(mport), "mqtt-quic"
 		args = append(args, "--mqtt-quic", upstream)
-		want = append(want, upstream)
+		want = append(want, "mqtt-quic://"+upstream+" ")
+	} else {
+		args = append(args, "--mqtt-quic", "")
 	}
 	args = append(args, t.BrokerArgs...)
 	broker, err := startProc("broker", o.Binary, args, t.Env, filepath.Join(dir, "broker.log"), want)
@@ -409,7 +413,7 @@ func runRoles(ctx context.Context, o *Options, r Job, link LinkInfo, s *Sample) 
 	pubArgs := append([]string{"pub"}, clientArgs(scheme+"://"+pubAddr, t.Profile, pubMetrics)...)
 	pubArgs = append(pubArgs, "--topic", topic, "--count", strconv.Itoa(o.Spec.Count),
 		"--rate", strconv.FormatFloat(o.Spec.Rate, 'g', -1, 64), "--qos", strconv.Itoa(o.Spec.QoS),
-		"--payload-size", strconv.Itoa(r.Payload), "--quiet")
+		"--payload-size", strconv.Itoa(r.Payload), "--inflight", strconv.Itoa(max(1, o.Spec.Inflight)), "--quiet")
 	if r.Proto == ProtoH3 {
 		pubArgs = append(pubArgs, "--mode", r.Mode)
 	}
@@ -451,8 +455,45 @@ func runRoles(ctx context.Context, o *Options, r Job, link LinkInfo, s *Sample) 
 		return fmt.Errorf("subscriber: %w", err)
 	}
 	Combine(s, pubDoc, subDoc)
+	broker.stop(5 * time.Second)
+	applyUsage(s, map[string]*proc{"pub": pub, "sub": sub, "broker": broker})
 	s.OK = true
 	return nil
+}
+
+// applyUsage records each role's process CPU time and peak RSS from
+// wait4 (microsecond resolution) in the diagnostics, and makes the
+// publisher's the cpu metrics: /proc's utime and stime count whole clock
+// ticks of 10 ms, too coarse for runs of a few hundred milliseconds of CPU.
+// The role's own /proc figures stay in diag (pub.cpu_ms_per_msg, ...).
+// Process CPU includes start-up (Go runtime, TLS keys): the same for every
+// configuration, and part of what a device that starts a publisher pays.
+func applyUsage(s *Sample, procs map[string]*proc) {
+	for role, p := range procs {
+		cpu, rss, wall, ok := p.usage()
+		if !ok {
+			continue
+		}
+		ms := float64(cpu) / float64(time.Millisecond)
+		s.Diag[role+".process_cpu_ms"] = ms
+		s.Diag[role+".process_peak_rss_kib"] = float64(rss)
+		s.Diag[role+".process_wall_s"] = wall.Seconds()
+		msgs := s.Sent
+		if role == "sub" {
+			msgs = s.Received
+		}
+		if msgs > 0 {
+			s.Diag[role+".process_cpu_ms_per_msg"] = ms / float64(msgs)
+		}
+		if role == "pub" {
+			if msgs > 0 {
+				s.Metrics.CPUMsPerMsg = ms / float64(msgs)
+			}
+			if wall > 0 {
+				s.Metrics.CPUPct = 100 * float64(cpu) / float64(wall)
+			}
+		}
+	}
 }
 
 // isInterruptExit reports whether the process ended because we stopped it

@@ -38,7 +38,7 @@ func fakeRole(args []string) int {
 	mq := fs.String("mqtt-quic", "", "")
 	out := fs.String("metrics-out", "", "")
 	count := fs.Int("count", 1, "")
-	for _, f := range []string{"tuning", "metrics-listen", "broker", "topic", "format", "mode", "rate", "qos", "payload-size"} {
+	for _, f := range []string{"tuning", "metrics-listen", "broker", "topic", "format", "mode", "rate", "qos", "payload-size", "inflight"} {
 		fs.String(f, "", "")
 	}
 	fs.Bool("dev", false, "")
@@ -56,7 +56,10 @@ func fakeRole(args []string) int {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	switch role {
 	case "broker":
-		fmt.Fprintf(os.Stderr, "level=INFO msg=listening addr=%s mqtt=%s\n", *listen, *mq)
+		fmt.Printf("broker listening: https://%s (HTTP/3, UDP)\n", *listen)
+		if *mq != "" {
+			fmt.Printf("mqtt listening: mqtt-quic://%s (MQTT over QUIC, UDP)\n", *mq)
+		}
 		<-sig
 		return 0
 	case "sub":

@@ -60,6 +60,8 @@ type Workload struct {
 	Rate   float64 `json:"rate"`
 	QoS    int     `json:"qos"`
 	Repeat int     `json:"repeat"`
+	// Inflight is the publisher's window of unacknowledged publishes.
+	Inflight int `json:"inflight"`
 }
 
 // Aggregate groups samples by configuration, in first-seen order, and

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // sysProcAttr is nil off Linux: no process groups or death signal.
@@ -23,4 +24,9 @@ func killGroup(c *exec.Cmd, leftoversOnly bool) {
 	if c.Process != nil && !leftoversOnly {
 		_ = c.Process.Kill()
 	}
+}
+
+// usage is unavailable off Linux.
+func usage(ps *os.ProcessState) (cpu time.Duration, maxRSSKiB int64, ok bool) {
+	return 0, 0, false
 }

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/quiot/quiot/device/bench"
+	"github.com/quiot/quiot/internal/version"
+)
+
+func init() {
+	register(command{
+		name:    "bench",
+		summary: "run the HTTP/3 vs MQTT-over-QUIC experiment and write a report",
+		run:     runBench,
+	})
+}
+
+// benchPreset is a bench's default matrix and workload; flags override it.
+type benchPreset struct {
+	protos, modes, profiles, payloads, tunings string
+	repeat, count, inflight                    int
+	rate                                       float64
+}
+
+var (
+	// fullPreset is `quiot bench` without --quick.
+	fullPreset = benchPreset{protos: "h3,mqtt", modes: "request,stream", profiles: "lan,wifi,ltem,nbiot,lossy",
+		payloads: "16,256,1024", tunings: "default,lean", repeat: 5, count: 100, rate: 5, inflight: 4}
+	// quickPreset is `quiot bench --quick` (`make demo`): under 3 minutes
+	// on two cores.
+	// nbiot runs take 10-15 s each (a 600 ms RTT, 20 kbit/s uplink and
+	// handshake retransmissions), so the quick form compares the protocols
+	// under the lean profile only; default vs lean is in the full bench and
+	// the tuning study.
+	quickPreset = benchPreset{protos: "h3,mqtt", modes: "request,stream", profiles: "lan,nbiot",
+		payloads: "256", tunings: "lean", repeat: 3, count: 10, rate: 5, inflight: 4}
+	// studyPreset is `quiot bench --study tuning`: every knob alone from
+	// lean, on the poor links.
+	studyPreset = benchPreset{protos: "h3,mqtt", modes: "request,stream", profiles: "nbiot,lossy",
+		payloads: "256", repeat: 2, count: 20, rate: 5, inflight: 4}
+)
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench", stderr)
+	quick := fs.Bool("quick", false, "the quick comparison (make demo): lan and nbiot, 256 B, lean, 3 repeats, 10 messages a run")
+	study := fs.String("study", "", `"tuning": vary one knob at a time from lean on nbiot and lossy and write TUNING.md`)
+	knobs := fs.String("knobs", "", "with --study tuning: only these knobs (comma-separated; default all)")
+	protos := fs.String("protos", "", "protocols: h3,mqtt")
+	modes := fs.String("modes", "", "HTTP/3 publish modes: request,stream")
+	profiles := fs.String("profiles", "", "link profiles: lan,wifi,ltem,nbiot,lossy,sat")
+	payloads := fs.String("payloads", "", "payload sizes in bytes: 16,256,1024")
+	tunings := fs.String("tunings", "", "tunings: default,lean, study variants (lean/KNOB=VALUE) or TOML files")
+	repeat := fs.Int("repeat", 0, "repeats of every configuration")
+	count := fs.Int("count", 0, "messages per run")
+	rate := fs.Float64("rate", -1, "publish rate per run, messages per second (0: unpaced)")
+	inflight := fs.Int("inflight", 0, "publishes awaiting acknowledgement at once per publisher")
+	linksFile := fs.String("links", "", "link profiles file (format of internal/linkprofile/profiles.toml; default built-in)")
+	qos := fs.Int("qos", 1, "publish QoS (1 gives TTFD: the broker's acknowledgement)")
+	out := fs.String("out", "", "output directory (default results/bench-TIMESTAMP)")
+	bin := fs.String("quiot", "", "quiot binary the roles run as (default: this one)")
+	seed := fs.Uint64("seed", 1, "seed of the link emulators")
+	reportOnly := fs.String("report", "", "only regenerate report.md (and TUNING.md) from an earlier bench directory")
+	noProgress := fs.Bool("no-progress", false, "no progress bar")
+	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	var link *bench.ImpairLink
+	if *linksFile != "" {
+		link, err = bench.LoadImpairLink(*linksFile)
+	} else {
+		link, err = bench.NewImpairLink()
+	}
+	if err != nil {
+		return err
+	}
+	if *reportOnly != "" {
+		return bench.Rereport(*reportOnly, link)
+	}
+	preset := fullPreset
+	title := ""
+	var knobList []bench.Knob
+	switch {
+	case *study == "tuning":
+		preset = studyPreset
+		title = "quiot bench: the tuning study (one knob at a time from lean)"
+		if knobList, err = bench.SelectKnobs(bench.ParseList(*knobs)); err != nil {
+			return fmt.Errorf("%w: --knobs: %v", errUsage, err)
+		}
+	case *study != "":
+		return fmt.Errorf("%w: --study %q (want tuning)", errUsage, *study)
+	case *quick:
+		preset = quickPreset
+	}
+	pick := func(flagVal, def string) string {
+		if flagVal != "" {
+			return flagVal
+		}
+		return def
+	}
+	spec := bench.Spec{
+		Protos:   bench.ParseList(pick(*protos, preset.protos)),
+		Modes:    bench.ParseList(pick(*modes, preset.modes)),
+		Profiles: bench.ParseList(pick(*profiles, preset.profiles)),
+		Repeat:   preset.repeat,
+		Count:    preset.count,
+		Rate:     preset.rate,
+		QoS:      *qos,
+		Inflight: preset.inflight,
+	}
+	if *inflight != 0 {
+		spec.Inflight = *inflight
+	}
+	if *repeat != 0 {
+		spec.Repeat = *repeat
+	}
+	if *count != 0 {
+		spec.Count = *count
+	}
+	if *rate >= 0 {
+		spec.Rate = *rate
+	}
+	if spec.Payloads, err = bench.ParseSizes(pick(*payloads, preset.payloads)); err != nil {
+		return fmt.Errorf("%w: --payloads: %v", errUsage, err)
+	}
+	if knobList != nil && *tunings == "" {
+		spec.Tunings = bench.KnobTunings(knobList)
+	} else if spec.Tunings, err = bench.ResolveTunings(bench.ParseList(pick(*tunings, preset.tunings))); err != nil {
+		return fmt.Errorf("%w: --tunings: %v", errUsage, err)
+	}
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	for _, p := range spec.Profiles {
+		if _, ok := link.Info(p); !ok {
+			return fmt.Errorf("%w: unknown link profile %q (want one of %s)", errUsage, p, strings.Join(link.Names(), ", "))
+		}
+	}
+	dir := *out
+	if dir == "" {
+		dir = filepath.Join("results", "bench-"+time.Now().UTC().Format("20060102-150405"))
+	}
+	opts := bench.Options{Spec: spec, Out: dir, Link: link, Binary: *bin, Logger: log, Version: version.String(), Seed: *seed, Title: title}
+	if !*noProgress {
+		opts.Progress = stderr
+	}
+	runs := len(spec.Expand())
+	fmt.Fprintf(stderr, "quiot bench: %d runs (%d configurations x %d repeats), %d messages each -> %s\n",
+		runs, len(spec.Configs()), spec.Repeat, spec.Count, dir)
+	start := time.Now()
+	res, err := bench.Run(ctx, opts)
+	if res != nil && res.Summary != nil {
+		fmt.Fprintln(stdout)
+		if herr := bench.WriteHeadline(stdout, res.Summary); herr != nil {
+			return herr
+		}
+		if knobList != nil {
+			if terr := bench.WriteTuningDoc(filepath.Join(dir, "TUNING.md"), knobList, res); terr != nil {
+				return terr
+			}
+			fmt.Fprintf(stdout, "tuning study: %s\n", filepath.Join(dir, "TUNING.md"))
+		}
+		fmt.Fprintf(stdout, "\n%d runs in %s; results in %s (report.md, summary.json, runs.csv)\n",
+			len(res.Samples), time.Since(start).Round(time.Second), dir)
+	}
+	if errors.Is(err, bench.ErrInterrupted) {
+		return fmt.Errorf("%v: partial results in %s", err, dir)
+	}
+	return err
+}
