@@ -67,6 +67,7 @@ type brokerFlags struct {
 	maxPayload    int
 	history       int
 	historyBytes  int64
+	retainedBytes int64
 	queue         int
 	queuePolicy   string
 	maxSubs       int
@@ -84,7 +85,8 @@ func (f *brokerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.IntVar(&f.maxPayload, "max-payload", 256<<10, "largest payload in bytes")
 	fs.IntVar(&f.history, "history", 1024, "messages of history kept per topic for resume (0 = none)")
-	fs.Int64Var(&f.historyBytes, "history-bytes", 16<<20, "payload bytes of history kept in all")
+	fs.Int64Var(&f.historyBytes, "history-bytes", 16<<20, "bytes of history kept in all (payload, topic and ~96 bytes a message)")
+	fs.Int64Var(&f.retainedBytes, "retained-bytes", 16<<20, "bytes of retained messages kept in all (counted as --history-bytes)")
 	fs.IntVar(&f.queue, "queue", 1024, "subscriber queue length in messages")
 	fs.StringVar(&f.queuePolicy, "queue-policy", "drop-oldest", "when a subscriber's queue is full: drop-oldest or disconnect")
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 100, "subscriptions per connection")
@@ -124,13 +126,14 @@ func (f *brokerFlags) options(stdout io.Writer, log *slog.Logger) (*broker.Optio
 	} else {
 		log.Warn("no --auth file: open broker, anyone may publish and subscribe everywhere")
 	}
-	if f.maxPayload <= 0 || f.queue <= 0 || f.maxSubs <= 0 || f.historyBytes <= 0 || f.history < 0 {
+	if f.maxPayload <= 0 || f.queue <= 0 || f.maxSubs <= 0 || f.historyBytes <= 0 || f.retainedBytes <= 0 || f.history < 0 {
 		return nil, fmt.Errorf("%w: limits must be positive (--history may be 0)", errUsage)
 	}
 	o.Limits = broker.Limits{
 		MaxPayload:              f.maxPayload,
 		HistoryPerTopic:         f.history,
 		HistoryBytes:            f.historyBytes,
+		RetainedBytes:           f.retainedBytes,
 		QueueLength:             f.queue,
 		MaxSubscriptionsPerConn: f.maxSubs,
 	}
