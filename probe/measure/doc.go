@@ -43,10 +43,15 @@
 // By default the probe goes out through UDP sockets in GenNamespace (one per
 // flow); on the build host that reaches about 30,000-55,000 packets/s
 // through the bridge path. GenInterface switches to frame injection with
-// AF_PACKET (about 65,000-115,000 packets/s there; on veths the whole path
-// runs in the sender's softirq, so the sender's CPU sets the ceiling).
-// GenRealTime gives the sender thread SCHED_FIFO priority: on a busy host
-// the gap error of 1,000 packets/s falls from about 1 ms to 1 us (median).
+// AF_PACKET (sendmmsg batches when behind schedule); on veths the whole path
+// runs in the sender's softirq, so the sender's CPU sets the ceiling. With
+// GenRealTime (SCHED_FIFO) as well, the busy build host reached 134,000-
+// 149,000 packets/s through the bridge path, both captures matching all of
+// them without ring drops (go test -run XXX -bench CaptureRate -benchtime=1x
+// ./probe/measure/). GenRealTime also steadies pacing on a busy host: the
+// median gap error at 1,000 packets/s falls from about 1 ms to 1 us
+// (BenchmarkPacing in probe/gen). It spins a core at high rates, with the
+// kernel's RT throttling leaving other tasks 5 % of it.
 //
 // # Ring drops
 //
