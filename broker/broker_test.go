@@ -695,3 +695,46 @@ func TestTCPAndAltSvc(t *testing.T) {
 		t.Fatal("tcp connection not counted")
 	}
 }
+
+// TestStreamedPublishOverTCP: the streamed publish is full duplex over
+// HTTP/2 and HTTP/1.1 too.
+func TestStreamedPublishOverTCP(t *testing.T) {
+	b := testutil.StartBroker(t, nil, nil)
+	for _, h2 := range []bool{true, false} {
+		t.Run(fmt.Sprintf("h2=%v", h2), func(t *testing.T) {
+			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.PKI.Pool(), ServerName: "localhost"}, ForceAttemptHTTP2: h2}
+			if !h2 {
+				tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+			}
+			defer tr.CloseIdleConnections()
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			req, _ := http.NewRequest(http.MethodPost, b.URL+"/v1/publish", pr)
+			req.Header.Set("Content-Type", wire.ContentType)
+			go func() {
+				p := wire.Publish{ID: 7, Flags: wire.PubQoS1, Topic: "tcp/stream", Payload: []byte("x")}
+				_, _ = pw.Write(wire.AppendPublish(nil, &p))
+			}()
+			resp, err := (&http.Client{Transport: tr}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if (resp.ProtoMajor == 2) != h2 {
+				t.Fatalf("protocol %s", resp.Proto)
+			}
+			dec := wire.NewDecoder(resp.Body, 0)
+			if a, err := dec.Ack(); err != nil || a.ID != 7 || a.Seq == 0 {
+				t.Fatalf("ack %+v %v", a, err)
+			}
+			// A second frame after the first ack: the stream is live both ways.
+			p := wire.Publish{ID: 8, Flags: wire.PubQoS1, Topic: "tcp/stream", Payload: []byte("y")}
+			if _, err := pw.Write(wire.AppendPublish(nil, &p)); err != nil {
+				t.Fatal(err)
+			}
+			if a, err := dec.Ack(); err != nil || a.ID != 8 {
+				t.Fatalf("ack %+v %v", a, err)
+			}
+		})
+	}
+}
