@@ -80,10 +80,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	// The first SIGINT/SIGTERM cancels ctx; the command tears down and
+	// The first SIGINT/SIGTERM/SIGHUP cancels ctx; the command tears down and
 	// returns. Further signals are absorbed until then (stop runs last), so
 	// an impatient second Ctrl-C does not cut the teardown short.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	err := c.run(ctx, args[1:], stdout, stderr)
 	switch {
