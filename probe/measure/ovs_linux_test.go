@@ -49,7 +49,7 @@ func lockHost(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(8 * time.Minute) // a lab run may hold it for minutes
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
