@@ -42,15 +42,17 @@ var (
 		payloads: "256", tunings: "lean", repeat: 3, count: 10, rate: 5, inflight: 4}
 	// studyPreset is `quiot bench --study tuning`: every knob alone from
 	// lean, on the poor links.
-	studyPreset = benchPreset{protos: "h3,mqtt", modes: "request,stream", profiles: "nbiot,lossy",
-		payloads: "256", repeat: 2, count: 20, rate: 5, inflight: 4}
+	// HTTP/3 request mode (where MAX_STREAMS matters) and MQTT, 3 repeats:
+	// about 15 minutes on two cores.
+	studyPreset = benchPreset{protos: "h3,mqtt", modes: "request", profiles: "nbiot,lossy",
+		payloads: "256", repeat: 3, count: 10, rate: 5, inflight: 4}
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench", stderr)
 	quick := fs.Bool("quick", false, "the quick comparison (make demo): lan and nbiot, 256 B, lean, 3 repeats, 10 messages a run")
 	study := fs.String("study", "", `"tuning": vary one knob at a time from lean on nbiot and lossy and write TUNING.md`)
-	knobs := fs.String("knobs", "", "with --study tuning: only these knobs (comma-separated; default all)")
+	knobs := fs.String("knobs", "", "with --study tuning: only these knobs, with all their values (comma-separated, or all; default: the 15-minute selection)")
 	protos := fs.String("protos", "", "protocols: h3,mqtt")
 	modes := fs.String("modes", "", "HTTP/3 publish modes: request,stream")
 	profiles := fs.String("profiles", "", "link profiles: lan,wifi,ltem,nbiot,lossy,sat")

@@ -325,7 +325,7 @@ func maxInt(xs []int) int {
 
 // roleArgs are the common client flags.
 func clientArgs(broker, tuning, metrics string) []string {
-	return []string{"--broker", broker, "--insecure", "--tuning", tuning, "--metrics-out", metrics}
+	return []string{"--config", "", "--broker", broker, "--insecure", "--tuning", tuning, "--metrics-out", metrics}
 }
 
 // runOne runs one repeat of one configuration and returns its sample.
@@ -357,7 +357,9 @@ func runRoles(ctx context.Context, o *Options, r Job, link LinkInfo, s *Sample) 
 	h3Addr := "127.0.0.1:" + strconv.Itoa(port)
 	// The broker prints "broker listening: https://ADDR (HTTP/3, ...)" and
 	// "mqtt listening: mqtt-quic://ADDR (...)" once it serves.
-	args := []string{"broker", "--dev", "--listen", h3Addr, "--tuning", t.Profile}
+	// --config "": the roles must not pick up a system configuration
+	// (/etc/quiot/quiot.toml) that changes what is measured.
+	args := []string{"broker", "--config", "", "--dev", "--listen", h3Addr, "--tuning", t.Profile}
 	upstream, scheme := h3Addr, "https"
 	want := []string{"https://" + h3Addr + " "}
 	if r.Proto == ProtoMQTT {
@@ -455,6 +457,7 @@ func runRoles(ctx context.Context, o *Options, r Job, link LinkInfo, s *Sample) 
 		return fmt.Errorf("subscriber: %w", err)
 	}
 	Combine(s, pubDoc, subDoc)
+	steadyLatency(s, max(1, o.Spec.Inflight))
 	broker.stop(5 * time.Second)
 	applyUsage(s, map[string]*proc{"pub": pub, "sub": sub, "broker": broker})
 	s.OK = true
@@ -504,4 +507,19 @@ func isInterruptExit(p *proc) bool {
 	}
 	msg := p.err.Error()
 	return strings.Contains(msg, "interrupt") || strings.Contains(msg, "exit status 130")
+}
+
+// steadyLatency records the latency of the messages after the first
+// window (in arrival order) as diag sub.steady_latency_ms.{p50,p99}: the
+// first window is sent as soon as the connection is up and queues behind
+// the handshake's tail on slow links, which weighs on the percentiles of
+// short runs differently per protocol (MQTT's CONNECT/CONNACK round trip
+// comes before the first send time is stamped).
+func steadyLatency(s *Sample, window int) {
+	if len(s.Latencies) <= window {
+		return
+	}
+	rest := s.Latencies[window:]
+	s.Diag["sub.steady_latency_ms.p50"] = Quantile(rest, 0.5)
+	s.Diag["sub.steady_latency_ms.p99"] = Quantile(rest, 0.99)
 }

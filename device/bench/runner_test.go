@@ -38,7 +38,7 @@ func fakeRole(args []string) int {
 	mq := fs.String("mqtt-quic", "", "")
 	out := fs.String("metrics-out", "", "")
 	count := fs.Int("count", 1, "")
-	for _, f := range []string{"tuning", "metrics-listen", "broker", "topic", "format", "mode", "rate", "qos", "payload-size", "inflight"} {
+	for _, f := range []string{"tuning", "metrics-listen", "broker", "topic", "format", "mode", "rate", "qos", "payload-size", "inflight", "config"} {
 		fs.String(f, "", "")
 	}
 	fs.Bool("dev", false, "")

@@ -85,3 +85,20 @@ func TestWriteTuningDoc(t *testing.T) {
 		}
 	}
 }
+
+func TestSelectKnobsDefault(t *testing.T) {
+	def, err := SelectKnobs(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := SelectKnobs([]string{"all"})
+	nd, na := len(KnobTunings(def)), len(KnobTunings(all))
+	if nd >= na || nd < 8 {
+		t.Errorf("default study has %d tunings, all %d", nd, na)
+	}
+	for _, k := range def {
+		if k.ID == "idle_timeout" {
+			t.Error("idle_timeout has only extended values but is in the default study")
+		}
+	}
+}

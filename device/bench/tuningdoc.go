@@ -258,6 +258,14 @@ func Rereport(dir string, link Link) error {
 	if err != nil {
 		return err
 	}
+	// Per-message latencies live in each run's subscriber metrics.
+	for i := range samples {
+		smp := &samples[i]
+		id := Job{Config: smp.Config, Repeat: smp.Repeat}.ID()
+		if d, err := ReadRoleMetrics(filepath.Join(dir, "runs", id, "sub.json")); err == nil {
+			smp.Latencies = d.Latencies
+		}
+	}
 	links := map[string]LinkInfo{}
 	for _, p := range profilesOf(sum.Runs) {
 		if l, ok := link.Info(p); ok {
