@@ -179,12 +179,13 @@ func (b *Broker) Start() error {
 	default:
 	}
 	pc := b.opts.PacketConn
+	var tln net.Listener
 	if pc == nil {
-		udp, err := net.ListenPacket("udp", b.opts.Listen)
+		udp, t, err := b.listenPair()
 		if err != nil {
-			return fmt.Errorf("couldn't listen on udp %s: %w", b.opts.Listen, err)
+			return err
 		}
-		b.ownPC, pc = udp, udp
+		b.ownPC, pc, tln = udp, udp, t
 	}
 	b.tr = &quic.Transport{Conn: pc}
 	var ln http3.QUICListener
@@ -197,13 +198,18 @@ func (b *Broker) Start() error {
 		ln = l
 	}
 	if err != nil {
+		if tln != nil {
+			_ = tln.Close()
+		}
 		b.closeSockets()
 		return fmt.Errorf("couldn't start quic listener: %w", err)
 	}
 	b.udpAddr = ln.Addr()
 	b.serveErr = make(chan error, 2)
 	if !b.opts.DisableTCP {
-		tln := b.opts.TCPListener
+		if b.opts.TCPListener != nil {
+			tln = b.opts.TCPListener
+		}
 		if tln == nil {
 			port := 0
 			if ua, ok := b.udpAddr.(*net.UDPAddr); ok {
@@ -242,6 +248,36 @@ func (b *Broker) Start() error {
 	b.started = true
 	b.log.Info("broker listening", "udp", b.udpAddr.String(), "tcp", b.TCPAddr(), "auth_open", b.opts.Auth.IsOpen(), "anonymous", b.opts.Auth.Anonymous())
 	return nil
+}
+
+// listenPair opens the UDP socket at Options.Listen and, when the TCP
+// listener is the broker's own, TCP on the same port. With port 0 it retries
+// when the kernel's UDP port is taken on TCP.
+func (b *Broker) listenPair() (net.PacketConn, net.Listener, error) {
+	wantTCP := !b.opts.DisableTCP && b.opts.TCPListener == nil
+	_, port, _ := net.SplitHostPort(b.opts.Listen)
+	for attempt := 0; ; attempt++ {
+		udp, err := net.ListenPacket("udp", b.opts.Listen)
+		if err != nil {
+			return nil, nil, fmt.Errorf("couldn't listen on udp %s: %w", b.opts.Listen, err)
+		}
+		if !wantTCP {
+			return udp, nil, nil
+		}
+		ua := udp.LocalAddr().(*net.UDPAddr)
+		host := ""
+		if !ua.IP.IsUnspecified() {
+			host = ua.IP.String()
+		}
+		tln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(ua.Port)))
+		if err == nil {
+			return udp, tln, nil
+		}
+		_ = udp.Close()
+		if port != "0" || attempt == 9 {
+			return nil, nil, fmt.Errorf("couldn't listen on tcp port %d (same as udp): %w", ua.Port, err)
+		}
+	}
 }
 
 // Serve starts the broker (see Start) and blocks until Shutdown or Close has
