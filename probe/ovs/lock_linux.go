@@ -35,7 +35,7 @@ func acquireLock(ctx context.Context, path string, log *slog.Logger) (*hostLock,
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		if !said {
-			log.Info("waiting for another ovsprobe testbed to finish", "lock", path)
+			log.Warn("waiting for another ovsprobe testbed (or an OVS test) to finish", "lock", path)
 			said = true
 		}
 		select {
