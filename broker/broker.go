@@ -27,7 +27,8 @@
 // filter or parameter; 401 missing or bad credentials; 403 denied by the
 // ACL; 404/405 unknown path or method; 413 payload too large; 415 wrong
 // content type; 429 too many subscriptions on the connection; 503 shutting
-// down; 507 retained-message store full (Limits.RetainedBytes).
+// down; 507 retained-message store full (Limits.RetainedBytes); 425 a
+// publish sent in 0-RTT data (only when the tuning allows 0-RTT).
 //
 // # Authentication
 //

@@ -33,6 +33,7 @@ const sseHeartbeat = 15 * time.Second
 // once authenticated, and its live subscriptions.
 type connState struct {
 	proto string
+	qc    *quic.Conn // nil on TCP
 
 	mu       sync.Mutex
 	authed   bool
@@ -44,7 +45,7 @@ type connState struct {
 type connKey struct{}
 
 func (b *Broker) quicConnContext(ctx context.Context, c *quic.Conn) context.Context {
-	cs := &connState{proto: "h3"}
+	cs := &connState{proto: "h3", qc: c}
 	b.ConnOpened("h3")
 	context.AfterFunc(c.Context(), func() { b.ConnClosed("h3") })
 	return context.WithValue(ctx, connKey{}, cs)
@@ -60,6 +61,21 @@ func (b *Broker) tcpConnState(_ net.Conn, s http.ConnState) {
 		b.ConnOpened("tcp")
 	case http.StateClosed, http.StateHijacked:
 		b.ConnClosed("tcp")
+	}
+}
+
+// earlyData reports whether r arrived before the QUIC handshake completed
+// (0-RTT).
+func earlyData(r *http.Request) bool {
+	cs, _ := r.Context().Value(connKey{}).(*connState)
+	if cs == nil || cs.qc == nil {
+		return false
+	}
+	select {
+	case <-cs.qc.HandshakeComplete():
+		return false
+	default:
+		return true
 	}
 }
 
@@ -107,6 +123,12 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.Path
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && earlyData(r) {
+		// A publish in 0-RTT data could be replayed by an attacker: ask
+		// the client to send it again after the handshake (RFC 8470).
+		fail(w, http.StatusTooEarly, "publish not accepted in 0-RTT data; retry after the handshake")
+		return
+	}
 	switch {
 	case path == "/healthz":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
