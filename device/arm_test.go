@@ -179,7 +179,7 @@ func TestARMv6RoundTrip(t *testing.T) {
 	}
 	t.Logf("quiot-linux-armv6 (GOARM=6, -trimpath -s -w): %d bytes (%.2f MB, budget %.0f MB)", fi.Size(), float64(fi.Size())/1e6, float64(maxPiBinary)/1e6)
 	if fi.Size() > maxPiBinary {
-		t.Errorf("ARMv6 binary is %d bytes, over the %d-byte budget", fi.Size(), maxPiBinary)
+		t.Errorf("ARMv6 binary is %d bytes, over the %d-byte budget; modules linked in:\n%s", fi.Size(), maxPiBinary, linkedModules(bin))
 	}
 	ef, err := elf.Open(bin)
 	if err != nil {
@@ -244,6 +244,22 @@ func TestARMv6RoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	broker.exit(t, ctx)
+}
+
+// linkedModules lists the modules built into bin (go version -m), to show
+// what made it grow.
+func linkedModules(bin string) string {
+	out, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil {
+		return err.Error()
+	}
+	var mods []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "dep" {
+			mods = append(mods, f[1])
+		}
+	}
+	return strings.Join(mods, " ")
 }
 
 func fmtMS(v []float64) string {
