@@ -71,6 +71,9 @@ func TestWriteTuningDoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "TUNING.md")
+	if d := os.Getenv("QUIOT_BENCH_REPORT_DIR"); d != "" {
+		path = filepath.Join(d, "TUNING.md") // keep it for a look
+	}
 	if err := WriteTuningDoc(path, knobs, &Result{Summary: sum, Samples: samples, Links: links}); err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func Aggregate(samples []Sample) []SummaryRun {
 		}
 		groups[s.Config] = append(groups[s.Config], s)
 	}
-	var out []SummaryRun
+	out := []SummaryRun{} // [] rather than null in summary.json
 	for _, c := range order {
 		g := groups[c]
 		if len(g) == 0 {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -148,10 +149,16 @@ func WriteTuningDoc(path string, knobs []Knob, res *Result) error {
 	if s.Partial {
 		m.p("> **PARTIAL DATA** — %s.", s.PartialReason)
 	}
-	m.p("The QUIC counterpart of RFC 9006's TCP guidance for IoT: each knob of quic-go's configuration (and the TLS/HTTP/3 " +
-		"settings around it) is varied **alone**, starting from the `lean` profile (internal/quictune), and its effect on the " +
-		"eight metrics is measured for HTTP/3 pub-sub (request and stream publish modes) and MQTT over QUIC. A change counts " +
-		"only when the 95 %% confidence intervals of the variant and of lean do not overlap and the means differ by 2 %% or more.")
+	var labels []string
+	for _, g := range groups {
+		if l := g.Label(); !slices.Contains(labels, l) {
+			labels = append(labels, l)
+		}
+	}
+	m.p("The QUIC counterpart of RFC 9006's TCP guidance for IoT: each knob of quic-go's configuration (and the TLS/HTTP/3 "+
+		"settings around it) is varied **alone**, starting from the `lean` profile (internal/quictune), and its effect on the "+
+		"eight metrics is measured for %s. A change counts only when the 95 %% confidence intervals of the variant and of "+
+		"lean do not overlap and the means differ by 2 %% or more.", strings.Join(labels, ", "))
 	m.p("Setup: %s; host %s (%s/%s, %d CPUs, %s); quiot %s. Per run one publisher sends %d messages of %s bytes (QoS %d, %s) "+
 		"through the userspace link emulator to a broker, one subscriber receives them; every role is its own process. "+
 		"%d repeats per configuration. Raw data: runs.csv and summary.json beside the study's report.md.",
@@ -178,6 +185,8 @@ func WriteTuningDoc(path string, knobs []Knob, res *Result) error {
 		"their recommendations rest on that cost plus the reasoning given. Per-request authentication is not measured: " +
 		"the quiot client authenticates once per connection by design (the study found per-request headers costly, " +
 		"and quic-go's QPACK has no dynamic table to compress them away).")
+
+	writeObservations(&m, s, ix, groups, res.Links)
 
 	for _, k := range knobs {
 		m.p("## %s", k.Title)
@@ -290,4 +299,48 @@ func Rereport(dir string, link Link) error {
 		return err
 	}
 	return WriteTuningDoc(filepath.Join(dir, "TUNING.md"), knobs, res)
+}
+
+// writeObservations notes what the lean runs show beyond single knobs:
+// handshake retransmissions on slow links and MAX_STREAMS traffic.
+func writeObservations(m *md, s *Summary, ix index, groups []Config, links map[string]LinkInfo) {
+	var bullets []string
+	for _, g := range groups {
+		c := g
+		c.Tuning = "lean"
+		if c.Proto != ProtoMQTT {
+			continue
+		}
+		var pto []float64
+		for _, smp := range ix[c] {
+			pto = append(pto, smp.Diag["pub.diag.pto_count"])
+		}
+		if med := Median(pto); med > 0 {
+			bullets = append(bullets, fmt.Sprintf("On %s (RTT %.0f ms) a publisher's connection sees %.0f PTO expiries (median, "+
+				"MQTT, lean), almost all during the handshake: quic-go starts from a 100 ms RTT estimate and quic.Config has no "+
+				"knob for it. Fewer handshake bytes (no PMTUD probes early, small ECDSA certificates, resumption) help more than "+
+				"any timer.", c.Profile, links[c.Profile].RTTMs(), med))
+		}
+	}
+	for _, g := range groups {
+		c := g
+		c.Tuning = "lean"
+		if c.Mode != ModeRequest {
+			continue
+		}
+		if ms := ix.perMsgMedian(c, "pub.diag.frames_received.MAX_STREAMS"); !math.IsNaN(ms) && ms > 0 {
+			bullets = append(bullets, fmt.Sprintf("HTTP/3 request mode on %s receives %.2f MAX_STREAMS frames per message even with "+
+				"max_incoming_streams = 1000: quic-go returns stream credit each time a stream is closed, so a high limit "+
+				"does not make MAX_STREAMS rare; only the stream publish mode (one stream for all messages) does.", c.Profile, ms))
+			break
+		}
+	}
+	if len(bullets) == 0 {
+		return
+	}
+	m.p("## What else the lean runs show")
+	for _, b := range bullets {
+		m.line("- %s", b)
+	}
+	m.line("")
 }
