@@ -247,7 +247,7 @@ func (b *Broker) Start() error {
 		b.serveErr <- err
 	}()
 	b.started = true
-	b.log.Info("broker listening", "udp", b.udpAddr.String(), "tcp", b.TCPAddr(), "auth_open", b.opts.Auth.IsOpen(), "anonymous", b.opts.Auth.Anonymous())
+	b.log.Info("broker listening", "udp", b.udpAddr.String(), "tcp", b.tcpAddr(), "auth_open", b.opts.Auth.IsOpen(), "anonymous", b.opts.Auth.Anonymous())
 	return nil
 }
 
@@ -305,6 +305,13 @@ func (b *Broker) Addr() net.Addr {
 
 // TCPAddr is the TCP (HTTP/1.1, HTTP/2) address, or nil.
 func (b *Broker) TCPAddr() net.Addr {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tcpAddr()
+}
+
+// tcpAddr is TCPAddr with b.mu held.
+func (b *Broker) tcpAddr() net.Addr {
 	if b.tcpLn == nil {
 		return nil
 	}
