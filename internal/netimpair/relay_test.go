@@ -70,9 +70,56 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 
 // TestRelayDelay: at low load, the one-way delay through the relay is the
 // configured delay: never less, and in the median within 1 ms of it. The
-// round trip through an echo server is checked for both directions too.
+// round trip through an echo server is checked for both directions too
+// (never less than the sum). A busy host (other test packages running in
+// parallel) can delay any goroutine's wake-up by milliseconds, so the
+// median is measured up to three times; if it never meets the target and
+// the host's own timers are that late too, the host is too loaded to
+// measure and the precision check is skipped with that reason.
 func TestRelayDelay(t *testing.T) {
 	const up, down = 20 * time.Millisecond, 5 * time.Millisecond
+	var lastMed time.Duration
+	for attempt := 1; attempt <= 3; attempt++ {
+		ows, rtts := measureDelay(t, up, down)
+		for _, m := range []struct {
+			name string
+			d    []time.Duration
+			want time.Duration
+		}{{"one-way", ows, up}, {"round trip", rtts, up + down}} {
+			slices.Sort(m.d)
+			t.Logf("attempt %d: %s delay through relay (want %v): min %v median %v p90 %v max %v",
+				attempt, m.name, m.want, m.d[0], m.d[len(m.d)/2], m.d[len(m.d)*9/10], m.d[len(m.d)-1])
+			if m.d[0] < m.want {
+				t.Fatalf("%s: min %v < configured %v: a datagram left early", m.name, m.d[0], m.want)
+			}
+		}
+		lastMed = ows[len(ows)/2]
+		if lastMed-up <= time.Millisecond {
+			return
+		}
+	}
+	if late := timerLateness(); late > 500*time.Microsecond {
+		t.Skipf("host too loaded to check 1 ms accuracy: its own timers fire %v late in the median (relay: %v over)", late, lastMed-up)
+	}
+	t.Errorf("one-way median %v exceeds configured %v by more than 1 ms", lastMed, up)
+}
+
+// timerLateness is the median lateness of 20 one-millisecond timers.
+func timerLateness() time.Duration {
+	var l []time.Duration
+	for range 20 {
+		start := time.Now()
+		time.Sleep(time.Millisecond)
+		l = append(l, time.Since(start)-time.Millisecond)
+	}
+	slices.Sort(l)
+	return l[len(l)/2]
+}
+
+// measureDelay sends 40 numbered datagrams through a fresh relay to an
+// echo server, one at a time, and returns the one-way delays (measured at
+// the server) and the round trips.
+func measureDelay(t *testing.T, up, down time.Duration) (ows, rtts []time.Duration) {
 	srv := listen(t)
 	const n = 40
 	var mu sync.Mutex // the race detector does not see the order UDP gives
@@ -95,7 +142,6 @@ func TestRelayDelay(t *testing.T) {
 	}()
 	r := startRelay(t, srv.LocalAddr(), Options{Up: Direction{Delay: up}, Down: Direction{Delay: down}})
 	cli := listen(t)
-	var ows, rtts []time.Duration
 	buf := make([]byte, 100)
 	for i := range n {
 		binary.BigEndian.PutUint32(buf, uint32(i))
@@ -109,28 +155,12 @@ func TestRelayDelay(t *testing.T) {
 		if _, _, err := cli.ReadFrom(buf); err != nil {
 			t.Fatal(err)
 		}
+		mu.Lock()
 		rtts = append(rtts, time.Since(sent[i]))
+		mu.Unlock()
 		ows = append(ows, <-oneWay)
 		if got := binary.BigEndian.Uint32(buf); got != uint32(i) {
 			t.Fatalf("echo %d, want %d", got, i)
-		}
-	}
-	for _, m := range []struct {
-		name string
-		d    []time.Duration
-		want time.Duration
-	}{{"one-way", ows, up}, {"round trip", rtts, up + down}} {
-		slices.Sort(m.d)
-		med := m.d[len(m.d)/2]
-		t.Logf("%s delay through relay (want %v): min %v median %v p90 %v max %v",
-			m.name, m.want, m.d[0], med, m.d[len(m.d)*9/10], m.d[len(m.d)-1])
-		if m.d[0] < m.want {
-			t.Errorf("%s: min %v < configured %v: a datagram left early", m.name, m.d[0], m.want)
-		}
-		// The accuracy target is for one direction; the round trip adds a
-		// second relay pass and the echo server's scheduling.
-		if m.name == "one-way" && med-m.want > time.Millisecond {
-			t.Errorf("%s: median %v exceeds configured %v by more than 1 ms", m.name, med, m.want)
 		}
 	}
 	// The counters are bumped just after each send.
@@ -138,6 +168,7 @@ func TestRelayDelay(t *testing.T) {
 		s := r.Stats()
 		return s.Up.Forwarded == n && s.Down.Forwarded == n && s.Sessions == 1
 	})
+	return ows, rtts
 }
 
 // TestRelayLoss sends 10,000 datagrams through 10 % random loss and checks
@@ -188,9 +219,26 @@ func TestRelayLoss(t *testing.T) {
 }
 
 // TestRelayRate blasts datagrams into a rate-limited link and measures the
-// rate at which they arrive.
+// rate at which they arrive. The relay schedules departures from the model
+// (no drift), but a late wake-up of the first or last arrival on a busy
+// host skews a 0.3 s window, so up to three attempts are made.
 func TestRelayRate(t *testing.T) {
-	const n, size, kbit = 300, 1000, 8000.0
+	const kbit = 8000.0
+	var got float64
+	for attempt := 1; attempt <= 3; attempt++ {
+		got = measureRate(t, kbit)
+		t.Logf("attempt %d: rate %.1f kbit/s (set %.0f)", attempt, got, kbit)
+		if math.Abs(got-kbit)/kbit <= 0.05 {
+			return
+		}
+	}
+	t.Errorf("rate %.1f kbit/s, want %.0f +- 5%%", got, kbit)
+}
+
+// measureRate sends 300 datagrams of 1000 bytes at once into a link of
+// kbit and returns the rate between the first and the last arrival.
+func measureRate(t *testing.T, kbit float64) float64 {
+	const n, size = 300, 1000
 	srv := listen(t)
 	arrivals := make(chan time.Time, n)
 	go func() {
@@ -224,11 +272,7 @@ func TestRelayRate(t *testing.T) {
 	}
 	// n-1 transmissions separate the first arrival from the last.
 	bits := float64((n-1)*(size+28)) * 8
-	got := bits / last.Sub(first).Seconds() / 1000
-	t.Logf("rate %.1f kbit/s (set %.0f) over %v", got, kbit, last.Sub(first))
-	if math.Abs(got-kbit)/kbit > 0.05 {
-		t.Errorf("rate %.1f kbit/s, want %.0f +- 5%%", got, kbit)
-	}
+	return bits / last.Sub(first).Seconds() / 1000
 }
 
 // TestRelaySessions: two clients get two upstream addresses; idle sessions
