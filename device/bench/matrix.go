@@ -238,7 +238,7 @@ func ParseSizes(s string) ([]int, error) {
 			mult, num = 1024, f[:len(f)-1]
 		}
 		n, err := strconv.Atoi(num)
-		if err != nil || n < 1 {
+		if err != nil || n < 1 || n > 1<<30 {
 			return nil, fmt.Errorf("bad payload size %q (want a positive number of bytes, e.g. 256 or 1k)", f)
 		}
 		out = append(out, n*mult)
