@@ -51,7 +51,8 @@ func openStream(tb testing.TB, c *http.Client, url string) *streamPublisher {
 		resp, err := c.Do(req)
 		ch <- res{resp, err}
 	}()
-	// The request goes out with its first frame: a QoS 1 "hello".
+	// The request goes out with its first frame, a QoS 1 "hello"; its ack
+	// (accepted, or denied by an ACL) shows that the stream is up.
 	sp := &streamPublisher{pw: pw}
 	sp.send(0, "bench/hello", nil, wire.PubQoS1, 0)
 	sp.flush(tb)

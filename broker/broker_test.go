@@ -426,6 +426,19 @@ func TestAuthAndACL(t *testing.T) {
 	}
 	sensor.mustSubscribe("cmd/sensor-1/#", "", false)
 
+	// Streamed publish on the sensor's authenticated connection: the ACL
+	// applies to every frame.
+	sp := openStream(t, sensor.c, b.URL)
+	sp.send(1, "sensors/sensor-1/t", []byte("ok"), wire.PubQoS1, 0)
+	sp.send(2, "sensors/sensor-2/t", []byte("no"), wire.PubQoS1, 0)
+	sp.flush(t)
+	for _, want := range []uint64{0, http.StatusForbidden} {
+		a, err := sp.dec.Ack()
+		if err != nil || a.Status != want {
+			t.Fatalf("stream ack %+v %v, want status %d", a, err, want)
+		}
+	}
+
 	basic := newClient(t, b, nil)
 	basic.hdr.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("sensor-1:pw")))
 	basic.mustPublish("sensors/sensor-1/t", "22")
