@@ -19,6 +19,7 @@ import (
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/testutil"
 	"github.com/quiot/quiot/internal/wire"
 )
@@ -750,4 +751,12 @@ func TestStreamedPublishOverTCP(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestLeanTuning(t *testing.T) {
+	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: quictune.Lean()})
+	c := newClient(t, b, nil)
+	s := c.mustSubscribe("lean/#", "", false)
+	c.mustPublish("lean/x", "small windows")
+	s.expect("lean/x", "small windows")
 }
