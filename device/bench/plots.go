@@ -10,6 +10,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // errPoints are dots with a symmetric or asymmetric y error bar.
@@ -26,6 +27,12 @@ func (e errPoints) YError(i int) (float64, float64) { return e.lo[i], e.hi[i] }
 // the estimate of a (group, series); ok false leaves the dot out. A y range
 // spanning more than two decades gets a log scale.
 func dotChart(path, title, ylabel string, groups, series []string, val func(g, s int) (Estimate, bool)) error {
+	return dotChartScale(path, title, ylabel, groups, series, val, true)
+}
+
+// dotChartScale is dotChart; allowLog false keeps a linear y axis (for
+// values that may be negative).
+func dotChartScale(path, title, ylabel string, groups, series []string, val func(g, s int) (Estimate, bool), allowLog bool) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.Y.Label.Text = ylabel
@@ -58,7 +65,7 @@ func dotChart(path, title, ylabel string, groups, series []string, val func(g, s
 			maxV = math.Max(maxV, y)
 		}
 	}
-	logY := minPos > 0 && !math.IsInf(minPos, 1) && maxV/minPos > 100
+	logY := allowLog && minPos > 0 && !math.IsInf(minPos, 1) && maxV/minPos > 100
 	if logY {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
@@ -96,6 +103,11 @@ func dotChart(path, title, ylabel string, groups, series []string, val func(g, s
 		p.Legend.Add(series[s], sc)
 	}
 	p.NominalX(groups...)
+	if len(groups) > 6 {
+		p.X.Tick.Label.Rotation = math.Pi / 6
+		p.X.Tick.Label.XAlign = draw.XRight
+		p.X.Tick.Label.YAlign = draw.YTop
+	}
 	p.X.Min, p.X.Max = -0.6, float64(len(groups))-0.4
 	p.Add(plotter.NewGrid())
 	w := vg.Length(max(6, 1.6*float64(len(groups)))) * vg.Inch

@@ -281,7 +281,9 @@ func WriteReport(in ReportInput) error {
 	if err := writePlots(&m, s, ix, in.Dir); err != nil {
 		return err
 	}
-	writeKnobs(&m, s, ix)
+	if err := writeKnobs(&m, s, ix, in.Dir); err != nil {
+		return err
+	}
 	writeAllRuns(&m, s, ix)
 	writeFailures(&m, in.Samples)
 
@@ -745,12 +747,15 @@ var knobMetrics = []struct{ name, head, format string }{
 	{"peak_rss_kib", "RSS KiB", "%.0f"},
 }
 
-func writeKnobs(m *md, s *Summary, ix index) {
+func writeKnobs(m *md, s *Summary, ix index, dir string) error {
 	knobs := knobTunings(s)
 	if len(knobs) == 0 {
-		return
+		return nil
 	}
 	m.p("## Effect of each tuning knob (one at a time from lean)")
+	if err := knobPlots(m, s, ix, dir, knobs); err != nil {
+		return err
+	}
 	m.p("Each cell: median [95 %% CI] and, in brackets, the change of the mean against lean with a mark when the confidence " +
 		"intervals do not overlap (↑ higher, ↓ lower).")
 	for _, c := range knobGroups(s) {
@@ -791,6 +796,7 @@ func writeKnobs(m *md, s *Summary, ix index) {
 		m.p("**%s, %s, payload %d B**", c.Profile, c.Label(), c.Payload)
 		m.table(head, rows)
 	}
+	return nil
 }
 
 // knobGroups are the (profile, protocol, mode, payload) combinations that
@@ -931,4 +937,45 @@ func writeClosing(m *md, s *Summary, ix index, links map[string]LinkInfo) {
 		m.line("- %s", b)
 	}
 	m.line("")
+}
+
+// knobPlots draws, per metric, each variant's change against lean in
+// percent with its confidence interval, one series per link profile and
+// protocol.
+func knobPlots(m *md, s *Summary, ix index, dir string, knobs []Tuning) error {
+	groups := knobGroups(s)
+	var series []string
+	for _, g := range groups {
+		series = append(series, fmt.Sprintf("%s %s %dB", g.Profile, g.Label(), g.Payload))
+	}
+	var names []string
+	for _, t := range knobs {
+		names = append(names, strings.TrimPrefix(t.Name, "lean/"))
+	}
+	metrics := []struct{ file, title, metric string }{
+		{"knob_ttfd", "TTFD", "ttfd_ms"},
+		{"knob_latency_p50", "median latency", "latency_ms.p50"},
+		{"knob_cpu_per_msg", "publisher CPU per message", "cpu_ms_per_msg"},
+		{"knob_wire_per_msg", "publisher wire bytes per message", "wire_bytes_per_msg"},
+	}
+	for _, km := range metrics {
+		err := dotChartScale(plotName(dir, km.file), "Effect of each knob on "+km.title+" (change against lean)", "% change", names, series,
+			func(gi, si int) (Estimate, bool) {
+				c := groups[si]
+				c.Tuning = knobs[gi].Name
+				base := groups[si]
+				base.Tuning = "lean"
+				e, b := ix.est(c, km.metric), ix.est(base, km.metric)
+				if e.N == 0 || b.N == 0 || b.Mean == 0 {
+					return Estimate{}, false
+				}
+				rel := func(v float64) float64 { return 100 * (v/b.Mean - 1) }
+				return Estimate{N: e.N, Mean: rel(e.Mean), Median: rel(e.Median), Lo: rel(e.Lo), Hi: rel(e.Hi)}, true
+			}, false)
+		if err != nil {
+			return err
+		}
+		m.p("![knob effect on %s](%s.png)", km.title, km.file)
+	}
+	return nil
 }
