@@ -2,6 +2,7 @@ package qmetrics
 
 import (
 	"encoding/binary"
+	"net"
 	"testing"
 	"unsafe"
 
@@ -56,3 +57,23 @@ func BenchmarkGSOSegmentSize(b *testing.B) {
 		gsoSegmentSize(oob)
 	}
 }
+
+// gsoSupported reports whether this kernel offers UDP_SEGMENT, as quic-go
+// checks it.
+func gsoSupported(t *testing.T) bool {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { _, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT) }); err != nil {
+		return false
+	}
+	return serr == nil
+}
+

@@ -14,7 +14,6 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
-	"golang.org/x/sys/unix"
 
 	"github.com/quiot/quiot/device/sysstat"
 	"github.com/quiot/quiot/internal/certs"
@@ -185,25 +184,6 @@ func TestQUICCounting(t *testing.T) {
 	if gsoSupported(t) && cw.GSOWrites == 0 && sw.GSOWrites == 0 {
 		t.Error("GSO is supported here but no GSO writes were counted: the wrapper disabled quic-go's fast path?")
 	}
-}
-
-// gsoSupported reports whether this kernel offers UDP_SEGMENT, as quic-go
-// checks it.
-func gsoSupported(t *testing.T) bool {
-	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	rc, err := c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) { _, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT) }); err != nil {
-		return false
-	}
-	return serr == nil
 }
 
 // TestHTTP3Frames checks that HTTP/3 frames are counted through the same
