@@ -76,4 +76,3 @@ func gsoSupported(t *testing.T) bool {
 	}
 	return serr == nil
 }
-
