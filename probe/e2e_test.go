@@ -255,7 +255,9 @@ func TestMeasureWatchAndBadInput(t *testing.T) {
 		}
 	}
 	t.Run("watch", func(t *testing.T) {
-		w := ovsprobe("watch", "--ingress", "opxt0b", "--egress", "opxt1a", "--filter", "udp:9000", "--duration", "2s", "--interval", "500ms")
+		// Open-ended watch, ended by SIGINT once the traffic is through: no
+		// race between the watch's end and a slow start of the generator.
+		w := ovsprobe("watch", "--ingress", "opxt0b", "--egress", "opxt1a", "--filter", "udp:9000", "--interval", "500ms")
 		stdout, err := w.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -273,6 +275,9 @@ func TestMeasureWatchAndBadInput(t *testing.T) {
 		if b, err := ovsprobe("measure", "--ingress", "opxt0b", "--egress", "opxt1a", "--gen-netns", ns,
 			"--dst", "10.250.0.2:9000", "--duration", "500ms", "--rate", "1000").CombinedOutput(); err != nil {
 			t.Fatalf("measure: %v\n%s", err, b)
+		}
+		if err := w.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
 		}
 		rest, _ := io.ReadAll(rd)
 		if err := w.Wait(); err != nil {

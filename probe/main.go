@@ -94,7 +94,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "ovsprobe %s: %v\n", c.name, err)
 		return 2
-	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+	case ctx.Err() != nil:
+		// A signal arrived: whatever error it caused, the command has torn
+		// down before returning.
+		if !errors.Is(err, context.Canceled) {
+			fmt.Fprintf(stderr, "ovsprobe %s: %v\n", c.name, err)
+		}
 		fmt.Fprintf(stderr, "ovsprobe %s: interrupted; cleaned up\n", c.name)
 		return 130
 	default:
