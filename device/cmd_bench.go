@@ -166,6 +166,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if herr := bench.WriteHeadline(stdout, res.Summary); herr != nil {
 			return herr
 		}
+		fmt.Fprintln(stdout)
+		if herr := bench.WriteComparison(stdout, res.Summary, res.Samples, res.Links); herr != nil {
+			return herr
+		}
 		if knobList != nil {
 			if terr := bench.WriteTuningDoc(filepath.Join(dir, "TUNING.md"), knobList, res); terr != nil {
 				return terr

@@ -979,3 +979,41 @@ func knobPlots(m *md, s *Summary, ix index, dir string, knobs []Tuning) error {
 	}
 	return nil
 }
+
+// WriteComparison prints, for the slowest link of the headline runs, each
+// HTTP/3 mode against MQTT over QUIC in one line: TTFD (and how many link
+// RTTs apart), median latency, CPU and wire bytes per message.
+func WriteComparison(w io.Writer, s *Summary, samples []Sample, links map[string]LinkInfo) error {
+	ix := newIndex(samples)
+	pairs := comparisonPairs(s)
+	if len(pairs) == 0 {
+		return nil
+	}
+	slowest := pairs[0].profile
+	for _, p := range pairs {
+		if links[p.profile].RTTMs() > links[slowest].RTTMs() {
+			slowest = p.profile
+		}
+	}
+	for _, p := range pairs {
+		if p.profile != slowest {
+			continue
+		}
+		rtt := links[p.profile].RTTMs()
+		for _, h := range p.h3 {
+			d := DiffCI95(ix.values(h, "ttfd_ms"), ix.values(p.mqtt, "ttfd_ms"))
+			rtts := ""
+			if rtt >= 5 && !math.IsNaN(d.Mean) {
+				rtts = fmt.Sprintf(" = %.2f RTT", -d.Mean/rtt)
+			}
+			med := func(c Config, name string) float64 { return Median(ix.values(c, name)) }
+			if _, err := fmt.Fprintf(w, "%s, %s: %s vs MQTT/QUIC: TTFD %.0f vs %.0f ms (%+.0f ms%s); p50 latency %.0f vs %.0f ms; CPU %.2f vs %.2f ms/msg; wire %.0f vs %.0f B/msg\n",
+				p.profile, p.tuning, h.Label(), med(h, "ttfd_ms"), med(p.mqtt, "ttfd_ms"), d.Mean, rtts,
+				med(h, "latency_ms.p50"), med(p.mqtt, "latency_ms.p50"), med(h, "cpu_ms_per_msg"), med(p.mqtt, "cpu_ms_per_msg"),
+				med(h, "wire_bytes_per_msg"), med(p.mqtt, "wire_bytes_per_msg")); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
