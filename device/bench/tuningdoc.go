@@ -285,18 +285,9 @@ func Rereport(dir string, link Link) error {
 	if err := WriteReport(ReportInput{Summary: sum, Samples: samples, Links: links, Dir: dir}); err != nil {
 		return err
 	}
-	var ids []string
-	for _, t := range sum.Tunings {
-		if t.Knob != "" && !strings.Contains(","+strings.Join(ids, ",")+",", ","+t.Knob+",") {
-			ids = append(ids, t.Knob)
-		}
-	}
-	if len(ids) == 0 {
+	knobs := measuredKnobs(sum.Tunings)
+	if len(knobs) == 0 {
 		return nil
-	}
-	knobs, err := SelectKnobs(ids)
-	if err != nil {
-		return err
 	}
 	return WriteTuningDoc(filepath.Join(dir, "TUNING.md"), knobs, res)
 }
@@ -343,4 +334,26 @@ func writeObservations(m *md, s *Summary, ix index, groups []Config, links map[s
 		m.line("- %s", b)
 	}
 	m.line("")
+}
+
+// measuredKnobs are the study knobs with the values a bench ran.
+func measuredKnobs(ts []Tuning) []Knob {
+	ran := map[string]bool{}
+	for _, t := range ts {
+		ran[t.Name] = true
+	}
+	var out []Knob
+	for _, k := range StudyKnobs() {
+		var vs []KnobValue
+		for _, v := range k.Variants {
+			if ran[fmt.Sprintf("lean/%s=%s", k.ID, v.Value)] {
+				vs = append(vs, v)
+			}
+		}
+		if len(vs) > 0 {
+			k.Variants = vs
+			out = append(out, k)
+		}
+	}
+	return out
 }
