@@ -29,7 +29,7 @@ func main() {
 	}
 	fs.StringVar(&opts.Version, "version", "", "package version (required; a git describe string is fine)")
 	fs.StringVar(&opts.Out, "out", "dist", "output directory for the .deb files")
-	fs.StringVar(&opts.BinDir, "bin", "", "directory with quiot-linux-{amd64,arm64,armv6}; missing ones are built (default: --out)")
+	fs.StringVar(&opts.BinDir, "bin", "", "directory with quiot-linux-{amd64,arm64,armv6}; missing ones, and ones older than the sources, are built (default: --out)")
 	fs.StringVar(&arch, "arch", strings.Join(names, ","), "Debian architectures to package")
 	fs.BoolVar(&opts.Rebuild, "rebuild", false, "build the binaries even if present")
 	_ = fs.Parse(os.Args[1:])

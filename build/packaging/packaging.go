@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -58,7 +59,9 @@ type Options struct {
 	BinDir string
 	// Arches are the Debian architectures to build. Default: all Targets.
 	Arches []string
-	// Rebuild builds the binaries even when BinDir has them.
+	// Rebuild builds the binaries even when BinDir has binaries newer than
+	// every source file (make's rule). Reused binaries keep the version they
+	// were linked with: after tagging a release, rebuild.
 	Rebuild bool
 	// RepoRoot is the module root, for `go build` and docs/deploy.md.
 	// Default: found by walking up from the working directory to go.mod.
@@ -153,12 +156,60 @@ func targetFor(debArch string) (Target, bool) {
 // ensureBinary builds bin for t unless it exists (and Rebuild is off), then
 // checks that it is an ELF executable for t's machine.
 func ensureBinary(ctx context.Context, opts Options, t Target, bin string) error {
-	if _, err := os.Stat(bin); err != nil || opts.Rebuild {
+	build := opts.Rebuild
+	if st, err := os.Stat(bin); err != nil {
+		build = true
+	} else if !build {
+		newest, src, err := newestSource(opts.RepoRoot)
+		if err != nil {
+			return err
+		}
+		if newest.After(st.ModTime()) {
+			opts.Logger.Info("binary older than the sources, rebuilding", "file", bin, "newer", src)
+			build = true
+		}
+	}
+	if build {
 		if err := goBuild(ctx, opts, t, bin); err != nil {
 			return err
 		}
 	}
 	return checkELF(bin, t)
+}
+
+// newestSource returns the modification time of the newest .go file, go.mod
+// or go.sum under root (skipping dist, results, testdata and hidden
+// directories), as make would judge a binary stale.
+func newestSource(root string) (time.Time, string, error) {
+	var newest time.Time
+	var which string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if p != root && (strings.HasPrefix(name, ".") || name == "dist" || name == "results" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") && name != "go.mod" && name != "go.sum" {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if info.ModTime().After(newest) {
+			newest, which = info.ModTime(), p
+		}
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, "", fmt.Errorf("scan sources: %w", err)
+	}
+	return newest, which, nil
 }
 
 // goBuild cross-compiles quiot for t the way the Makefile does.

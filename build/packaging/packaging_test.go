@@ -46,12 +46,10 @@ func TestBuildErrors(t *testing.T) {
 		t.Errorf("bad arch: %v", err)
 	}
 	// A binary of the wrong architecture is refused, not packaged.
-	bin := t.TempDir()
 	self, _ := os.Executable()
-	copyFile(t, self, filepath.Join(bin, "quiot-linux-arm64"))
 	if runtime.GOARCH != "arm64" {
-		_, err := Build(ctx, Options{Version: "1.0.0", Arches: []string{"arm64"}, Out: t.TempDir(), BinDir: bin})
-		if err == nil || !strings.Contains(err.Error(), "want a") {
+		tg, _ := targetFor("arm64")
+		if err := checkELF(self, tg); err == nil || !strings.Contains(err.Error(), "want a") {
 			t.Errorf("wrong-arch binary: %v", err)
 		}
 	}
@@ -99,9 +97,11 @@ func TestPackages(t *testing.T) {
 	}
 	binDir, out := t.TempDir(), t.TempDir()
 	arches := binaries(t, root, binDir)
+	version := "v1.2.3-4-gabcdef0"
+	dv := DebVersion(version)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	debs, err := Build(ctx, Options{Version: "v1.2.3-4-gabcdef0", Out: out, BinDir: binDir, Arches: arches,
+	debs, err := Build(ctx, Options{Version: version, Out: out, BinDir: binDir, Arches: arches,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -122,11 +122,11 @@ func TestPackages(t *testing.T) {
 	for i, deb := range debs {
 		arch := arches[i]
 		t.Run(arch, func(t *testing.T) {
-			if want := "quiot_1.2.3+4+gabcdef0_" + arch + ".deb"; filepath.Base(deb) != want {
+			if want := "quiot_" + dv + "_" + arch + ".deb"; filepath.Base(deb) != want {
 				t.Errorf("file %s, want %s", filepath.Base(deb), want)
 			}
 			info := run(dpkgDeb, "-I", deb)
-			for _, want := range []string{"Package: quiot", "Architecture: " + arch, "Version: 1.2.3+4+gabcdef0",
+			for _, want := range []string{"Package: quiot", "Architecture: " + arch, "Version: " + dv,
 				"Depends: passwd", "postinst", "prerm", "postrm", "conffiles"} {
 				if !strings.Contains(info, want) {
 					t.Errorf("dpkg-deb -I lacks %q:\n%s", want, info)
@@ -223,5 +223,39 @@ func copyFile(t *testing.T, src, dst string) {
 	}
 	if err := os.WriteFile(dst, b, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestNewestSource(t *testing.T) {
+	root := t.TempDir()
+	old := time.Now().Add(-time.Hour)
+	for _, f := range []string{"go.mod", "a/a.go", "dist/x.go", ".git/y.go", "a/readme.md"} {
+		p := filepath.Join(root, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newer := old.Add(time.Minute)
+	if err := os.Chtimes(filepath.Join(root, "a/a.go"), newer, newer); err != nil {
+		t.Fatal(err)
+	}
+	later := newer.Add(time.Minute) // ignored: dist, hidden, not Go
+	for _, f := range []string{"dist/x.go", ".git/y.go", "a/readme.md"} {
+		if err := os.Chtimes(filepath.Join(root, f), later, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, which, err := newestSource(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Equal(newer) || filepath.Base(which) != "a.go" {
+		t.Errorf("newest %v %s, want %v a.go", got, which, newer)
 	}
 }
