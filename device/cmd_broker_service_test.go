@@ -191,7 +191,7 @@ func TestConfigExampleDocumentsEveryFlag(t *testing.T) {
 	for _, role := range []string{"broker", "pub", "sub"} {
 		for _, f := range flagNames(t, role) {
 			if !tables[role][f] {
-				t.Errorf("build/config/quiot.toml [%s] does not document --%s", role, f)
+				t.Errorf("build/config/quiot.toml [%s] does not document --%s: add a comment and a line \"# %s = DEFAULT\" there", role, f, f)
 			}
 		}
 		for k := range tables[role] {
