@@ -428,8 +428,11 @@ func inverse(tr string, v float64) float64 {
 	return v
 }
 
-// selectTerms runs forward selection for one response transform; the
-// criterion is the cross-validated RMSE on the original scale.
+// selectTerms runs forward selection for one response transform. Terms are
+// chosen by cross-validated RMSE on the transform's scale (for log, relative
+// error: one saturated condition does not drown the rest); the returned
+// score is the cross-validated RMSE on the original scale, which decides
+// between transforms.
 func selectTerms(candTerms []Term, obs []Observation, y []float64, tr string, foldOf []int, folds, maxTerms int, minGain float64) ([]Term, [][]float64, float64) {
 	n := len(y)
 	yt := forward(tr, y)
@@ -440,7 +443,7 @@ func selectTerms(candTerms []Term, obs []Observation, y []float64, tr string, fo
 		}
 		s := 0.0
 		for i := range y {
-			d := y[i] - inverse(tr, pred[i])
+			d := yt[i] - pred[i]
 			s += d * d
 		}
 		v := math.Sqrt(s / float64(n))
@@ -448,6 +451,18 @@ func selectTerms(candTerms []Term, obs []Observation, y []float64, tr string, fo
 			return math.Inf(1), false
 		}
 		return v, true
+	}
+	original := func(cols [][]float64) float64 {
+		pred, ok := cvPredict(cols, yt, foldOf, folds)
+		if !ok {
+			return math.Inf(1)
+		}
+		s := 0.0
+		for i := range y {
+			d := y[i] - inverse(tr, pred[i])
+			s += d * d
+		}
+		return math.Sqrt(s / float64(n))
 	}
 	chosen := []Term{{}}
 	cols := [][]float64{ones(n)}
@@ -484,7 +499,7 @@ func selectTerms(candTerms []Term, obs []Observation, y []float64, tr string, fo
 		used[candTerms[bestIdx].String()] = true
 		bestCV = bestVal
 	}
-	return chosen, cols, bestCV
+	return chosen, cols, original(cols)
 }
 
 // CVPredictions returns the out-of-fold predictions of m's terms refitted on
