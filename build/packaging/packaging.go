@@ -63,6 +63,9 @@ type Options struct {
 	// every source file (make's rule). Reused binaries keep the version they
 	// were linked with: after tagging a release, rebuild.
 	Rebuild bool
+	// KeepBinaries packages binaries found in BinDir as they are, however
+	// old; only missing ones are built. Rebuild wins over it.
+	KeepBinaries bool
 	// RepoRoot is the module root, for `go build` and docs/deploy.md.
 	// Default: found by walking up from the working directory to go.mod.
 	RepoRoot string
@@ -159,7 +162,7 @@ func ensureBinary(ctx context.Context, opts Options, t Target, bin string) error
 	build := opts.Rebuild
 	if st, err := os.Stat(bin); err != nil {
 		build = true
-	} else if !build {
+	} else if !build && !opts.KeepBinaries {
 		newest, src, err := newestSource(opts.RepoRoot)
 		if err != nil {
 			return err

@@ -101,7 +101,7 @@ func TestPackages(t *testing.T) {
 	dv := DebVersion(version)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	debs, err := Build(ctx, Options{Version: version, Out: out, BinDir: binDir, Arches: arches,
+	debs, err := Build(ctx, Options{Version: version, Out: out, BinDir: binDir, Arches: arches, KeepBinaries: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
