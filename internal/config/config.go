@@ -161,6 +161,10 @@ func Parse(name string, data []byte) (map[string][]KeyValue, error) {
 	}
 	sort.Strings(names)
 	for _, sec := range names {
+		if _, arr := raw[sec].([]map[string]any); arr {
+			return nil, &Error{Path: name, Line: lines[lineKey{sec, ""}], Section: sec,
+				Err: fmt.Errorf("[[%s]] (an array of tables) is not allowed: use [%s] once", sec, sec)}
+		}
 		tbl, ok := raw[sec].(map[string]any)
 		if !ok {
 			return nil, &Error{Path: name, Line: lines[lineKey{"", sec}], Key: sec,
@@ -254,10 +258,11 @@ func keyLines(data []byte) map[lineKey]int {
 		if t == "" || t[0] == '#' {
 			continue
 		}
-		if t[0] == '[' && !strings.HasPrefix(t, "[[") {
+		if t[0] == '[' {
+			t = strings.TrimPrefix(t, "[")
 			end := strings.IndexByte(t, ']')
 			if end > 0 {
-				sec = unquote(strings.TrimSpace(t[1:end]))
+				sec = unquote(strings.TrimSpace(strings.TrimPrefix(t[:end], "[")))
 				if _, ok := out[lineKey{sec, ""}]; !ok {
 					out[lineKey{sec, ""}] = n
 				}
@@ -276,7 +281,12 @@ func keyLines(data []byte) map[lineKey]int {
 		if eq <= 0 {
 			continue
 		}
-		k := unquote(strings.TrimSpace(t[:eq]))
+		k := strings.TrimSpace(t[:eq])
+		if k != "" && k[0] != '"' && k[0] != '\'' {
+			k, _, _ = strings.Cut(k, ".") // a.b = 1 defines key a of this table
+			k = strings.TrimSpace(k)
+		}
+		k = unquote(k)
 		if _, ok := out[lineKey{sec, k}]; !ok {
 			out[lineKey{sec, k}] = n
 		}

@@ -97,6 +97,8 @@ func TestApplyErrors(t *testing.T) {
 		{"table value", "[broker]\n[broker.listen]\nx = 1\n", 2, []string{`key "listen"`, "table is not allowed"}},
 		{"config key", "[broker]\nconfig = \"/x\"\n", 2, []string{`key "config"`, "not allowed"}},
 		{"quoted key", "[broker]\n\"lissen\" = \":1\"\n", 2, []string{`key "lissen"`}},
+		{"dotted key", "[broker]\n\nlisten.port = 1\n", 3, []string{`key "listen"`, "table is not allowed"}},
+		{"array of tables", "[broker]\ndev = true\n[[pub]]\ntopic = \"x\"\n", 3, []string{"[[pub]]", "array of tables"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
