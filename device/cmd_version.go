@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"github.com/quiot/quiot/device/hw"
@@ -71,9 +72,13 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 
 // goarm returns the GOARM the binary was built with ("v6"), when recorded.
 func goarm() string {
-	for _, s := range buildSettings() {
-		if s[0] == "GOARM" {
-			return "v" + s[1]
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "GOARM" {
+			return "v" + s.Value
 		}
 	}
 	return ""
