@@ -29,6 +29,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cold := fs.Bool("cold", true, "add cold-cache conditions (datapath flows flushed, no warmup)")
 	duration := fs.Duration("duration", 0, "measured time per condition (default: the sweep's)")
 	warmup := fs.Duration("warmup", -1, "warmup per warm condition (default: the sweep's)")
+	repeat := fs.Int("repeat", 0, "measurements of each condition, each round in random order (default: the sweep's; quick 2, full 3)")
 	response := fs.String("response", "p50_us", "statistic the model fits: p50_us, p99_us, p999_us, mean_us, min_us, pdv_us")
 	seed := fs.Uint64("seed", 1, "seed of bootstrap and cross-validation")
 	resamples := fs.Int("resamples", 500, "bootstrap replicates per condition")
@@ -84,6 +85,9 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *warmup >= 0 {
 		sw.Warmup = *warmup
 	}
+	if *repeat > 0 {
+		sw.Repeat = *repeat
+	}
 	if err := sw.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -94,7 +98,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	n := len(sw.Conditions())
-	fmt.Fprintf(stdout, "ovsprobe lab: %d conditions of %v (+%v warmup) and the floor, output in %s\n", n, sw.Duration, sw.Warmup, *out)
+	fmt.Fprintf(stdout, "ovsprobe lab: %d conditions x %d of %v (+%v warmup) and the floor, output in %s\n", n, max(sw.Repeat, 1), sw.Duration, sw.Warmup, *out)
 	sum, err := lab.Run(ctx, lab.Options{
 		Out: *out, Sweep: sw, Response: *response, Seed: *seed, Resamples: *resamples, Port: uint16(*port),
 		Logger: log, Progress: stdout, NoPlots: *noPlots, InOrder: *inOrder,

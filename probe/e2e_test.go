@@ -21,7 +21,7 @@ import (
 
 // tinyLab are lab flags for a sweep of a few short conditions.
 var tinyLab = []string{"--sizes", "128,1024", "--rates", "500,2000", "--flows", "1", "--rules", "0,200",
-	"--mems", "0", "--cpus", "0", "--duration", "300ms", "--warmup", "100ms", "--resamples", "100"}
+	"--mems", "0", "--cpus", "0", "--duration", "300ms", "--warmup", "100ms", "--resamples", "100", "--repeat", "1"}
 
 func needLab(t *testing.T) {
 	t.Helper()
@@ -100,7 +100,7 @@ func TestLabTiny(t *testing.T) {
 func startLab(t *testing.T, out string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	cmd := ovsprobe("lab", "--out", out, "--sizes", "128,256", "--rates", "500", "--flows", "1", "--rules", "0",
-		"--mems", "0", "--cpus", "0", "--duration", "5s", "--warmup", "0s", "--no-plots")
+		"--mems", "0", "--cpus", "0", "--duration", "5s", "--warmup", "0s", "--no-plots", "--repeat", "1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestLabKilledThenNextRunCleansUp(t *testing.T) {
 	// The next run removes what the killed one left and leaves nothing.
 	out := t.TempDir()
 	next := ovsprobe("lab", "--out", out, "--sizes", "128", "--rates", "1000", "--flows", "1", "--rules", "0",
-		"--mems", "0", "--cpus", "0", "--cold=false", "--duration", "300ms", "--warmup", "0s", "--no-plots", "--log-level", "info")
+		"--mems", "0", "--cpus", "0", "--cold=false", "--duration", "300ms", "--warmup", "0s", "--no-plots", "--log-level", "info", "--repeat", "1")
 	b, err := next.CombinedOutput()
 	if err != nil {
 		t.Fatalf("next lab run: %v\n%s", err, b)

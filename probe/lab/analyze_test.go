@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quiot/quiot/probe/model"
+	"github.com/quiot/quiot/probe/stats"
 )
 
 func logf(x float64) float64 { return math.Log(x) }
@@ -80,6 +81,20 @@ func TestAnalyzeSynthetic(t *testing.T) {
 	rep, _ := os.ReadFile(filepath.Join(dir, "report.md"))
 	if !strings.Contains(string(rep), "Probe floor") || !strings.Contains(string(rep), "Held-out R^2") {
 		t.Errorf("report lacks floor or fit:\n%s", rep)
+	}
+}
+
+func TestRepresentative(t *testing.T) {
+	mk := func(id string, rep int, p50 float64) Row {
+		return Row{Condition: Condition{ID: id}, Repeat: rep, Stats: stats.Summary{P50: p50}}
+	}
+	rows := []Row{mk("c1", 1, 50), mk("c2", 1, 10), mk("c1", 2, 9000), mk("c1", 3, 60), mk("c2", 2, 12)}
+	got := Representative(rows, "")
+	if len(got) != 2 || got[0].ID != "c1" || got[0].Stats.P50 != 60 || got[1].Stats.P50 != 10 {
+		t.Fatalf("Representative = %+v", got)
+	}
+	if mk("c1", 1, 0).FileID() != "c1" || mk("c1", 3, 0).FileID() != "c1-r3" {
+		t.Fatal("FileID")
 	}
 }
 

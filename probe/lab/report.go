@@ -47,7 +47,10 @@ func Analyze(dir string, o AnalyzeOptions) error {
 		if (rows[i].Path == "floor") != (rows[j].Path == "floor") {
 			return rows[i].Path == "floor"
 		}
-		return rows[i].ID < rows[j].ID
+		if rows[i].ID != rows[j].ID {
+			return rows[i].ID < rows[j].ID
+		}
+		return rows[i].Repeat < rows[j].Repeat
 	})
 	m, obs, err := FitRows(rows, o.Response, o.Seed)
 	if err != nil {
@@ -68,7 +71,7 @@ func Analyze(dir string, o AnalyzeOptions) error {
 	var plots []string
 	if !o.NoPlots {
 		pred, _ := model.CVPredictions(m, obs, o.Seed)
-		plots, err = writePlots(dir, rows, m, obs, pred)
+		plots, err = writePlots(dir, Representative(rows, m.Response), m, obs, pred)
 		if err != nil {
 			return err
 		}
@@ -81,9 +84,9 @@ func writeIndex(path string, rows []Row) error {
 		return fmt.Errorf("write distribution index: %w", err)
 	}
 	var b strings.Builder
-	b.WriteString("id,path,size_bytes,rate_pps,flows,rules,mem_bytes,cpus,cold,p50_us,p99_us,file\n")
+	b.WriteString("id,repeat,path,size_bytes,rate_pps,flows,rules,mem_bytes,cpus,cold,p50_us,p99_us,file\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%s,%s,%d,%g,%d,%d,%d,%g,%d,%.3f,%.3f,%s.csv\n", r.ID, r.Path, r.Size, r.Rate, r.Flows, r.Rules, r.MemBytes, r.CPUs, b2i(r.Cold), r.Stats.P50, r.Stats.P99, r.ID)
+		fmt.Fprintf(&b, "%s,%d,%s,%d,%g,%d,%d,%d,%g,%d,%.3f,%.3f,%s.csv\n", r.ID, r.Repeat, r.Path, r.Size, r.Rate, r.Flows, r.Rules, r.MemBytes, r.CPUs, b2i(r.Cold), r.Stats.P50, r.Stats.P99, r.FileID())
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("write distribution index: %w", err)
@@ -341,7 +344,7 @@ func cdfPlot(path, dir string, rows []Row, base Row) (bool, error) {
 	}
 	lines := 0
 	for i, r := range pick {
-		us, err := readSamplesUS(filepath.Join(dir, "samples", r.ID+".csv"))
+		us, err := readSamplesUS(filepath.Join(dir, "samples", r.FileID()+".csv"))
 		if err != nil || len(us) == 0 {
 			continue
 		}
@@ -437,7 +440,7 @@ func writeReport(path string, rows []Row, m *model.Model, plots, warnings []stri
 	if m.Transform == "log" {
 		lhs = "ln(" + m.Response + ")"
 	}
-	fmt.Fprintf(&b, "## Model\n\n%s = sum of the terms below (each coefficient times its term), chosen by %d-fold cross-validation over %d conditions.\n\n", lhs, m.Folds, m.NConditions)
+	fmt.Fprintf(&b, "## Model\n\n%s = sum of the terms below (each coefficient times its term), chosen by %d-fold cross-validation over %d conditions (each condition's median repeat).\n\n", lhs, m.Folds, m.NConditions)
 	fmt.Fprintf(&b, "Held-out R^2 **%.3f**, RMSE **%.2f us** (in-sample R^2 %.3f, RMSE %.2f us).\n\n", m.R2, m.RMSEus, m.R2Train, m.RMSETrainUS)
 	fmt.Fprintf(&b, "| term | coefficient | 95 %% CI |\n|---|---|---|\n")
 	for _, t := range m.Terms {
@@ -462,7 +465,7 @@ func writeReport(path string, rows []Row, m *model.Model, plots, warnings []stri
 	for _, r := range rows {
 		s := r.Stats
 		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.1f | %.1f [%.1f, %.1f] | %.1f | %.1f | %.1f | %d | %d | %d/%d | %.0f | %d | %.1f |\n",
-			r.ID, r.Condition.Describe(), s.N, r.FirstDelayUS, s.Min, s.P50, s.P50CI.Lo, s.P50CI.Hi, s.P99, s.P999, s.PDV, r.Lost,
+			r.FileID(), r.Condition.Describe(), s.N, r.FirstDelayUS, s.Min, s.P50, s.P50CI.Lo, s.P50CI.Hi, s.P99, s.P999, s.PDV, r.Lost,
 			r.IngressRingDrops+r.EgressRingDrops, r.DPHit, r.DPMissed, r.VswitchdCPUPct, r.VswitchdRSSBytes>>20, r.HostLoad1)
 	}
 	if len(warnings) > 0 {

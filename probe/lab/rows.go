@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 // counters over the condition and ovs-vswitchd's resource use.
 type Row struct {
 	Condition
+	// Repeat numbers the measurements of one condition from 1.
+	Repeat    int
 	DurationS float64
 	// Probe counters (measured phase).
 	Sent, Matched, Lost, Duplicated, Reordered, IngressRingDrops, EgressRingDrops uint64
@@ -37,7 +40,7 @@ type Row struct {
 
 // columns of conditions.csv, in order.
 var columns = []string{
-	"id", "path", "size_bytes", "rate_pps", "flows", "rules", "mem_bytes", "cpus", "cold", "duration_s",
+	"id", "path", "size_bytes", "rate_pps", "flows", "rules", "mem_bytes", "cpus", "cold", "repeat", "duration_s",
 	"sent", "matched", "lost", "duplicated", "reordered", "ingress_ring_drops", "egress_ring_drops", "first_delay_us",
 	"n", "min_us", "min_lo", "min_hi", "p50_us", "p50_lo", "p50_hi", "p99_us", "p99_lo", "p99_hi",
 	"p999_us", "p999_lo", "p999_hi", "pdv_us", "pdv_lo", "pdv_hi", "mean_us", "mean_lo", "mean_hi", "max_us",
@@ -61,7 +64,7 @@ func r3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 func (r Row) record() []string {
 	s := r.Stats
 	return []string{
-		r.ID, r.Path, strconv.Itoa(r.Size), f64(r.Rate), strconv.Itoa(r.Flows), strconv.Itoa(r.Rules), i64(r.MemBytes), f64(r.CPUs), b01(r.Cold), r3(r.DurationS),
+		r.ID, r.Path, strconv.Itoa(r.Size), f64(r.Rate), strconv.Itoa(r.Flows), strconv.Itoa(r.Rules), i64(r.MemBytes), f64(r.CPUs), b01(r.Cold), strconv.Itoa(max(r.Repeat, 1)), r3(r.DurationS),
 		u64(r.Sent), u64(r.Matched), u64(r.Lost), u64(r.Duplicated), u64(r.Reordered), u64(r.IngressRingDrops), u64(r.EgressRingDrops), r3(r.FirstDelayUS),
 		strconv.Itoa(s.N), r3(s.Min), r3(s.MinCI.Lo), r3(s.MinCI.Hi), r3(s.P50), r3(s.P50CI.Lo), r3(s.P50CI.Hi), r3(s.P99), r3(s.P99CI.Lo), r3(s.P99CI.Hi),
 		r3(s.P999), r3(s.P999CI.Lo), r3(s.P999CI.Hi), r3(s.PDV), r3(s.PDVCI.Lo), r3(s.PDVCI.Hi), r3(s.Mean), r3(s.MeanCI.Lo), r3(s.MeanCI.Hi), r3(s.Max),
@@ -159,6 +162,7 @@ func ParseRows(rd io.Reader) ([]Row, error) {
 		r.MemBytes = int64(p.float("mem_bytes"))
 		r.CPUs = p.float("cpus")
 		r.Cold = p.float("cold") != 0
+		r.Repeat = max(int(p.float("repeat")), 1)
 		r.DurationS = p.float("duration_s")
 		r.Sent, r.Matched, r.Lost = uint64(p.float("sent")), uint64(p.float("matched")), uint64(p.float("lost"))
 		r.Duplicated, r.Reordered = uint64(p.float("duplicated")), uint64(p.float("reordered"))
@@ -272,7 +276,7 @@ func FitRows(rows []Row, responseName string, seed uint64) (*model.Model, []mode
 	var obs []model.Observation
 	floor := -1.0
 	var dp, ver string
-	for _, r := range rows {
+	for _, r := range Representative(rows, responseName) {
 		if r.Path == "floor" {
 			floor = r.Stats.P50
 			continue
@@ -343,8 +347,46 @@ func AppendCondition(dir string, r Row, delays []time.Duration) (Row, error) {
 	if err := f.Close(); err != nil {
 		return r, fmt.Errorf("close conditions file: %w", err)
 	}
-	if err := writeSamples(filepath.Join(dir, "samples", r.ID+".csv"), delays); err != nil {
+	if err := writeSamples(filepath.Join(dir, "samples", r.FileID()+".csv"), delays); err != nil {
 		return r, err
 	}
-	return r, writeDistribution(filepath.Join(dir, "distributions", r.ID+".csv"), stats.Micros(delays))
+	return r, writeDistribution(filepath.Join(dir, "distributions", r.FileID()+".csv"), stats.Micros(delays))
+}
+
+// FileID names the row's samples and distribution files: the condition's
+// ID for its first measurement, ID-rN for repeat N.
+func (r Row) FileID() string {
+	if r.Repeat <= 1 {
+		return r.ID
+	}
+	return fmt.Sprintf("%s-r%d", r.ID, r.Repeat)
+}
+
+// Representative returns one row per condition ID, in first-seen order: the
+// repeat whose response is the median (the lower middle for an even
+// count), so a measurement spoiled by a host stall does not stand for its
+// condition.
+func Representative(rows []Row, responseName string) []Row {
+	if responseName == "" {
+		responseName = "p50_us"
+	}
+	var order []string
+	groups := map[string][]Row{}
+	for _, r := range rows {
+		if _, ok := groups[r.ID]; !ok {
+			order = append(order, r.ID)
+		}
+		groups[r.ID] = append(groups[r.ID], r)
+	}
+	out := make([]Row, 0, len(order))
+	for _, id := range order {
+		g := groups[id]
+		sort.SliceStable(g, func(i, j int) bool {
+			a, _ := response(g[i], responseName)
+			b, _ := response(g[j], responseName)
+			return a < b
+		})
+		out = append(out, g[(len(g)-1)/2])
+	}
+	return out
 }

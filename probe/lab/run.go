@@ -158,8 +158,8 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	r := &runner{o: o, tb: tb, rw: rw, sum: sum}
 
 	conds := o.Sweep.Conditions()
+	rng := rand.New(rand.NewPCG(o.Seed, 0x0de7))
 	if !o.InOrder {
-		rng := rand.New(rand.NewPCG(o.Seed, 0x0de7))
 		rng.Shuffle(len(conds), func(i, j int) { conds[i], conds[j] = conds[j], conds[i] })
 	}
 	floor := Condition{ID: "floor", Path: "floor", Size: first(o.Sweep.Sizes), Rate: o.Sweep.FloorRate, Flows: 1}
@@ -167,23 +167,31 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 		floor.Rate = first(o.Sweep.Rates)
 	}
 	fmt.Fprintf(o.Progress, "[floor] %s (no switch: veth pairs spliced by tc mirred)\n", floor.Describe())
-	row, err := r.measure(ctx, floor)
+	row, err := r.measure(ctx, floor, 1)
 	if err != nil {
 		return sum, fmt.Errorf("floor: %w", err)
 	}
 	sum.FloorUS = row.Stats.P50
-	for i, c := range conds {
-		if err := ctx.Err(); err != nil {
-			return sum, err
+	reps := max(o.Sweep.Repeat, 1)
+	total, done := reps*len(conds), 0
+	for rep := 1; rep <= reps; rep++ {
+		if rep > 1 && !o.InOrder {
+			rng.Shuffle(len(conds), func(i, j int) { conds[i], conds[j] = conds[j], conds[i] })
 		}
-		fmt.Fprintf(o.Progress, "[%d/%d] %s\n", i+1, len(conds), c.Describe())
-		if _, err := r.measure(ctx, c); err != nil {
-			if errors.Is(err, errSkip) {
-				sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s skipped: %v", c.ID, err))
-				fmt.Fprintf(o.Progress, "  skipped: %v\n", err)
-				continue
+		for _, c := range conds {
+			if err := ctx.Err(); err != nil {
+				return sum, err
 			}
-			return sum, fmt.Errorf("condition %s (%s): %w", c.ID, c.Describe(), err)
+			done++
+			fmt.Fprintf(o.Progress, "[%d/%d] %s %s\n", done, total, c.ID, c.Describe())
+			if _, err := r.measure(ctx, c, rep); err != nil {
+				if errors.Is(err, errSkip) {
+					sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s skipped: %v", c.ID, err))
+					fmt.Fprintf(o.Progress, "  skipped: %v\n", err)
+					continue
+				}
+				return sum, fmt.Errorf("condition %s (%s): %w", c.ID, c.Describe(), err)
+			}
 		}
 	}
 	fmt.Fprintf(o.Progress, "fitting model\n")
@@ -248,7 +256,7 @@ func (r *runner) apply(ctx context.Context, c Condition) error {
 	return nil
 }
 
-func (r *runner) measure(ctx context.Context, c Condition) (Row, error) {
+func (r *runner) measure(ctx context.Context, c Condition, rep int) (Row, error) {
 	o := r.o
 	path := r.tb.Switch
 	if c.Path == "floor" {
@@ -303,7 +311,7 @@ func (r *runner) measure(ctx context.Context, c Condition) (Row, error) {
 	}
 	d := after.Sub(before)
 	row := Row{
-		Condition: c, DurationS: time.Since(t0).Seconds(),
+		Condition: c, Repeat: rep, DurationS: time.Since(t0).Seconds(),
 		Sent: res.Sent, Matched: res.Matched, Lost: res.Lost, Duplicated: res.Duplicated, Reordered: res.Reordered,
 		IngressRingDrops: res.IngressRingDrops, EgressRingDrops: res.EgressRingDrops,
 		Stats:    s,
@@ -331,10 +339,10 @@ func (r *runner) measure(ctx context.Context, c Condition) (Row, error) {
 	if err := r.rw.Write(row); err != nil {
 		return Row{}, err
 	}
-	if err := writeSamples(filepath.Join(o.Out, "samples", c.ID+".csv"), res.Delays); err != nil {
+	if err := writeSamples(filepath.Join(o.Out, "samples", row.FileID()+".csv"), res.Delays); err != nil {
 		return Row{}, err
 	}
-	if err := writeDistribution(filepath.Join(o.Out, "distributions", c.ID+".csv"), delays); err != nil {
+	if err := writeDistribution(filepath.Join(o.Out, "distributions", row.FileID()+".csv"), delays); err != nil {
 		return Row{}, err
 	}
 	r.sum.Rows = append(r.sum.Rows, row)

@@ -16,8 +16,8 @@ import (
 // TinySweep is a sweep of a few short conditions for tests.
 func tinySweep() Sweep {
 	return Sweep{
-		Sizes: []int{128, 1024}, Rates: []float64{500, 2000}, Flows: []int{1}, Rules: []int{0, 200},
-		Mems: []int64{0}, CPUs: []float64{0}, Cold: true,
+		Sizes: []int{128, 1024}, Rates: []float64{500, 2000}, Flows: []int{1}, Rules: []int{0},
+		Mems: []int64{0}, CPUs: []float64{0}, Cold: true, Repeat: 2,
 		Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond,
 	}
 }
@@ -48,8 +48,8 @@ func TestRunTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != len(conds)+1 || rows[0].Path != "floor" {
-		t.Fatalf("%d rows, want floor + %d", len(rows), len(conds))
+	if len(rows) != 2*len(conds)+1 || rows[0].Path != "floor" {
+		t.Fatalf("%d rows, want floor + 2 x %d", len(rows), len(conds))
 	}
 	for _, r := range rows {
 		if r.Stats.N == 0 || r.Matched == 0 || r.Stats.P50 <= 0 {
@@ -58,10 +58,10 @@ func TestRunTiny(t *testing.T) {
 		if r.Path == "ovs" && (r.Datapath != "netdev" || r.OVSVersion == "" || r.DPHit+r.DPMissed == 0 || r.OFRules < 2) {
 			t.Errorf("row %s lacks OVS counters: %+v", r.ID, r)
 		}
-		if _, err := os.Stat(filepath.Join(out, "samples", r.ID+".csv")); err != nil {
+		if _, err := os.Stat(filepath.Join(out, "samples", r.FileID()+".csv")); err != nil {
 			t.Error(err)
 		}
-		if _, err := os.Stat(filepath.Join(out, "distributions", r.ID+".csv")); err != nil {
+		if _, err := os.Stat(filepath.Join(out, "distributions", r.FileID()+".csv")); err != nil {
 			t.Error(err)
 		}
 	}

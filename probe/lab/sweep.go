@@ -69,10 +69,15 @@ type Sweep struct {
 	Duration, Warmup time.Duration
 	// FloorRate is the rate of the floor measurement; 0 = the baseline rate.
 	FloorRate float64
+	// Repeat measures every condition this many times (0 means 1), each
+	// round in its own random order; the model and plots use each
+	// condition's median repeat, so one stalled measurement does not
+	// decide a condition.
+	Repeat int
 }
 
-// QuickSweep is the `lab --quick` sweep: about 25 conditions of 2 s, under
-// 3 minutes on a 2-core host.
+// QuickSweep is the `lab --quick` sweep: 26 conditions measured twice for
+// 1.5 s each, under 3 minutes on a 2-core host.
 func QuickSweep() Sweep {
 	return Sweep{
 		Sizes:    []int{128, 512, 1500},
@@ -82,8 +87,9 @@ func QuickSweep() Sweep {
 		Mems:     []int64{0, 16 << 20},
 		CPUs:     []float64{0},
 		Cold:     true,
-		Duration: 2 * time.Second,
+		Duration: 1500 * time.Millisecond,
 		Warmup:   300 * time.Millisecond,
+		Repeat:   2,
 	}
 }
 
@@ -99,6 +105,7 @@ func FullSweep() Sweep {
 		Cold:     true,
 		Duration: 5 * time.Second,
 		Warmup:   time.Second,
+		Repeat:   3,
 	}
 }
 
@@ -142,6 +149,9 @@ func (s Sweep) Validate() error {
 	}
 	if s.Warmup < 0 {
 		return fmt.Errorf("warmup must not be negative")
+	}
+	if s.Repeat < 0 || s.Repeat > 100 {
+		return fmt.Errorf("repeat %d out of range 0..100", s.Repeat)
 	}
 	return nil
 }
