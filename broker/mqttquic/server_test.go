@@ -3,10 +3,16 @@ package mqttquic
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlogwriter"
+
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/internal/quictune"
+	"github.com/quiot/quiot/internal/testutil"
 )
 
 // newClient returns a client of url with the test CA, closed on cleanup.
@@ -147,5 +153,34 @@ func TestCloseTwiceAndBadOptions(t *testing.T) {
 	if err := s2.Start(); err == nil {
 		_ = s2.Close()
 		t.Fatal("bad TCP address accepted")
+	}
+}
+
+// TestServerPacketConnTracerProfile: the QUIC listener runs on
+// Options.PacketConn, installs Options.Tracer, and applies the profile.
+func TestServerPacketConnTracerProfile(t *testing.T) {
+	p := newPKI(t)
+	pc := testutil.ListenCounting(t)
+	var traced atomic.Int64
+	s := startServer(t, p, func(o *Options) {
+		o.PacketConn = pc
+		o.Profile = quictune.Lean()
+		o.Tracer = func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace {
+			traced.Add(1)
+			return nil
+		}
+	})
+	if s.QUICAddr().String() != pc.LocalAddr().String() {
+		t.Fatalf("listener on %v, want the given socket %v", s.QUICAddr(), pc.LocalAddr())
+	}
+	c := newClient(t, p, quicURL(s), nil)
+	if _, err := c.Publish(context.Background(), "pc/x", []byte("hi"), client.PublishOptions{QoS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, n := pc.Total(); n == 0 {
+		t.Fatal("no datagrams counted on the server's socket")
+	}
+	if traced.Load() == 0 {
+		t.Fatal("tracer not installed")
 	}
 }
