@@ -10,7 +10,6 @@ import (
 	"net"
 
 	"github.com/quiot/quiot/broker"
-	"github.com/quiot/quiot/internal/promexport"
 	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/sdnotify"
@@ -39,7 +38,7 @@ func init() {
 	registerBrokerExtension(brokerExtension{
 		name: "service",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&f.metricsListen, "metrics-listen", "127.0.0.1:9464", "TCP address of the Prometheus metrics endpoint (plain HTTP, GET /metrics); empty disables")
+			fs.StringVar(&f.metricsListen, "metrics-listen", metricsListenDefault, "TCP address of the Prometheus metrics endpoint (plain HTTP, GET /metrics); empty disables")
 			fs.BoolVar(&f.metricsTrace, "metrics-trace", true, "count QUIC packets, losses, PTOs and frames for /metrics (a little CPU per packet; false keeps only UDP byte and datagram counts)")
 			fs.BoolVar(&f.checkConfig, "check-config", false, "check the configuration file and flags (certificates, ACL, tuning, addresses), print the result and exit")
 		},
@@ -104,7 +103,7 @@ func (f *serviceFlags) configure(opts *broker.Options, stdout io.Writer) error {
 
 // start serves the metrics and tells systemd the broker is ready.
 func (f *serviceFlags) start(ctx context.Context, b *broker.Broker, _ *broker.Options, log *slog.Logger, stdout io.Writer) (func(context.Context) error, error) {
-	var srv *promexport.Server
+	var shutdown func(context.Context) error
 	if f.metricsListen != "" {
 		var wire func() qmetrics.WireStats
 		var trace func() qmetrics.TraceStats
@@ -114,14 +113,12 @@ func (f *serviceFlags) start(ctx context.Context, b *broker.Broker, _ *broker.Op
 		if f.tracer != nil {
 			trace = f.tracer.Stats
 		}
-		reg, err := promexport.NewRegistry(promexport.NewBrokerCollector(b.Stats), promexport.NewQUICCollector(wire, trace))
+		addr, stop, err := serveMetrics(f.metricsListen, b, wire, trace)
 		if err != nil {
 			return nil, err
 		}
-		if srv, err = promexport.Listen(f.metricsListen, reg); err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", srv.Addr())
+		shutdown = stop
+		fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", addr)
 	}
 	healthy := func() error {
 		select {
@@ -136,8 +133,8 @@ func (f *serviceFlags) start(ctx context.Context, b *broker.Broker, _ *broker.Op
 	}
 	return func(sctx context.Context) error {
 		sdnotify.Stopping()
-		if srv != nil {
-			return srv.Shutdown(sctx)
+		if shutdown != nil {
+			return shutdown(sctx)
 		}
 		return nil
 	}, nil
