@@ -156,7 +156,7 @@ type Testbed struct {
 }
 
 // requiredTools are the programs a testbed runs.
-var requiredTools = []string{"ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ovs-appctl", "ip", "ethtool", "tc"}
+var requiredTools = []string{"ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ovs-appctl", "ip", "ethtool", "tc", "sysctl", "nice"}
 
 // CheckPrerequisites reports why a testbed cannot start here: not root, a
 // missing tool or schema.
@@ -169,7 +169,7 @@ func CheckPrerequisites(schema string) error {
 			if strings.HasPrefix(t, "ovs") {
 				return fmt.Errorf("%s not found in PATH: %w", t, ErrNotInstalled)
 			}
-			return fmt.Errorf("%s not found in PATH (install iproute2 and ethtool)", t)
+			return fmt.Errorf("%s not found in PATH (install iproute2, ethtool, procps, coreutils)", t)
 		}
 	}
 	if schema == "" {
@@ -344,7 +344,11 @@ func (tb *Testbed) buildPath(ctx context.Context, prefix, net24 string) (Path, e
 			return p, err
 		}
 		tb.links = append(tb.links, e.host)
+		// No IPv6 on the path: router solicitations and neighbour discovery
+		// would be background traffic through the switch.
 		steps := [][]string{
+			{"sysctl", "-q", "-w", "net.ipv6.conf." + e.host + ".disable_ipv6=1"},
+			{"ip", "netns", "exec", e.ns, "sysctl", "-q", "-w", "net.ipv6.conf." + e.dev + ".disable_ipv6=1"},
 			{"ip", "link", "set", e.host, "up"},
 			{"ethtool", "-K", e.host, "tx", "off"},
 			{"ip", "-n", e.ns, "link", "set", e.dev, "address", e.mac},
