@@ -317,7 +317,7 @@ func writeLinks(m *md, s *Summary, links map[string]LinkInfo) {
 				rate = fmt.Sprintf("%g up / %g down kbit/s", l.RateKbps, l.RateDownKbps)
 			}
 		}
-		rows = append(rows, []string{p, fmt.Sprintf("%g", l.DelayMs), fmt.Sprintf("%g", l.JitterMs), fmt.Sprintf("%g", l.LossPct), rate, fmt.Sprintf("%g", l.RTTMs()), l.Desc})
+		rows = append(rows, []string{p, fmt.Sprintf("%.3g", l.DelayMs), fmt.Sprintf("%.3g", l.JitterMs), fmt.Sprintf("%.3g", l.LossPct), rate, fmt.Sprintf("%.3g", l.RTTMs()), l.Desc})
 	}
 	if len(rows) > 0 {
 		m.p("Link profiles (per direction, on each client's link):")

@@ -98,7 +98,7 @@ func effectList(es []effect, n int) string {
 }
 
 // recommend decides a knob's recommended value from the measured effects.
-func recommend(k Knob, ix index, groups []Config, samples []Sample) (value, why string) {
+func recommend(k Knob, ix index, groups []Config, samples []Sample, s *Summary) (value, why string) {
 	type cand struct {
 		v             KnobValue
 		better, worse []effect
@@ -127,7 +127,7 @@ func recommend(k Knob, ix index, groups []Config, samples []Sample) (value, why 
 		case len(w) > 0:
 			notes = append(notes, fmt.Sprintf("%s: mixed, better %s; worse %s", v.Value, effectList(b, 3), effectList(w, 3)))
 		default:
-			notes = append(notes, fmt.Sprintf("%s: no significant effect on any metric", v.Value))
+			notes = append(notes, fmt.Sprintf("%s: no change beyond the noise of %d repeats on any metric", v.Value, s.Workload.Repeat))
 		}
 	}
 	if best != nil {
@@ -171,7 +171,7 @@ func WriteTuningDoc(path string, knobs []Knob, res *Result) error {
 	var rows [][]string
 	recs := map[string][2]string{}
 	for _, k := range knobs {
-		v, why := recommend(k, ix, groups, res.Samples)
+		v, why := recommend(k, ix, groups, res.Samples, s)
 		recs[k.ID] = [2]string{v, why}
 		var tried []string
 		for _, x := range k.Variants {
@@ -198,7 +198,7 @@ func WriteTuningDoc(path string, knobs []Knob, res *Result) error {
 		}
 		var rows [][]string
 		for _, g := range groups {
-			vals := append([]string{"lean (" + k.Lean + ")"}, nil...)
+			vals := []string{"lean"}
 			names := []string{"lean"}
 			for _, v := range k.Variants {
 				vals = append(vals, v.Value)
@@ -302,16 +302,24 @@ func writeObservations(m *md, s *Summary, ix index, groups []Config, links map[s
 		if c.Proto != ProtoMQTT {
 			continue
 		}
-		var pto []float64
+		var pto, crypto []float64
 		for _, smp := range ix[c] {
 			pto = append(pto, smp.Diag["pub.diag.pto_count"])
+			crypto = append(crypto, smp.Diag["pub.diag.frames_sent.CRYPTO"])
 		}
-		if med := Median(pto); med > 0 {
-			bullets = append(bullets, fmt.Sprintf("On %s (RTT %.0f ms) a publisher's connection sees %.0f PTO expiries (median, "+
-				"MQTT, lean), almost all during the handshake: quic-go starts from a 100 ms RTT estimate and quic.Config has no "+
-				"knob for it. Fewer handshake bytes (no PMTUD probes early, small ECDSA certificates, resumption) help more than "+
-				"any timer.", c.Profile, links[c.Profile].RTTMs(), med))
+		med, cr := Median(pto), Median(crypto)
+		if med <= 0 {
+			continue
 		}
+		b := fmt.Sprintf("On %s (RTT %.0f ms) a publisher's connection sees %.0f PTO expiries (median, MQTT, lean) and sends "+
+			"%.0f CRYPTO frames (2 on a clean link).", c.Profile, links[c.Profile].RTTMs(), med, cr)
+		if cr > 4 && links[c.Profile].RTTMs() > 200 {
+			b += " The handshake is retransmitted: quic-go starts from a 100 ms RTT estimate (quic.Config has no knob for it), " +
+				"so its first PTOs fire long before a reply can cross a slow link, and each resend of a full-size datagram " +
+				"occupies a low-rate uplink for hundreds of ms. Fewer handshake bytes (small ECDSA certificate chains, no " +
+				"early PMTUD probes, resumption on reconnects) help more than any timer here."
+		}
+		bullets = append(bullets, b)
 	}
 	for _, g := range groups {
 		c := g
