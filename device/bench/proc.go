@@ -130,8 +130,12 @@ func startProc(name, bin string, args, env []string, logPath string, want []stri
 	return p, nil
 }
 
-// errNotReady is returned when a role exits or times out before it is ready.
-var errNotReady = errors.New("not ready")
+// errNotReady is returned when a role exits or times out before it is
+// ready; errExited (wrapped with it) when it exited.
+var (
+	errNotReady = errors.New("not ready")
+	errExited   = errors.New("exited")
+)
 
 // waitReady waits until the process printed its readiness lines.
 func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
@@ -141,7 +145,7 @@ func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
 	case <-p.out.ready:
 		return nil
 	case <-p.done:
-		return fmt.Errorf("%s %w: exited (%v): %s", p.name, errNotReady, p.err, p.out.lastLines(3))
+		return fmt.Errorf("%s %w: %w (%v): %s", p.name, errNotReady, errExited, p.err, p.out.lastLines(3))
 	case <-t.C:
 		return fmt.Errorf("%s %w after %v: %s", p.name, errNotReady, timeout, p.out.lastLines(3))
 	case <-ctx.Done():

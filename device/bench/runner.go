@@ -350,38 +350,24 @@ func runRoles(ctx context.Context, o *Options, r Job, link LinkInfo, s *Sample) 
 	}
 	t := r.TuningSpec
 	t.Env = append(slices.Clone(o.Env), t.Env...)
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	h3Addr := "127.0.0.1:" + strconv.Itoa(port)
-	// The broker prints "broker listening: https://ADDR (HTTP/3, ...)" and
-	// "mqtt listening: mqtt-quic://ADDR (...)" once it serves.
-	// --config "": the roles must not pick up a system configuration
-	// (/etc/quiot/quiot.toml) that changes what is measured.
-	args := []string{"broker", "--config", "", "--dev", "--listen", h3Addr, "--tuning", t.Profile}
-	upstream, scheme := h3Addr, "https"
-	want := []string{"https://" + h3Addr + " "}
-	if r.Proto == ProtoMQTT {
-		mport, err := freePort()
-		if err != nil {
+	// A port found free can be taken by someone else before the broker
+	// binds it: a broker that exits before it is ready gets new ports, up
+	// to three times.
+	var (
+		broker           *proc
+		upstream, scheme string
+	)
+	for attempt := 1; ; attempt++ {
+		b, up, sch, err := startBroker(ctx, o, r, t, dir)
+		if err == nil {
+			broker, upstream, scheme = b, up, sch
+			break
+		}
+		if attempt == 3 || ctx.Err() != nil || !errors.Is(err, errExited) {
 			return err
 		}
-		upstream, scheme = "127.0.0.1:"+strconv.Itoa(mport), "mqtt-quic"
-		args = append(args, "--mqtt-quic", upstream)
-		want = append(want, "mqtt-quic://"+upstream+" ")
-	} else {
-		args = append(args, "--mqtt-quic", "")
-	}
-	args = append(args, t.BrokerArgs...)
-	broker, err := startProc("broker", o.Binary, args, t.Env, filepath.Join(dir, "broker.log"), want)
-	if err != nil {
-		return err
 	}
 	defer broker.stop(5 * time.Second)
-	if err := broker.waitReady(ctx, o.ReadyTimeout); err != nil {
-		return err
-	}
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -522,4 +508,43 @@ func steadyLatency(s *Sample, window int) {
 	rest := s.Latencies[window:]
 	s.Diag["sub.steady_latency_ms.p50"] = Quantile(rest, 0.5)
 	s.Diag["sub.steady_latency_ms.p99"] = Quantile(rest, 0.99)
+}
+
+// startBroker starts the broker of one run on fresh loopback ports and
+// waits until it serves; it returns the UDP address the clients' link
+// emulators relay to and the URL scheme.
+func startBroker(ctx context.Context, o *Options, r Job, t Tuning, dir string) (*proc, string, string, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, "", "", err
+	}
+	h3Addr := "127.0.0.1:" + strconv.Itoa(port)
+	// The broker prints "broker listening: https://ADDR (HTTP/3, ...)" and
+	// "mqtt listening: mqtt-quic://ADDR (...)" once it serves.
+	// --config "": the roles must not pick up a system configuration
+	// (/etc/quiot/quiot.toml) that changes what is measured.
+	args := []string{"broker", "--config", "", "--dev", "--listen", h3Addr, "--tuning", t.Profile}
+	upstream, scheme := h3Addr, "https"
+	want := []string{"https://" + h3Addr + " "}
+	if r.Proto == ProtoMQTT {
+		mport, err := freePort()
+		if err != nil {
+			return nil, "", "", err
+		}
+		upstream, scheme = "127.0.0.1:"+strconv.Itoa(mport), "mqtt-quic"
+		args = append(args, "--mqtt-quic", upstream)
+		want = append(want, "mqtt-quic://"+upstream+" ")
+	} else {
+		args = append(args, "--mqtt-quic", "")
+	}
+	args = append(args, t.BrokerArgs...)
+	b, err := startProc("broker", o.Binary, args, t.Env, filepath.Join(dir, "broker.log"), want)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if err := b.waitReady(ctx, o.ReadyTimeout); err != nil {
+		b.stop(5 * time.Second)
+		return nil, "", "", err
+	}
+	return b, upstream, scheme, nil
 }

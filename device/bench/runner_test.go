@@ -56,6 +56,13 @@ func fakeRole(args []string) int {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	switch role {
 	case "broker":
+		if f := os.Getenv("QUIOT_BENCH_FAKE_BROKER_FAIL_ONCE"); f != "" {
+			if _, err := os.Stat(f); err != nil {
+				_ = os.WriteFile(f, nil, 0o644)
+				fmt.Fprintln(os.Stderr, "listen udp: address already in use")
+				return 1
+			}
+		}
 		fmt.Printf("broker listening: https://%s (HTTP/3, UDP)\n", *listen)
 		if *mq != "" {
 			fmt.Printf("mqtt listening: mqtt-quic://%s (MQTT over QUIC, UDP)\n", *mq)
@@ -252,5 +259,22 @@ func TestRunInterrupted(t *testing.T) {
 	rep, err := os.ReadFile(filepath.Join(o.Out, "report.md"))
 	if err != nil || !strings.Contains(string(rep), "PARTIAL RESULTS") {
 		t.Fatalf("report not marked partial: %v", err)
+	}
+}
+
+// TestRunBrokerPortRetry: a broker that loses its port before binding is
+// restarted on new ports; the run succeeds.
+func TestRunBrokerPortRetry(t *testing.T) {
+	marker := "retry-" + t.Name()
+	o := fakeOptions(t, marker, "QUIOT_BENCH_FAKE_BROKER_FAIL_ONCE="+filepath.Join(t.TempDir(), "failed-once"))
+	o.Spec.Protos, o.Spec.Repeat = []string{ProtoMQTT}, 1
+	o.NoReport = true
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireNoLeftovers(t, marker)
+	if len(res.Samples) != 1 || !res.Samples[0].OK {
+		t.Fatalf("samples %+v", res.Samples)
 	}
 }
