@@ -19,9 +19,18 @@
 //	     [Quiot-Time: <unix ns>]                -> 204, Quiot-Seq: N
 //	POST /v1/publish   (application/vnd.quiot.frames: publish frames;
 //	                    the response carries ack frames)
-//	GET  /v1/topics/{filter}[?since=SEQ]        (Accept: text/event-stream -> SSE,
-//	     [Last-Event-ID: SEQ]                    otherwise binary frames)
+//	GET  /v1/topics/{filter}[?since=SEQ[&epoch=E]]  (Accept: text/event-stream -> SSE,
+//	     [Last-Event-ID: SEQ or E-SEQ]               otherwise binary frames)
+//	     [Quiot-Heartbeat: 1]                        -> 200, Quiot-Epoch: E
 //	GET  /healthz
+//
+// Each broker run has a random epoch E. A subscriber resuming with the
+// epoch of another run (the broker restarted: sequence numbers began again)
+// is told so by a restart gap, then gets all the history there is; without
+// an epoch, a restart is only recognised when SEQ is beyond the broker's
+// last sequence number. A silent subscription gets heartbeats
+// (Options.Heartbeat): SSE comments, or heartbeat frames when the request
+// asked for them.
 //
 // Errors are answered with a one-line text/plain reason: 400 bad topic,
 // filter or parameter; 401 missing or bad credentials; 403 denied by the
@@ -41,7 +50,9 @@ package broker
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,13 +95,33 @@ type Broker struct {
 	closeErr error
 
 	active tracker // running request handlers
+
+	// epoch identifies this broker run (see internal/wire, "Epoch"): a
+	// subscriber's resume point from another run is announced as a restart.
+	epoch uint64
 }
+
+// newEpoch returns a random non-zero epoch. It is random rather than taken
+// from the clock: a Raspberry Pi has no RTC, and two runs must not share one.
+func newEpoch() uint64 {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
+		if e := binary.BigEndian.Uint64(b[:]); e != 0 {
+			return e
+		}
+	}
+}
+
+// Epoch returns the random identifier of this broker run, sent to
+// subscribers in the Quiot-Epoch header (see internal/wire).
+func (b *Broker) Epoch() uint64 { return b.epoch }
 
 // New makes a broker from opts (nil means all defaults). It loads the
 // certificates but does not listen yet.
 func New(opts *Options) (*Broker, error) {
 	o := opts.ensureDefaults()
-	b := &Broker{opts: o, log: o.Logger, stats: &counters{}, done: make(chan struct{}), closed: make(chan struct{})}
+	b := &Broker{opts: o, log: o.Logger, stats: &counters{}, done: make(chan struct{}), closed: make(chan struct{}), epoch: newEpoch()}
 	b.hub = newHub(o.Limits, b.stats)
 
 	certsList := o.Certificates
@@ -320,9 +351,11 @@ func (b *Broker) tcpAddr() net.Addr {
 
 // Shutdown stops gracefully: new requests get 503, publishes fail with
 // ErrShuttingDown, subscribers receive what is queued for them and their
-// responses end, streamed publishers are stopped; then connections close.
-// It waits for this until ctx ends (or Options.ShutdownGrace if ctx has no
-// deadline), then closes everything.
+// responses end, streamed publishers are stopped; then the broker sends
+// GOAWAY and waits for clients to close their connections once they have
+// read their responses. It waits for this until ctx ends (or
+// Options.ShutdownGrace if ctx has no deadline), then closes everything.
+// It returns an error only when handlers were still running at the end.
 func (b *Broker) Shutdown(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -340,11 +373,26 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	var err error
 	select {
 	case <-drained:
+		// The handlers have written their last bytes, which may still sit
+		// in send buffers: closing the connections now would discard them.
+		// Send GOAWAY and let the clients close their connections once they
+		// have read their responses (within the same grace).
+		b.drainConns(ctx)
 	case <-ctx.Done():
 		err = fmt.Errorf("shutdown grace ended with requests running: %w", ctx.Err())
 	}
 	b.finish()
 	return err
+}
+
+// drainConns shuts the HTTP/3 and TCP servers down gracefully: no new
+// requests, and connections end once their clients are done with them, or
+// when ctx ends (then finish closes what is left).
+func (b *Broker) drainConns(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = b.h3.Shutdown(ctx) })
+	wg.Go(func() { _ = b.tcp.Shutdown(ctx) })
+	wg.Wait()
 }
 
 // Close stops at once: connections are closed without draining.

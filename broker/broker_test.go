@@ -328,6 +328,11 @@ subscribe = ["pub/#"]
 		{"hash not last", "pub/#/a", "", 400},
 		{"empty level", "pub//#", "", 400},
 		{"bad since", "pub/#", "since=x", 400},
+		{"bad epoch", "pub/#", "since=1&epoch=xyz", 400},
+		{"zero epoch", "pub/#", "since=1&epoch=0", 400},
+		{"epoch without since", "pub/#", "epoch=abc", 400},
+		{"bad epoch in since", "pub/#", "since=xyz-1", 400},
+		{"epochs disagree", "pub/#", "since=abc-1&epoch=abd", 400},
 		{"bad count", "pub/#", "count=0", 400},
 		{"denied", "#", "", 403},
 		{"denied dollar", "$SYS/#", "", 403},
@@ -610,14 +615,29 @@ func TestShutdownStopsStreamedPublisher(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if a, err := wire.NewDecoder(resp.Body, 0).Ack(); err != nil || a.Seq == 0 {
+	dec := wire.NewDecoder(resp.Body, 0)
+	if a, err := dec.Ack(); err != nil || a.Seq == 0 {
 		t.Fatalf("ack %+v %v", a, err)
 	}
+	// As a real publisher does: read acks until the broker ends the
+	// response, then end the request body.
+	ended := make(chan error, 1)
+	go func() {
+		var err error
+		for err == nil {
+			_, err = dec.Ack() // a 503 ack may come first
+		}
+		_ = pw.Close()
+		ended <- err
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
 	if err := b.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown with an open publish stream: %v (after %v)", err, time.Since(start))
+	}
+	if err := <-ended; err != io.EOF {
+		t.Fatalf("publish stream ended with %v, want a clean end (io.EOF)", err)
 	}
 }
 

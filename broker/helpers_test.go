@@ -87,6 +87,7 @@ type sub struct {
 	cancel context.CancelFunc
 	dec    *wire.Decoder
 	sse    *wire.SSEReader
+	epoch  uint64 // the Quiot-Epoch of the response
 }
 
 // subscribe GETs a filter; query may hold since=, count=; sse picks SSE.
@@ -121,7 +122,13 @@ func (c *client) subscribe(filter, query string, sse bool, hdr ...string) (*sub,
 		cancel()
 		return nil, resp.StatusCode, string(body)
 	}
-	s := &sub{t: c.t, resp: resp, cancel: cancel}
+	epoch, err := wire.ParseEpoch(resp.Header.Get("Quiot-Epoch"))
+	if err != nil {
+		resp.Body.Close()
+		cancel()
+		c.t.Fatalf("subscribe %s: %v", filter, err)
+	}
+	s := &sub{t: c.t, resp: resp, cancel: cancel, epoch: epoch}
 	if sse {
 		s.sse = wire.NewSSEReader(resp.Body)
 	} else {
@@ -160,8 +167,8 @@ func (s *sub) next() (wire.Frame, error) {
 				return
 			}
 			f, err := ev.Frame()
-			if err == nil && ev.Event == "message" && ev.ID != strconv.FormatUint(f.Seq, 10) {
-				err = fmt.Errorf("sse id %q != seq %d", ev.ID, f.Seq)
+			if want := string(wire.AppendEventID(nil, s.epoch, f.Seq)); err == nil && ev.Event == "message" && ev.ID != want {
+				err = fmt.Errorf("sse id %q, want %q (epoch-seq)", ev.ID, want)
 			}
 			ch <- res{f, err}
 			return

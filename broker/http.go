@@ -24,10 +24,12 @@ import (
 const (
 	HeaderSeq  = "Quiot-Seq"
 	HeaderTime = "Quiot-Time"
+	// HeaderEpoch, on a subscribe response, is the broker run's epoch.
+	HeaderEpoch = wire.HeaderEpoch
+	// HeaderHeartbeat, "1" on a binary subscribe request, asks for heartbeat
+	// frames; the response then carries the interval in milliseconds.
+	HeaderHeartbeat = wire.HeaderHeartbeat
 )
-
-// sseHeartbeat is the interval of SSE keep-alive comments.
-const sseHeartbeat = 15 * time.Second
 
 // connState is what the broker knows about one connection: its identity,
 // once authenticated, and its live subscriptions.
@@ -270,6 +272,38 @@ func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string)
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// resumePoint reads a subscribe request's resume point: ?since= or else the
+// Last-Event-ID header, each SEQ or EPOCH-SEQ, and ?epoch= (which needs a
+// since). since is nil without a resume point; epoch is 0 when unknown.
+func resumePoint(r *http.Request) (since *uint64, epoch uint64, err error) {
+	q := r.URL.Query()
+	src, sv := "since", q.Get("since")
+	if sv == "" {
+		src, sv = "Last-Event-ID", r.Header.Get("Last-Event-ID")
+	}
+	if sv != "" {
+		e, n, err := wire.ParseEventID(sv)
+		if err != nil {
+			return nil, 0, fmt.Errorf("bad %s %q (want SEQ or EPOCH-SEQ): %w", src, sv, err)
+		}
+		since, epoch = &n, e
+	}
+	if ev := q.Get("epoch"); ev != "" {
+		e, err := wire.ParseEpoch(ev)
+		if err != nil {
+			return nil, 0, fmt.Errorf("bad epoch %q (want the hex %s of a subscribe response): %w", ev, HeaderEpoch, err)
+		}
+		if since == nil {
+			return nil, 0, fmt.Errorf("epoch %q without since (a resume point)", ev)
+		}
+		if epoch != 0 && epoch != e {
+			return nil, 0, fmt.Errorf("epoch %q disagrees with the epoch of %s %q", ev, src, sv)
+		}
+		epoch = e
+	}
+	return since, epoch, nil
+}
+
 // readLimited reads a body of at most max bytes.
 func readLimited(r io.Reader, length int64, max int) ([]byte, error) {
 	n := 512
@@ -300,19 +334,12 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 		fail(w, http.StatusForbidden, "%v", err)
 		return
 	}
-	var since *uint64
-	sv := r.URL.Query().Get("since")
-	if sv == "" {
-		sv = r.Header.Get("Last-Event-ID")
+	since, epoch, err := resumePoint(r)
+	if err != nil {
+		fail(w, http.StatusBadRequest, "%v", err)
+		return
 	}
-	if sv != "" {
-		n, err := strconv.ParseUint(strings.TrimSpace(sv), 10, 64)
-		if err != nil {
-			fail(w, http.StatusBadRequest, "bad since/Last-Event-ID %q (want a sequence number)", sv)
-			return
-		}
-		since = &n
-	}
+	otherRun := epoch != 0 && epoch != b.epoch
 	limit := uint64(0) // messages to deliver before ending; 0 = unlimited
 	if cv := r.URL.Query().Get("count"); cv != "" {
 		n, err := strconv.ParseUint(cv, 10, 64)
@@ -333,12 +360,22 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	}
 	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 	sub := newSubscriber(filter, b.opts.Limits, b.stats)
-	initial, err := b.hub.start(sub, since)
+	initial, err := b.hub.start(sub, since, otherRun)
 	if err != nil {
 		fail(w, errStatus(err), "%v", err)
 		return
 	}
 	defer b.hub.stop(sub)
+	if otherRun {
+		b.log.Debug("resume point of another broker run", "filter", filter, "identity", id, "epoch", wire.FormatEpoch(epoch), "since", *since)
+	}
+	// Heartbeats: always on SSE (comments are ignored by every reader), on
+	// binary streams only when asked for (older decoders would take a
+	// heartbeat frame for a message).
+	heartbeat := b.opts.Heartbeat
+	if !sse && r.Header.Get(HeaderHeartbeat) != "1" {
+		heartbeat = 0
+	}
 
 	proto := "h3"
 	if r.ProtoMajor < 3 {
@@ -352,11 +389,15 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 		h.Set("Content-Type", wire.ContentType)
 	}
 	h.Set("Cache-Control", "no-cache")
+	h.Set(HeaderEpoch, wire.FormatEpoch(b.epoch))
+	if heartbeat > 0 {
+		h.Set(HeaderHeartbeat, strconv.FormatInt(heartbeat.Milliseconds(), 10))
+	}
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	encode := func(buf []byte, f *wire.Frame) []byte {
 		if sse {
-			return wire.AppendSSE(buf, f)
+			return wire.AppendSSE(buf, f, b.epoch)
 		}
 		return wire.AppendFrame(buf, f)
 	}
@@ -394,24 +435,30 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	var gaps []wire.Gap
 	var msgs []*Message
 	ctx := r.Context()
-	// SSE streams get a comment line when idle, which keeps proxies and the
-	// QUIC idle timer from ending a quiet subscription.
-	var heartbeat <-chan time.Time
-	if sse {
-		t := time.NewTicker(sseHeartbeat)
-		defer t.Stop()
-		heartbeat = t.C
+	// A stream silent for the heartbeat interval gets a heartbeat, which
+	// keeps proxies and the QUIC idle timer from ending a quiet
+	// subscription. Every write restarts the interval.
+	var beat <-chan time.Time
+	var beatTimer *time.Timer
+	var beatBytes []byte
+	if heartbeat > 0 {
+		beatTimer = time.NewTimer(heartbeat)
+		defer beatTimer.Stop()
+		beat = beatTimer.C
+		hb := wire.HeartbeatFrame()
+		beatBytes = encode(nil, &hb)
 	}
 	for {
 		select {
 		case <-sub.notify:
-		case <-heartbeat:
-			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+		case <-beat:
+			if _, err := w.Write(beatBytes); err != nil {
 				return
 			}
 			if err := rc.Flush(); err != nil {
 				return
 			}
+			beatTimer.Reset(heartbeat)
 			continue
 		case <-ctx.Done():
 			return
@@ -447,6 +494,9 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 				return
 			}
 			out.out.Add(uint64(n))
+			if beatTimer != nil {
+				beatTimer.Reset(heartbeat)
+			}
 		}
 		if end || reached {
 			if cut && !reached {

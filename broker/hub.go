@@ -251,9 +251,11 @@ func (h *hub) maybeForget(name string, ts *topicState) {
 
 // start registers a subscriber and returns what it must receive before live
 // messages: retained messages (since == nil) or the history after *since,
-// with gap announcements. h.mu is held throughout, so nothing is missed or
+// with gap announcements. otherRun says that *since is a resume point of
+// another broker run (its epoch is not ours): the restart is announced and
+// all history replayed. h.mu is held throughout, so nothing is missed or
 // duplicated between the snapshot and live delivery.
-func (h *hub) start(s *subscriber, since *uint64) ([]wire.Frame, error) {
+func (h *hub) start(s *subscriber, since *uint64, otherRun bool) ([]wire.Frame, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closing {
@@ -273,10 +275,10 @@ func (h *hub) start(s *subscriber, since *uint64) ([]wire.Frame, error) {
 		}
 	} else {
 		from := *since
-		if from > h.seq {
+		if otherRun || from > h.seq {
 			// The broker restarted (sequence numbers are in memory): say so,
 			// then replay all it has.
-			out = append(out, wire.GapFrame(wire.Gap{From: from + 1}))
+			out = append(out, wire.GapFrame(wire.Gap{From: max(from+1, from)})) // no wrap to 0 (unknown)
 			from = 0
 		}
 		if h.forgotten > from {

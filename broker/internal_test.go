@@ -10,8 +10,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/quictune"
 )
 
 func newTestBroker(t *testing.T, o Options) *Broker {
@@ -79,7 +83,7 @@ func TestHistoryBounds(t *testing.T) {
 	// A resume from before the forgotten topics is told about the gap.
 	s := newSubscriber("#", b.opts.Limits, b.stats)
 	since := uint64(1)
-	initial, err := b.hub.start(s, &since)
+	initial, err := b.hub.start(s, &since, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,5 +145,26 @@ func TestRetainedBound(t *testing.T) {
 	}
 	if st := b.Stats(); st.Retained != 2 || st.RetainedBytes != 2*per {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestHeartbeatDefault(t *testing.T) {
+	tests := []struct {
+		name string
+		o    Options
+		want time.Duration
+	}{
+		{"default", Options{}, 15 * time.Second},
+		{"lean tuning (90 s idle)", Options{Tuning: quictune.Lean()}, 15 * time.Second},
+		{"short idle timeout", Options{QUIC: &quic.Config{MaxIdleTimeout: 10 * time.Second}}, 5 * time.Second},
+		{"set", Options{Heartbeat: time.Second}, time.Second},
+		{"disabled", Options{Heartbeat: -1}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.o.ensureDefaults().Heartbeat; got != tt.want {
+				t.Fatalf("Heartbeat = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

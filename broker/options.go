@@ -60,6 +60,15 @@ type Limits struct {
 	MaxSubscriptionsPerConn int
 }
 
+const (
+	// defaultHeartbeat is Options.Heartbeat's default (when the QUIC idle
+	// timeout is 30 s or more).
+	defaultHeartbeat = 15 * time.Second
+	// quicDefaultIdleTimeout is quic-go's idle timeout when quic.Config
+	// sets none.
+	quicDefaultIdleTimeout = 30 * time.Second
+)
+
 // Options configure a Broker. A nil *Options, and every zero field, means the
 // documented default.
 type Options struct {
@@ -103,6 +112,16 @@ type Options struct {
 	// ShutdownGrace bounds Shutdown when its context has no deadline; zero
 	// means 5 s.
 	ShutdownGrace time.Duration
+
+	// Heartbeat is how long a subscription stream may stay silent before
+	// the broker writes a heartbeat: a comment line on SSE streams, a
+	// heartbeat frame (internal/wire) on binary streams whose request asked
+	// for them with "Quiot-Heartbeat: 1". It keeps the QUIC idle timeout
+	// (and NAT bindings, proxies) from ending a quiet subscription when the
+	// connection has no QUIC keep-alive. Zero means 15 s, or half the QUIC
+	// idle timeout when that is shorter (quic-go's default idle timeout is
+	// 30 s); negative disables heartbeats.
+	Heartbeat time.Duration
 
 	// Logger receives the broker's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -158,6 +177,16 @@ func (o *Options) ensureDefaults() Options {
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 5 * time.Second
+	}
+	if c.Heartbeat == 0 {
+		idle := c.QUIC.MaxIdleTimeout
+		if idle <= 0 {
+			idle = quicDefaultIdleTimeout
+		}
+		c.Heartbeat = min(defaultHeartbeat, idle/2)
+	}
+	if c.Heartbeat < 0 {
+		c.Heartbeat = 0
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

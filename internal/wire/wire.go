@@ -21,12 +21,30 @@
 //	time     i64      publisher send time, Unix ns; 0 = unknown
 //	topic    str      topic name (UTF-8)
 //	payload  str      payload bytes
-//	flags    1 byte   FlagRetained 0x01, FlagGap 0x02; other bits reserved (0)
+//	flags    1 byte   FlagRetained 0x01, FlagGap 0x02, FlagHeartbeat 0x04;
+//	                  other bits reserved (0)
 //
 // Sequence numbers come from one broker-wide counter, assigned in acceptance
 // order: they increase strictly within every topic, and a single number is a
 // resume point for any filter (GET ...?since=SEQ or Last-Event-ID: SEQ). They
 // restart from 1 when the broker restarts (history is in memory).
+//
+// # Epoch
+//
+// So that a resume point from before a restart is never mistaken for one of
+// the restarted broker, each broker run picks a random, non-zero 64-bit
+// epoch when it starts (random, not a clock: a Raspberry Pi has no RTC). The
+// broker sends it on every subscribe response in the header Quiot-Epoch, as
+// 16 lowercase hex digits (FormatEpoch). A client resuming sends it back:
+//
+//	GET /v1/topics/{filter}?since=SEQ&epoch=EPOCH
+//
+// or, where only one value travels (an EventSource's Last-Event-ID), as the
+// event id EPOCH-SEQ (see Server-Sent Events below; ParseEventID reads both
+// forms, a plain SEQ meaning "epoch unknown"). When the epoch a client sends
+// is not the broker's own, the broker announces the restart gap (below) and
+// replays all the history it has, whatever SEQ is. Without an epoch the
+// broker can only tell a restart when SEQ is beyond its last sequence number.
 //
 // A message with FlagRetained is the retained message of its topic, sent when
 // the subscription starts (before live messages).
@@ -44,10 +62,25 @@
 // A subscriber tracking a resume point moves it to max(resume, seq).
 //
 // One gap is special: topic "", seq (to) 0 and a first lost number > 0
-// answers a resume point beyond the broker's last sequence number: the
-// broker restarted and its numbering began again. Gap.Restarted reports it;
-// the subscriber must forget its resume point (the broker goes on to replay
-// all the history it has, with small sequence numbers).
+// answers a resume point from another broker run (an epoch that is not the
+// broker's, or a resume point beyond its last sequence number): the broker
+// restarted and its numbering began again. Its first lost number is the
+// resume point + 1. Gap.Restarted reports it; the subscriber must forget its
+// resume point (the broker goes on to replay all the history it has, with
+// small sequence numbers) and take the epoch of the response as its own.
+//
+// # Heartbeat frame (broker -> subscriber)
+//
+// A frame with FlagHeartbeat carries nothing: the broker sends it on a
+// subscription that has been silent for a while (15 s by default), so that
+// the QUIC idle timeout, NAT bindings and proxies do not end a quiet
+// subscription when the connection has no QUIC keep-alive. Its fields are
+// seq 0, time 0, topic "", payload "" (13 bytes with the prefix). Decoders
+// skip it whatever the values of its other fields (Decoder.Frame never
+// returns one); it is not a message. The broker sends heartbeat frames only to a subscriber whose
+// request has the header "Quiot-Heartbeat: 1" (a decoder that predates them
+// would take one for an empty message); it then answers with
+// "Quiot-Heartbeat: <interval in ms>".
 //
 // # Publish frame (publisher -> broker, body of POST /v1/publish)
 //
@@ -76,18 +109,25 @@
 //
 // A message is
 //
-//	id: <seq>
+//	id: <epoch>-<seq>
 //	event: message
 //	data: {"topic":"a/b","seq":7,"time":1700000000000000000,"payload":"aGk=","retained":true}
 //
 // ("retained" only when true; payload in standard base64 with padding; time 0
 // = unknown), and a gap is
 //
-//	id: <last lost seq, omitted when 0>
+//	id: <epoch>-<last lost seq>, omitted when that is 0
 //	event: gap
 //	data: {"topic":"a/b","from":3,"to":9}
 //
-// each followed by an empty line.
+// each followed by an empty line. The id carries the broker's epoch (16 hex
+// digits) so that an EventSource, which resends the last id it saw as
+// Last-Event-ID when it reconnects, resumes across a broker restart without
+// silent loss; the restart gap has the id <epoch>-0 (resume from the start
+// of this broker run). The sequence number alone is the data's "seq". A
+// broker with no epoch (AppendSSE with epoch 0) writes plain <seq> ids, and
+// the broker accepts plain numeric ids in Last-Event-ID as before.
+// Comment lines (": keep-alive") are the heartbeats of an SSE stream.
 package wire
 
 import (
@@ -99,6 +139,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 )
 
 // ContentType is the media type of a frame stream.
@@ -110,8 +151,18 @@ const DefaultMaxFrame = 256<<10 + 1024
 
 // Message frame flags.
 const (
-	FlagRetained byte = 0x01
-	FlagGap      byte = 0x02
+	FlagRetained  byte = 0x01
+	FlagGap       byte = 0x02
+	FlagHeartbeat byte = 0x04
+)
+
+// Header names of the subscribe exchange (see the package documentation).
+const (
+	// HeaderEpoch is the response header carrying the broker's epoch.
+	HeaderEpoch = "Quiot-Epoch"
+	// HeaderHeartbeat, "1" on a subscribe request, asks for heartbeat
+	// frames; on the response it is the heartbeat interval in milliseconds.
+	HeaderHeartbeat = "Quiot-Heartbeat"
 )
 
 // Publish frame flags.
@@ -142,6 +193,12 @@ func (f *Frame) Retained() bool { return f.Flags&FlagRetained != 0 }
 
 // IsGap reports whether the frame announces a gap.
 func (f *Frame) IsGap() bool { return f.Flags&FlagGap != 0 }
+
+// IsHeartbeat reports whether the frame is a heartbeat (no message).
+func (f *Frame) IsHeartbeat() bool { return f.Flags&FlagHeartbeat != 0 }
+
+// HeartbeatFrame returns a heartbeat frame.
+func HeartbeatFrame() Frame { return Frame{Flags: FlagHeartbeat} }
 
 // Gap is the content of a gap frame: messages From..To (inclusive) of Topic
 // were lost. Zero values mean unknown.
@@ -411,15 +468,21 @@ func (d *Decoder) Next() ([]byte, error) {
 	return d.buf, nil
 }
 
-// Frame reads the next message frame; its Payload is a fresh copy.
+// Frame reads the next message or gap frame, skipping heartbeat frames; its
+// Payload is a fresh copy.
 func (d *Decoder) Frame() (Frame, error) {
-	b, err := d.Next()
-	if err != nil {
-		return Frame{}, err
+	for {
+		b, err := d.Next()
+		if err != nil {
+			return Frame{}, err
+		}
+		f, err := ParseFrame(b)
+		if err == nil && f.IsHeartbeat() {
+			continue
+		}
+		f.Payload = clone(f.Payload)
+		return f, err
 	}
-	f, err := ParseFrame(b)
-	f.Payload = clone(f.Payload)
-	return f, err
 }
 
 // Publish reads the next publish frame; its Payload is a fresh copy.
@@ -465,13 +528,23 @@ type SSEGap struct {
 	To    uint64 `json:"to"`
 }
 
-// AppendSSE appends f as one Server-Sent Event (a message or a gap event).
-func AppendSSE(dst []byte, f *Frame) []byte {
+// AppendSSE appends f as one Server-Sent Event (a message or a gap event)
+// of a broker with the given epoch; epoch 0 (none) writes plain numeric ids.
+// A heartbeat frame is written as a comment line.
+func AppendSSE(dst []byte, f *Frame, epoch uint64) []byte {
+	if f.IsHeartbeat() {
+		return append(dst, ": keep-alive\n\n"...)
+	}
 	if f.IsGap() {
 		g, _ := f.Gap()
-		if g.To != 0 {
+		switch {
+		case g.To != 0:
 			dst = append(dst, "id: "...)
-			dst = strconv.AppendUint(dst, g.To, 10)
+			dst = AppendEventID(dst, epoch, g.To)
+			dst = append(dst, '\n')
+		case g.Restarted() && epoch != 0:
+			dst = append(dst, "id: "...)
+			dst = AppendEventID(dst, epoch, 0)
 			dst = append(dst, '\n')
 		}
 		dst = append(dst, "event: gap\ndata: {\"topic\":"...)
@@ -483,7 +556,7 @@ func AppendSSE(dst []byte, f *Frame) []byte {
 		return append(dst, "}\n\n"...)
 	}
 	dst = append(dst, "id: "...)
-	dst = strconv.AppendUint(dst, f.Seq, 10)
+	dst = AppendEventID(dst, epoch, f.Seq)
 	dst = append(dst, "\nevent: message\ndata: {\"topic\":"...)
 	dst = appendJSONString(dst, f.Topic)
 	dst = append(dst, ",\"seq\":"...)
@@ -497,6 +570,70 @@ func AppendSSE(dst []byte, f *Frame) []byte {
 		dst = append(dst, ",\"retained\":true"...)
 	}
 	return append(dst, "}\n\n"...)
+}
+
+// Errors of ParseEpoch and ParseEventID.
+var (
+	// ErrBadEpoch means an epoch does not parse.
+	ErrBadEpoch = errors.New("bad epoch")
+	// ErrBadEventID means a resume point (SEQ or EPOCH-SEQ) does not parse.
+	ErrBadEventID = errors.New("bad event id")
+)
+
+// FormatEpoch returns the text form of an epoch: 16 lowercase hex digits.
+func FormatEpoch(e uint64) string {
+	return string(appendEpoch(make([]byte, 0, 16), e))
+}
+
+func appendEpoch(dst []byte, e uint64) []byte {
+	const hex = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		dst = append(dst, hex[(e>>uint(shift))&0xf])
+	}
+	return dst
+}
+
+// ParseEpoch reads an epoch: 1 to 16 hex digits (either case), not zero.
+func ParseEpoch(s string) (uint64, error) {
+	if len(s) == 0 || len(s) > 16 {
+		return 0, fmt.Errorf("%w %q: want 1 to 16 hex digits", ErrBadEpoch, s)
+	}
+	e, err := strconv.ParseUint(s, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w %q: want hex digits", ErrBadEpoch, s)
+	}
+	if e == 0 {
+		return 0, fmt.Errorf("%w %q: zero is no epoch", ErrBadEpoch, s)
+	}
+	return e, nil
+}
+
+// AppendEventID appends the SSE event id of seq in epoch: EPOCH-SEQ, or the
+// plain SEQ when epoch is 0.
+func AppendEventID(dst []byte, epoch, seq uint64) []byte {
+	if epoch != 0 {
+		dst = appendEpoch(dst, epoch)
+		dst = append(dst, '-')
+	}
+	return strconv.AppendUint(dst, seq, 10)
+}
+
+// ParseEventID reads a resume point as a client sends it in ?since= or
+// Last-Event-ID: "SEQ" (epoch 0: unknown) or "EPOCH-SEQ". Surrounding
+// spaces are ignored.
+func ParseEventID(s string) (epoch, seq uint64, err error) {
+	s = strings.TrimSpace(s)
+	if es, ss, ok := strings.Cut(s, "-"); ok {
+		if epoch, err = ParseEpoch(es); err != nil {
+			return 0, 0, fmt.Errorf("%w: %w", ErrBadEventID, err)
+		}
+		s = ss
+	}
+	seq, err = strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: sequence number %q: want a decimal number", ErrBadEventID, s)
+	}
+	return epoch, seq, nil
 }
 
 // appendJSONString appends s as a JSON string. Topics are valid UTF-8

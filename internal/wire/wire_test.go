@@ -146,25 +146,35 @@ func TestGapRestarted(t *testing.T) {
 }
 
 func TestSSE(t *testing.T) {
+	const epoch = 0x00c0ffee12345678
 	tests := []struct {
-		name string
-		f    Frame
-		want string
+		name  string
+		f     Frame
+		epoch uint64
+		want  string
 	}{
-		{"message", Frame{Seq: 7, Time: 12, Topic: "a/b", Payload: []byte("hi")},
+		{"message with epoch", Frame{Seq: 7, Time: 12, Topic: "a/b", Payload: []byte("hi")}, epoch,
+			"id: 00c0ffee12345678-7\nevent: message\ndata: {\"topic\":\"a/b\",\"seq\":7,\"time\":12,\"payload\":\"aGk=\"}\n\n"},
+		{"gap with epoch", GapFrame(Gap{Topic: "a", From: 3, To: 9}), epoch,
+			"id: 00c0ffee12345678-9\nevent: gap\ndata: {\"topic\":\"a\",\"from\":3,\"to\":9}\n\n"},
+		{"restart gap with epoch", GapFrame(Gap{From: 4}), epoch,
+			"id: 00c0ffee12345678-0\nevent: gap\ndata: {\"topic\":\"\",\"from\":4,\"to\":0}\n\n"},
+		{"unknown gap with epoch", GapFrame(Gap{}), epoch,
+			"event: gap\ndata: {\"topic\":\"\",\"from\":0,\"to\":0}\n\n"},
+		{"message", Frame{Seq: 7, Time: 12, Topic: "a/b", Payload: []byte("hi")}, 0,
 			"id: 7\nevent: message\ndata: {\"topic\":\"a/b\",\"seq\":7,\"time\":12,\"payload\":\"aGk=\"}\n\n"},
-		{"retained empty", Frame{Seq: 1, Topic: "x", Flags: FlagRetained},
+		{"retained empty", Frame{Seq: 1, Topic: "x", Flags: FlagRetained}, 0,
 			"id: 1\nevent: message\ndata: {\"topic\":\"x\",\"seq\":1,\"time\":0,\"payload\":\"\",\"retained\":true}\n\n"},
-		{"quoted topic", Frame{Seq: 2, Topic: "a\"b\\c/ü", Payload: []byte{0xff}},
+		{"quoted topic", Frame{Seq: 2, Topic: "a\"b\\c/ü", Payload: []byte{0xff}}, 0,
 			"id: 2\nevent: message\ndata: {\"topic\":\"a\\\"b\\\\c/ü\",\"seq\":2,\"time\":0,\"payload\":\"/w==\"}\n\n"},
-		{"gap", GapFrame(Gap{Topic: "a", From: 3, To: 9}),
+		{"gap", GapFrame(Gap{Topic: "a", From: 3, To: 9}), 0,
 			"id: 9\nevent: gap\ndata: {\"topic\":\"a\",\"from\":3,\"to\":9}\n\n"},
-		{"gap unknown", GapFrame(Gap{From: 4}),
+		{"gap unknown", GapFrame(Gap{From: 4}), 0,
 			"event: gap\ndata: {\"topic\":\"\",\"from\":4,\"to\":0}\n\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := string(AppendSSE(nil, &tt.f))
+			got := string(AppendSSE(nil, &tt.f, tt.epoch))
 			if got != tt.want {
 				t.Fatalf("AppendSSE =\n%q\nwant\n%q", got, tt.want)
 			}
@@ -182,8 +192,135 @@ func TestSSE(t *testing.T) {
 			if !reflect.DeepEqual(tt.f, back) {
 				t.Fatalf("got %+v, want %+v", back, tt.f)
 			}
+			if ev.ID != "" {
+				e, seq, err := ParseEventID(ev.ID)
+				if err != nil || e != tt.epoch || (seq != back.Seq && !back.IsGap()) {
+					t.Fatalf("event id %q parses as %x, %d, %v", ev.ID, e, seq, err)
+				}
+			}
 		})
 	}
+	hb := HeartbeatFrame()
+	if got := string(AppendSSE(nil, &hb, epoch)); got != ": keep-alive\n\n" {
+		t.Fatalf("heartbeat as SSE = %q, want a comment", got)
+	}
+}
+
+func TestHeartbeat(t *testing.T) {
+	hb := HeartbeatFrame()
+	b := AppendFrame(nil, &hb)
+	// The documented 13 bytes: length 12, seq 0, time 0, topic "", payload "", flags.
+	want := []byte{12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, FlagHeartbeat}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("heartbeat = %v, want %v", b, want)
+	}
+	f, err := ParseFrame(b[1:])
+	if err != nil || !f.IsHeartbeat() || f.IsGap() || f.Retained() {
+		t.Fatalf("ParseFrame(heartbeat) = %+v, %v", f, err)
+	}
+	// Decoder.Frame skips heartbeats, also ones with stray field values.
+	odd := AppendFrame(nil, &Frame{Seq: 9, Topic: "t", Payload: []byte("p"), Flags: FlagHeartbeat | FlagRetained})
+	var stream []byte
+	stream = append(stream, b...)
+	stream = AppendFrame(stream, &Frame{Seq: 1, Topic: "a", Payload: []byte("x")})
+	stream = append(stream, odd...)
+	stream = append(stream, b...)
+	g := GapFrame(Gap{Topic: "a", From: 2, To: 3})
+	stream = AppendFrame(stream, &g)
+	stream = append(stream, b...)
+	d := NewDecoder(bytes.NewReader(stream), 0)
+	if f, err := d.Frame(); err != nil || f.Seq != 1 || string(f.Payload) != "x" {
+		t.Fatalf("first frame = %+v, %v; want the message", f, err)
+	}
+	if f, err := d.Frame(); err != nil || !f.IsGap() {
+		t.Fatalf("second frame = %+v, %v; want the gap", f, err)
+	}
+	if _, err := d.Frame(); err != io.EOF {
+		t.Fatalf("after trailing heartbeat: %v, want io.EOF", err)
+	}
+}
+
+func TestEpoch(t *testing.T) {
+	for _, e := range []uint64{1, 0xabc, 0x00c0ffee12345678, ^uint64(0)} {
+		s := FormatEpoch(e)
+		if len(s) != 16 || strings.ToLower(s) != s {
+			t.Fatalf("FormatEpoch(%x) = %q, want 16 lowercase hex digits", e, s)
+		}
+		if got, err := ParseEpoch(s); err != nil || got != e {
+			t.Fatalf("ParseEpoch(%q) = %x, %v", s, got, err)
+		}
+	}
+	if got, err := ParseEpoch("ABC"); err != nil || got != 0xabc {
+		t.Fatalf("ParseEpoch(ABC) = %x, %v", got, err)
+	}
+	for _, bad := range []string{"", "0", "0000", "xyz", "0x12", "12345678901234567", "-1", " 1"} {
+		if _, err := ParseEpoch(bad); !errors.Is(err, ErrBadEpoch) {
+			t.Errorf("ParseEpoch(%q) = %v, want ErrBadEpoch", bad, err)
+		}
+	}
+}
+
+func TestEventID(t *testing.T) {
+	tests := []struct {
+		in         string
+		epoch, seq uint64
+		err        error
+	}{
+		{"42", 0, 42, nil},
+		{" 42 ", 0, 42, nil},
+		{"0", 0, 0, nil},
+		{"00c0ffee12345678-7", 0x00c0ffee12345678, 7, nil},
+		{"C0FFEE-0", 0xc0ffee, 0, nil},
+		{"18446744073709551615", 0, ^uint64(0), nil},
+		{"", 0, 0, ErrBadEventID},
+		{"x", 0, 0, ErrBadEventID},
+		{"+5", 0, 0, ErrBadEventID},
+		{"-5", 0, 0, ErrBadEpoch},
+		{"0-5", 0, 0, ErrBadEpoch},
+		{"abc-", 0, 0, ErrBadEventID},
+		{"abc-1-2", 0, 0, ErrBadEventID},
+		{"abc-x", 0, 0, ErrBadEventID},
+		{"g-1", 0, 0, ErrBadEpoch},
+		{"18446744073709551616", 0, 0, ErrBadEventID},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			e, seq, err := ParseEventID(tt.in)
+			if tt.err != nil {
+				if !errors.Is(err, tt.err) {
+					t.Fatalf("ParseEventID(%q) = %x, %d, %v; want %v", tt.in, e, seq, err, tt.err)
+				}
+				return
+			}
+			if err != nil || e != tt.epoch || seq != tt.seq {
+				t.Fatalf("ParseEventID(%q) = %x, %d, %v; want %x, %d", tt.in, e, seq, err, tt.epoch, tt.seq)
+			}
+			if back := string(AppendEventID(nil, e, seq)); back != strings.TrimSpace(tt.in) && e == 0 {
+				t.Fatalf("AppendEventID = %q, want %q", back, tt.in)
+			}
+		})
+	}
+}
+
+// FuzzParseEventID: no panic, and whatever parses formats back to an id
+// that parses the same.
+func FuzzParseEventID(f *testing.F) {
+	f.Add("42")
+	f.Add("00c0ffee12345678-7")
+	f.Add("-")
+	f.Fuzz(func(t *testing.T, in string) {
+		e, seq, err := ParseEventID(in)
+		if err != nil {
+			if !errors.Is(err, ErrBadEventID) && !errors.Is(err, ErrBadEpoch) {
+				t.Fatalf("ParseEventID(%q) error %v wraps neither sentinel", in, err)
+			}
+			return
+		}
+		e2, seq2, err := ParseEventID(string(AppendEventID(nil, e, seq)))
+		if err != nil || e2 != e || seq2 != seq {
+			t.Fatalf("round trip of %q: %x %d vs %x %d (%v)", in, e, seq, e2, seq2, err)
+		}
+	})
 }
 
 // FuzzDecode feeds arbitrary bytes to the decoders: no panic, no frame above
@@ -194,6 +331,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(AppendPublish(nil, &Publish{ID: 1, Flags: PubQoS1, Topic: "t", Payload: []byte("p")}))
 	f.Add(AppendAck(nil, &Ack{ID: 1, Seq: 2, Status: 400, Reason: "r"}))
 	f.Add([]byte{0x80, 0x80, 0x80})
+	hb := HeartbeatFrame()
+	f.Add(AppendFrame(nil, &hb))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		d := NewDecoder(bytes.NewReader(in), 1024)
 		for {
@@ -209,7 +348,8 @@ func FuzzDecode(f *testing.F) {
 				if err != nil || !reflect.DeepEqual(fr, fr2) {
 					t.Fatalf("frame re-encode: %+v vs %+v (%v)", fr, fr2, err)
 				}
-				_ = AppendSSE(nil, &fr)
+				_ = AppendSSE(nil, &fr, 0)
+				_ = AppendSSE(nil, &fr, 1)
 			}
 			if p, err := ParsePublish(body); err == nil {
 				p2, err := ParsePublish(mustBody(t, AppendPublish(nil, &p)))
