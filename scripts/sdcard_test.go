@@ -91,6 +91,10 @@ func makeImage(t *testing.T, s imageSpec) string {
 			t.Fatal(err)
 		}
 	}
+	// An unrelated enabled service, which a run must leave alone.
+	if err := os.Symlink("/lib/systemd/system/ssh.service", filepath.Join(root, "etc/systemd/system/multi-user.target.wants/ssh.service")); err != nil {
+		t.Fatal(err)
+	}
 	for name, body := range files {
 		p := filepath.Join(root, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -352,6 +356,9 @@ func TestSDCard(t *testing.T) {
 		}
 		if l := stat(t, img, "/etc/systemd/system/multi-user.target.wants/quiot-broker.service"); l.linkDest != "/etc/systemd/system/quiot-broker.service" {
 			t.Errorf("broker link: %+v", l)
+		}
+		if l := stat(t, img, "/etc/systemd/system/multi-user.target.wants/ssh.service"); l.linkDest != "/lib/systemd/system/ssh.service" {
+			t.Errorf("unrelated wants link changed: %+v", l)
 		}
 		if n := strings.Count(cat(t, img, "/etc/passwd"), "\nquiot:"); n != 1 {
 			t.Errorf("%d quiot users after a second run", n)
