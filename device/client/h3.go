@@ -20,6 +20,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // The HTTP/3 pub-sub client (scheme https): see DESIGN.md, "HTTP/3 pub-sub
@@ -477,16 +479,34 @@ func (c *h3Client) Subscribe(ctx context.Context, filter string, since uint64, h
 // sequence numbers come from one broker-wide counter (internal/wire), so
 // the highest one seen is a resume point for any filter; retained messages
 // replayed first carry older numbers, hence the per-topic duplicate check.
+// The broker run's epoch goes with the resume point, so that a broker that
+// restarted in between recognises a resume point of its previous run (and
+// announces the restart) even after it has numbered more messages.
 type resumeState struct {
 	filter string
 	since  uint64            // the caller's since, then the highest sequence seen
+	epoch  uint64            // the broker run since belongs to; 0: unknown
 	last   map[string]uint64 // topic -> last sequence delivered
 }
 
 // resumePoint is the ?since= of the next subscription (0: none).
 func (s *resumeState) resumePoint() uint64 { return s.since }
 
-// reset forgets what was seen (the broker restarted).
+// query returns the resume parameters of the next subscription: since
+// and, when known, the epoch it belongs to.
+func (s *resumeState) query() url.Values {
+	q := url.Values{}
+	if s.since > 0 {
+		q.Set("since", strconv.FormatUint(s.since, 10))
+		if s.epoch != 0 {
+			q.Set("epoch", wire.FormatEpoch(s.epoch))
+		}
+	}
+	return q
+}
+
+// reset forgets what was seen (the broker restarted). The epoch is the
+// response's, set apart.
 func (s *resumeState) reset() {
 	s.since = 0
 	clear(s.last)
@@ -518,10 +538,7 @@ func (s *resumeState) accept(m *Message) bool {
 // is called once the broker accepted the subscription.
 func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Message), connected func()) error {
 	op := fmt.Sprintf("subscribe to %q", st.filter)
-	q := url.Values{}
-	if p := st.resumePoint(); p > 0 {
-		q.Set("since", strconv.FormatUint(p, 10))
-	}
+	q := st.query()
 	u := c.pathFor("/v1/topics/", st.filter, q)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -531,6 +548,9 @@ func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Me
 			return nil, err
 		}
 		req.Header.Set("Accept", framesContentType)
+		// Heartbeat frames keep a quiet subscription from the QUIC idle
+		// timeout; readMessages skips them.
+		req.Header.Set(wire.HeaderHeartbeat, "1")
 		return req, nil
 	})
 	if err != nil {
@@ -541,7 +561,22 @@ func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Me
 	}
 	defer resp.Body.Close()
 	connected()
-	c.log.Debug("subscribed", "filter", st.filter, "since", q.Get("since"))
+	// The broker's epoch; a broker without one leaves resumes as they were.
+	// A resume point of another epoch is answered with the restart gap,
+	// which resets the resume state below.
+	epoch := uint64(0)
+	if v := resp.Header.Get(wire.HeaderEpoch); v != "" {
+		e, err := wire.ParseEpoch(v)
+		if err != nil {
+			c.log.Warn("ignoring a bad broker epoch", "filter", st.filter, "error", err)
+		}
+		epoch = e
+	}
+	if st.epoch != 0 && epoch != st.epoch {
+		c.log.Info("broker epoch changed (the broker restarted)", "filter", st.filter, "was", wire.FormatEpoch(st.epoch), "now", wire.FormatEpoch(epoch))
+	}
+	st.epoch = epoch
+	c.log.Debug("subscribed", "filter", st.filter, "since", q.Get("since"), "epoch", q.Get("epoch"))
 	notifySubscribed(ctx)
 	asked := st.since
 	restarted := func() {

@@ -526,3 +526,142 @@ func TestH3StreamPublishCancelWhileBlocked(t *testing.T) {
 		t.Fatal("a publish blocked by flow control ignored its context")
 	}
 }
+
+// gate is a PacketConn that, while shut, drops every datagram in both
+// directions: the client can reach nobody.
+type gate struct {
+	net.PacketConn
+	shut atomic.Bool
+}
+
+func (g *gate) WriteTo(p []byte, addr net.Addr) (int, error) {
+	if g.shut.Load() {
+		return len(p), nil // "sent", lost on the way
+	}
+	return g.PacketConn.WriteTo(p, addr)
+}
+
+func (g *gate) ReadFrom(p []byte) (int, net.Addr, error) {
+	for {
+		n, addr, err := g.PacketConn.ReadFrom(p)
+		if err != nil || !g.shut.Load() {
+			return n, addr, err
+		}
+	}
+}
+
+// TestH3ResumeAcrossRestartNewRunAhead: the broker restarts on the same
+// port and numbers more messages than the subscriber's resume point before
+// the subscriber gets back to it. The epoch tells the broker the resume
+// point is from its previous run: the restart is announced and all the new
+// run's history is delivered (without the epoch the first messages of the
+// new run were silently skipped: their numbers were at or below the resume
+// point).
+func TestH3ResumeAcrossRestartNewRunAhead(t *testing.T) {
+	pki := testutil.NewPKI(t)
+	b1 := testutil.StartBroker(t, pki, nil)
+	addr := b1.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = udp.Close() })
+	g := &gate{PacketConn: udp}
+	prof := quictune.Default()
+	prof.MaxIdleTimeout = quictune.Duration(2 * time.Second)
+	prof.HandshakeIdleTimeout = quictune.Duration(time.Second)
+	sub := newClient(t, b1, func(o *client.Options) { o.PacketConn = g; o.Profile = prof })
+	col := newCollector()
+	done := subscribe(t, ctx, sub, "ra/#", 0, col)
+	publish := func(c client.Client, payloads ...string) (last uint64) {
+		t.Helper()
+		for _, p := range payloads {
+			ack, err := c.Publish(ctx, "ra/x", []byte(p), client.PublishOptions{QoS: 1})
+			if err != nil {
+				t.Fatalf("publish %s: %v", p, err)
+			}
+			last = ack.Seq
+		}
+		return last
+	}
+	resume := publish(newClient(t, b1, nil), "old-0", "old-1")
+	col.wait(t, ctx, "messages of the first run", countAtLeast(2))
+
+	if err := b1.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	// Nothing listens on addr now; from here until the new run has numbered
+	// its messages the subscriber cannot reach it.
+	g.shut.Store(true)
+	b2 := testutil.StartBroker(t, pki, &broker.Options{Listen: addr})
+	pub := newClient(t, b2, nil)
+	if last := publish(pub, "new-0", "new-1", "new-2", "new-3", "new-4"); last <= resume {
+		t.Fatalf("new run numbered up to %d, not beyond the resume point %d: the test proves nothing", last, resume)
+	}
+	g.shut.Store(false)
+
+	want := []string{"old-0", "old-1", "new-0", "new-1", "new-2", "new-3", "new-4"}
+	ms := col.wait(t, ctx, "all of the new run's history", countAtLeast(len(want)))
+	data := dataOnly(ms)
+	for i, w := range want {
+		if string(data[i].Payload) != w {
+			t.Fatalf("message %d = %q, want %q (all: %+v)", i, data[i].Payload, w, ms)
+		}
+	}
+	restartAt := -1
+	for i, m := range ms {
+		if m.Gap && m.Topic == "" && m.Seq == 0 {
+			restartAt = i
+			break
+		}
+	}
+	if restartAt < 0 || string(ms[restartAt-1].Payload) != "old-1" || string(ms[restartAt+1].Payload) != "new-0" {
+		t.Fatalf("no restart gap between the runs' messages: %+v", ms)
+	}
+	publish(pub, "live")
+	ms = col.wait(t, ctx, "a live message after the replay", countAtLeast(len(want)+1))
+	if m := dataOnly(ms)[len(want)]; string(m.Payload) != "live" {
+		t.Fatalf("after the replay: %+v", m)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Subscribe = %v", err)
+	}
+}
+
+// TestH3HeartbeatKeepsQuietSubscription: with no QUIC keep-alive and a
+// 1 s idle timeout, a subscription with nothing to deliver lives on the
+// broker's heartbeat frames, which are not delivered as messages.
+func TestH3HeartbeatKeepsQuietSubscription(t *testing.T) {
+	b := testutil.StartBroker(t, nil, &broker.Options{Heartbeat: 100 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	prof := quictune.Default()
+	prof.MaxIdleTimeout = quictune.Duration(time.Second)
+	prof.KeepAlivePeriod = 0
+	sub := newClient(t, b, func(o *client.Options) { o.Profile = prof })
+	col := newCollector()
+	subscribe(t, ctx, sub, "quiet/#", 0, col)
+	// Several idle timeouts of silence (this is the quiet period under
+	// test, not a synchronisation).
+	select {
+	case <-col.notify:
+		t.Fatalf("delivered during the quiet period: %+v", col.messages())
+	case <-time.After(3 * time.Second):
+	}
+	if s := sub.Stats(); s.Reconnects != 0 {
+		t.Fatalf("subscriber Stats = %+v: the quiet connection timed out", s)
+	}
+	if _, err := newClient(t, b, nil).Publish(ctx, "quiet/x", []byte("at last"), client.PublishOptions{QoS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ms := col.wait(t, ctx, "the message after the quiet period", countAtLeast(1))
+	if len(ms) != 1 || string(ms[0].Payload) != "at last" || ms[0].Gap {
+		t.Fatalf("delivered %+v, want only the message", ms)
+	}
+	if s := sub.Stats(); s.Reconnects != 0 {
+		t.Fatalf("subscriber Stats = %+v: the quiet connection timed out", s)
+	}
+}

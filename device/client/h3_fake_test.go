@@ -17,6 +17,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // fakeBroker is a real HTTP/3 server with a scripted handler, for the
@@ -271,5 +272,69 @@ func TestH3TokenResentAfterRejection(t *testing.T) {
 	// again until a request succeeds, then never again.
 	if want := []string{"Bearer tok", "Bearer tok", ""}; strings.Join(auths, "|") != strings.Join(want, "|") {
 		t.Fatalf("Authorization headers %q, want %q", auths, want)
+	}
+}
+
+// TestH3ResumeCarriesEpoch: a resubscription sends the resume point with
+// the epoch of the broker run it came from, and asks for heartbeats; after
+// a restart gap it resumes in the new run's epoch.
+func TestH3ResumeCarriesEpoch(t *testing.T) {
+	type got struct{ query, heartbeat string }
+	reqs := make(chan got, 8)
+	var n atomic.Int32
+	frames := func(fs ...wire.Frame) []byte {
+		var b []byte
+		for i := range fs {
+			b = wire.AppendFrame(b, &fs[i])
+		}
+		return b
+	}
+	fb := startFakeBroker(t, func(w http.ResponseWriter, r *http.Request) {
+		reqs <- got{r.URL.RawQuery, r.Header.Get(wire.HeaderHeartbeat)}
+		switch n.Add(1) {
+		case 1: // first run: one message, then the stream ends
+			w.Header().Set(wire.HeaderEpoch, "00000000000000aa")
+			_, _ = w.Write(frames(wire.Frame{Seq: 5, Topic: "a/x", Payload: []byte("one")}))
+		case 2: // restarted run: the restart gap, then its history
+			w.Header().Set(wire.HeaderEpoch, "00000000000000bb")
+			_, _ = w.Write(frames(wire.GapFrame(wire.Gap{From: 6}), wire.HeartbeatFrame(), wire.Frame{Seq: 1, Topic: "a/x", Payload: []byte("two")}))
+		default:
+			w.Header().Set(wire.HeaderEpoch, "00000000000000bb")
+			w.WriteHeader(http.StatusOK)
+			<-r.Context().Done()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := newFakeClient(t, fb, nil)
+	var mu sync.Mutex
+	var msgs []Message
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Subscribe(ctx, "a/#", 0, func(m Message) {
+			mu.Lock()
+			msgs = append(msgs, m)
+			mu.Unlock()
+		})
+	}()
+	want := []got{{"", "1"}, {"epoch=00000000000000aa&since=5", "1"}, {"epoch=00000000000000bb&since=1", "1"}}
+	for i, w := range want {
+		select {
+		case g := <-reqs:
+			if g != w {
+				t.Fatalf("subscription %d: query %q heartbeat %q, want %q %q", i+1, g.query, g.heartbeat, w.query, w.heartbeat)
+			}
+		case <-ctx.Done():
+			t.Fatalf("subscription %d not made", i+1)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Subscribe = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(msgs) != 3 || string(msgs[0].Payload) != "one" || !msgs[1].Gap || string(msgs[2].Payload) != "two" {
+		t.Fatalf("delivered %+v: want one, the restart gap, two (no heartbeat)", msgs)
 	}
 }

@@ -142,6 +142,27 @@ func TestResumeState(t *testing.T) {
 	}
 }
 
+func TestResumeQuery(t *testing.T) {
+	tests := []struct {
+		name         string
+		since, epoch uint64
+		want         string
+	}{
+		{"fresh", 0, 0, ""},
+		{"fresh, epoch known", 0, 0xabc, ""},
+		{"since, no epoch (older broker or the caller's since)", 7, 0, "since=7"},
+		{"since and epoch", 7, 0x00c0ffee12345678, "epoch=00c0ffee12345678&since=7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &resumeState{since: tt.since, epoch: tt.epoch, last: map[string]uint64{}}
+			if got := st.query().Encode(); got != tt.want {
+				t.Fatalf("query = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestReadMessages(t *testing.T) {
 	sent := time.Unix(1700000000, 5)
 	var b []byte
@@ -150,7 +171,10 @@ func TestReadMessages(t *testing.T) {
 	g := wire.GapFrame(wire.Gap{Topic: "a/b", From: 3, To: 9})
 	b = wire.AppendFrame(b, &g)
 	r := wire.GapFrame(wire.Gap{From: 77})
+	hb := wire.HeartbeatFrame()
+	b = wire.AppendFrame(b, &hb) // heartbeats anywhere: never delivered
 	b = wire.AppendFrame(b, &r)
+	b = wire.AppendFrame(b, &hb)
 	var got []Message
 	restarts := 0
 	if err := readMessages(strings.NewReader(string(b)), func() { restarts++ }, func(m Message) { got = append(got, m) }); err != nil {

@@ -39,7 +39,8 @@ func frameMessage(f *wire.Frame, now time.Time) (Message, error) {
 	return m, nil
 }
 
-// readMessages decodes message frames from r and passes each to fn. Before
+// readMessages decodes message frames from r and passes each to fn;
+// heartbeat frames are skipped (wire.Decoder.Frame), never delivered. Before
 // the gap that announces a broker restart (wire.Gap.Restarted) it calls
 // restarted. It returns nil at a clean end of the stream.
 func readMessages(r io.Reader, restarted func(), fn func(Message)) error {
