@@ -11,7 +11,6 @@ import (
  _ "gonum.org/v1/gonum/stat"
  _ "gonum.org/v1/plot"
  _ "github.com/HdrHistogram/hdrhistogram-go"
- _ "github.com/prometheus/client_golang/prometheus"
  _ "github.com/coreos/go-systemd/v22/daemon"
  _ "github.com/schollz/progressbar/v3"
  _ "golang.org/x/sync/errgroup"

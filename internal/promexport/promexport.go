@@ -1,23 +1,47 @@
 // Package promexport exposes the broker's counters to Prometheus: a
-// prometheus.Collector over (*broker.Broker).Stats (connections,
-// subscriptions, messages in and out per protocol, drops, queue depths,
-// history), one over the QUIC statistics of internal/qmetrics (UDP bytes
-// and datagrams at the broker's socket, packets, losses, PTOs, frames by
-// type), the process collector (CPU, RSS) and the Go collector, served as
-// plain HTTP on a TCP listener (the broker's --metrics-listen).
+// collector over (*broker.Broker).Stats (connections, subscriptions,
+// messages in and out per protocol, drops, queue depths, history), one over
+// the QUIC statistics of internal/qmetrics (UDP bytes and datagrams at the
+// broker's socket, packets, losses, PTOs, frames by type), process metrics
+// (CPU, RSS, open files) and Go runtime metrics, served as plain HTTP on a
+// TCP listener (the broker's --metrics-listen) in the Prometheus text
+// exposition format (version 0.0.4).
+//
+// It is written on github.com/VictoriaMetrics/metrics, not on Prometheus'
+// client_golang, for the size of the Raspberry Pi binary, whose budget is
+// 12 MB (ARMv6, `make pi`, checked by device/arm_test.go). Measured with
+// size(1) on that binary at commit bcfc1da: client_golang with protobuf,
+// client_model, prometheus/common and their other dependencies added
+// 2.12 MB of text and data (20.45 MB against 18.32 MB built without
+// metrics); this package on VictoriaMetrics/metrics adds 0.13 MB (18.45 MB).
+// Both write the same text exposition format.
+//
+// The quiot families are written here, each with its # HELP and # TYPE
+// line once, not with metrics.WriteCounterUint64 and friends: with
+// metadata exposed, those repeat an empty # HELP and a # TYPE line before
+// every labelled sample. metrics.WriteProcessMetrics and
+// metrics.WriteFDMetrics write the process_* and go_* families; NewRegistry
+// turns on metrics.ExposeMetadata so that they carry # TYPE lines (their
+// # HELP lines have no text). OpenMetrics is not offered: Prometheus
+// scrapes the text format.
 package promexport
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/internal/qmetrics"
@@ -27,71 +51,59 @@ import (
 // Namespace prefixes every quiot metric.
 const Namespace = "quiot"
 
+// ContentType is the media type of /metrics: the Prometheus text
+// exposition format.
+const ContentType = "text/plain; version=0.0.4; charset=utf-8"
+
+// Collector writes metric families in the Prometheus text exposition
+// format, each family's # HELP and # TYPE lines once, then its samples.
+type Collector interface {
+	WritePrometheus(w io.Writer)
+}
+
 // BrokerCollector turns broker.Stats snapshots into metrics. Each scrape
 // takes one snapshot.
 type BrokerCollector struct {
 	stats func() broker.Stats
-
-	conns, connsTotal, msgsIn, msgsOut   *prometheus.Desc
-	subs, dropped, cutOff, qSum, qMax    *prometheus.Desc
-	topics, histMsgs, histBytes, lastSeq *prometheus.Desc
 }
 
 // NewBrokerCollector returns a collector over stats, usually
 // (*broker.Broker).Stats.
 func NewBrokerCollector(stats func() broker.Stats) *BrokerCollector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "broker", name), help, labels, nil)
-	}
-	return &BrokerCollector{
-		stats:      stats,
-		conns:      d("connections", "Open client connections.", "proto"),
-		connsTotal: d("connections_total", "Client connections accepted.", "proto"),
-		msgsIn:     d("messages_in_total", "Messages accepted from publishers.", "proto"),
-		msgsOut:    d("messages_out_total", "Messages delivered to subscribers.", "proto"),
-		subs:       d("subscriptions", "Live HTTP/3 pub-sub subscriptions."),
-		dropped:    d("dropped_messages_total", "Messages discarded from full subscriber queues."),
-		cutOff:     d("subscriptions_cut_off_total", "Subscriptions ended because their queue was full (disconnect policy)."),
-		qSum:       d("queue_depth_messages", "Messages waiting in all subscriber queues."),
-		qMax:       d("queue_depth_max_messages", "Messages waiting in the fullest subscriber queue."),
-		topics:     d("topics", "Topics with history or a retained message."),
-		histMsgs:   d("history_messages", "Messages held for resume."),
-		histBytes:  d("history_bytes", "Payload bytes held for resume."),
-		lastSeq:    d("last_sequence", "Last sequence number assigned."),
-	}
+	return &BrokerCollector{stats: stats}
 }
 
-// Describe implements prometheus.Collector.
-func (c *BrokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.conns, c.connsTotal, c.msgsIn, c.msgsOut, c.subs, c.dropped,
-		c.cutOff, c.qSum, c.qMax, c.topics, c.histMsgs, c.histBytes, c.lastSeq} {
-		ch <- d
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c *BrokerCollector) Collect(ch chan<- prometheus.Metric) {
+// WritePrometheus implements Collector: quiot_broker_*.
+func (c *BrokerCollector) WritePrometheus(w io.Writer) {
 	s := c.stats()
-	for _, p := range s.ProtocolNames() {
-		ps := s.Protocols[p]
-		ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(ps.ConnsOpen), p)
-		ch <- prometheus.MustNewConstMetric(c.connsTotal, prometheus.CounterValue, float64(ps.ConnsTotal), p)
-		ch <- prometheus.MustNewConstMetric(c.msgsIn, prometheus.CounterValue, float64(ps.MessagesIn), p)
-		ch <- prometheus.MustNewConstMetric(c.msgsOut, prometheus.CounterValue, float64(ps.MessagesOut), p)
+	e := expo{w: w, prefix: Namespace + "_broker_"}
+	protos := s.ProtocolNames()
+	perProto := func(name, typ, help string, v func(broker.ProtoStats) string) {
+		if len(protos) == 0 {
+			return
+		}
+		e.family(name, typ, help)
+		for _, p := range protos {
+			e.sample(name, v(s.Protocols[p]), "proto", p)
+		}
 	}
-	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	counter := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
-	}
-	gauge(c.subs, float64(s.Subscriptions))
-	counter(c.dropped, float64(s.Dropped))
-	counter(c.cutOff, float64(s.CutOff))
-	gauge(c.qSum, float64(s.QueueDepthSum))
-	gauge(c.qMax, float64(s.QueueDepthMax))
-	gauge(c.topics, float64(s.Topics))
-	gauge(c.histMsgs, float64(s.HistoryMessages))
-	gauge(c.histBytes, float64(s.HistoryBytes))
-	gauge(c.lastSeq, float64(s.LastSeq))
+	perProto("connections", gauge, "Open client connections.",
+		func(ps broker.ProtoStats) string { return strconv.FormatInt(ps.ConnsOpen, 10) })
+	perProto("connections_total", counter, "Client connections accepted.",
+		func(ps broker.ProtoStats) string { return u(ps.ConnsTotal) })
+	perProto("messages_in_total", counter, "Messages accepted from publishers.",
+		func(ps broker.ProtoStats) string { return u(ps.MessagesIn) })
+	perProto("messages_out_total", counter, "Messages delivered to subscribers.",
+		func(ps broker.ProtoStats) string { return u(ps.MessagesOut) })
+	e.single("subscriptions", gauge, "Live HTTP/3 pub-sub subscriptions.", i(s.Subscriptions))
+	e.single("dropped_messages_total", counter, "Messages discarded from full subscriber queues.", u(s.Dropped))
+	e.single("subscriptions_cut_off_total", counter, "Subscriptions ended because their queue was full (disconnect policy).", u(s.CutOff))
+	e.single("queue_depth_messages", gauge, "Messages waiting in all subscriber queues.", i(s.QueueDepthSum))
+	e.single("queue_depth_max_messages", gauge, "Messages waiting in the fullest subscriber queue.", i(s.QueueDepthMax))
+	e.single("topics", gauge, "Topics with history or a retained message.", i(s.Topics))
+	e.single("history_messages", gauge, "Messages held for resume.", i(s.HistoryMessages))
+	e.single("history_bytes", gauge, "Payload bytes held for resume.", strconv.FormatInt(s.HistoryBytes, 10))
+	e.single("last_sequence", gauge, "Last sequence number assigned.", u(s.LastSeq))
 }
 
 // QUICCollector exports the QUIC statistics of the broker's UDP socket
@@ -100,102 +112,119 @@ func (c *BrokerCollector) Collect(ch chan<- prometheus.Metric) {
 type QUICCollector struct {
 	wire  func() qmetrics.WireStats
 	trace func() qmetrics.TraceStats
-
-	udpBytes, udpDatagrams, conns, handshakes, packets, packetBytes *prometheus.Desc
-	lost, spurious, retrans, pto, dropped, frames, h3frames         *prometheus.Desc
 }
 
 // NewQUICCollector returns a collector over the given sources, e.g. a
 // CountingPacketConn's Stats and a Tracer's Stats.
 func NewQUICCollector(wire func() qmetrics.WireStats, trace func() qmetrics.TraceStats) *QUICCollector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "quic", name), help, labels, nil)
-	}
-	return &QUICCollector{
-		wire: wire, trace: trace,
-		udpBytes:     d("udp_bytes_total", "UDP payload bytes at the broker's QUIC socket.", "direction"),
-		udpDatagrams: d("udp_datagrams_total", "UDP datagrams at the broker's QUIC socket.", "direction"),
-		conns:        d("connections_total", "QUIC connections traced."),
-		handshakes:   d("handshakes_completed_total", "QUIC handshakes completed."),
-		packets:      d("packets_total", "QUIC packets.", "direction"),
-		packetBytes:  d("packet_bytes_total", "QUIC packet bytes.", "direction"),
-		lost:         d("packets_lost_total", "QUIC packets declared lost."),
-		spurious:     d("spurious_losses_total", "QUIC packets declared lost and acknowledged later."),
-		retrans:      d("retransmitted_packets_total", "Sent packets carrying STREAM or CRYPTO data sent before."),
-		pto:          d("pto_total", "Probe timeout expiries."),
-		dropped:      d("packets_dropped_total", "Received QUIC packets dropped."),
-		frames:       d("frames_total", "QUIC frames by type.", "direction", "type"),
-		h3frames:     d("h3_frames_total", "HTTP/3 frames by type.", "direction", "type"),
-	}
+	return &QUICCollector{wire: wire, trace: trace}
 }
 
-// Describe implements prometheus.Collector.
-func (c *QUICCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.udpBytes, c.udpDatagrams, c.conns, c.handshakes, c.packets,
-		c.packetBytes, c.lost, c.spurious, c.retrans, c.pto, c.dropped, c.frames, c.h3frames} {
-		ch <- d
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c *QUICCollector) Collect(ch chan<- prometheus.Metric) {
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+// WritePrometheus implements Collector: quiot_quic_*.
+func (c *QUICCollector) WritePrometheus(w io.Writer) {
+	e := expo{w: w, prefix: Namespace + "_quic_"}
+	byDir := func(name, help string, sent, received uint64) {
+		e.family(name, counter, help)
+		e.sample(name, u(sent), "direction", "sent")
+		e.sample(name, u(received), "direction", "received")
 	}
 	if c.wire != nil {
-		w := c.wire()
-		counter(c.udpBytes, w.BytesSent, "sent")
-		counter(c.udpBytes, w.BytesReceived, "received")
-		counter(c.udpDatagrams, w.DatagramsSent, "sent")
-		counter(c.udpDatagrams, w.DatagramsReceived, "received")
+		s := c.wire()
+		byDir("udp_bytes_total", "UDP payload bytes at the broker's QUIC socket.", s.BytesSent, s.BytesReceived)
+		byDir("udp_datagrams_total", "UDP datagrams at the broker's QUIC socket.", s.DatagramsSent, s.DatagramsReceived)
 	}
-	if c.trace != nil {
-		t := c.trace()
-		counter(c.conns, t.Connections)
-		counter(c.handshakes, t.HandshakesCompleted)
-		counter(c.packets, t.PacketsSent, "sent")
-		counter(c.packets, t.PacketsReceived, "received")
-		counter(c.packetBytes, t.PacketBytesSent, "sent")
-		counter(c.packetBytes, t.PacketBytesReceived, "received")
-		counter(c.lost, t.PacketsLost)
-		counter(c.spurious, t.SpuriousLosses)
-		counter(c.retrans, t.Retransmitted)
-		counter(c.pto, t.PTOCount)
-		counter(c.dropped, t.PacketsDropped)
-		for dir, m := range map[string]map[string]uint64{"sent": t.FramesSent, "received": t.FramesReceived} {
-			for ty, n := range m {
-				counter(c.frames, n, dir, ty)
+	if c.trace == nil {
+		return
+	}
+	t := c.trace()
+	e.single("connections_total", counter, "QUIC connections traced.", u(t.Connections))
+	e.single("handshakes_completed_total", counter, "QUIC handshakes completed.", u(t.HandshakesCompleted))
+	byDir("packets_total", "QUIC packets.", t.PacketsSent, t.PacketsReceived)
+	byDir("packet_bytes_total", "QUIC packet bytes.", t.PacketBytesSent, t.PacketBytesReceived)
+	e.single("packets_lost_total", counter, "QUIC packets declared lost.", u(t.PacketsLost))
+	e.single("spurious_losses_total", counter, "QUIC packets declared lost and acknowledged later.", u(t.SpuriousLosses))
+	e.single("retransmitted_packets_total", counter, "Sent packets carrying STREAM or CRYPTO data sent before.", u(t.Retransmitted))
+	e.single("pto_total", counter, "Probe timeout expiries.", u(t.PTOCount))
+	e.single("packets_dropped_total", counter, "Received QUIC packets dropped.", u(t.PacketsDropped))
+	byType := func(name, help string, sent, received map[string]uint64) {
+		if len(sent)+len(received) == 0 {
+			return
+		}
+		e.family(name, counter, help)
+		for _, d := range []struct {
+			dir string
+			m   map[string]uint64
+		}{{"sent", sent}, {"received", received}} {
+			for _, ty := range slices.Sorted(maps.Keys(d.m)) {
+				e.sample(name, u(d.m[ty]), "direction", d.dir, "type", ty)
 			}
 		}
-		for dir, m := range map[string]map[string]uint64{"sent": t.H3FramesSent, "received": t.H3FramesReceived} {
-			for ty, n := range m {
-				counter(c.h3frames, n, dir, ty)
-			}
-		}
 	}
+	byType("frames_total", "QUIC frames by type.", t.FramesSent, t.FramesReceived)
+	byType("h3_frames_total", "HTTP/3 frames by type.", t.H3FramesSent, t.H3FramesReceived)
 }
 
-// NewRegistry returns a registry with the process collector (CPU seconds,
-// resident memory, open files), the Go runtime collector, a
-// quiot_build_info gauge and the given collectors.
-func NewRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
-	reg := prometheus.NewRegistry()
-	info := prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: Namespace, Name: "build_info", Help: "Always 1; the version label says which quiot runs.",
-		ConstLabels: prometheus.Labels{"version": version.Version},
-	})
-	info.Set(1)
-	all := append([]prometheus.Collector{
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		collectors.NewGoCollector(),
-		info,
-	}, cs...)
-	for _, c := range all {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register collector: %w", err)
-		}
+// Registry is what /metrics serves: its collectors, a quiot_build_info
+// gauge, the process metrics (CPU seconds, resident memory, open files, ...)
+// and the Go runtime metrics.
+type Registry struct {
+	collectors []Collector
+}
+
+// NewRegistry returns a registry over the given collectors. It turns on
+// metrics.ExposeMetadata (process-wide; quiot uses VictoriaMetrics/metrics
+// only here) so that the process and Go metrics carry # TYPE lines.
+func NewRegistry(cs ...Collector) *Registry {
+	metrics.ExposeMetadata(true)
+	return &Registry{collectors: slices.Clone(cs)}
+}
+
+// WritePrometheus implements Collector: every metric of the registry.
+func (r *Registry) WritePrometheus(w io.Writer) {
+	for _, c := range r.collectors {
+		c.WritePrometheus(w)
 	}
-	return reg, nil
+	e := expo{w: w, prefix: Namespace + "_"}
+	e.family("build_info", gauge, "Always 1; the version label says which quiot runs.")
+	e.sample("build_info", "1", "version", version.Version)
+	metrics.WriteProcessMetrics(w)
+	metrics.WriteFDMetrics(w)
+}
+
+// ServeHTTP writes the registry's metrics, gzip-compressed when the client
+// accepts it (Prometheus does).
+func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	var buf bytes.Buffer
+	r.WritePrometheus(&buf)
+	w.Header().Set("Content-Type", ContentType)
+	w.Header().Add("Vary", "Accept-Encoding")
+	if !acceptsGzip(req.Header.Get("Accept-Encoding")) {
+		w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+		_, _ = buf.WriteTo(w)
+		return
+	}
+	w.Header().Set("Content-Encoding", "gzip")
+	zw := gzip.NewWriter(w)
+	_, _ = buf.WriteTo(zw)
+	_ = zw.Close()
+}
+
+// acceptsGzip reports whether an Accept-Encoding header value lists gzip
+// with a nonzero quality.
+func acceptsGzip(accept string) bool {
+	for part := range strings.SplitSeq(accept, ",") {
+		coding, params, _ := strings.Cut(part, ";")
+		if !strings.EqualFold(strings.TrimSpace(coding), "gzip") {
+			continue
+		}
+		q, ok := strings.CutPrefix(strings.ReplaceAll(params, " ", ""), "q=")
+		if !ok {
+			return true
+		}
+		v, err := strconv.ParseFloat(q, 64)
+		return err == nil && v > 0
+	}
+	return false
 }
 
 // Server serves /metrics over plain HTTP.
@@ -206,15 +235,14 @@ type Server struct {
 }
 
 // Listen starts serving reg on addr (host:port; port 0 picks one): GET
-// /metrics in the Prometheus text or OpenMetrics format, and a one-line
-// index at /.
-func Listen(addr string, reg *prometheus.Registry) (*Server, error) {
+// /metrics in the Prometheus text format, and a one-line index at /.
+func Listen(addr string, reg *Registry) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
+	mux.Handle("GET /metrics", reg)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "quiot metrics: GET /metrics")
@@ -238,3 +266,60 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Metric types of # TYPE lines.
+const (
+	counter = "counter"
+	gauge   = "gauge"
+)
+
+// expo writes families of the text exposition format whose names start
+// with prefix (see the package comment for why not the library's writers).
+type expo struct {
+	w      io.Writer
+	prefix string
+}
+
+// family writes the # HELP and # TYPE lines of family name.
+func (e expo) family(name, typ, help string) {
+	fmt.Fprintf(e.w, "# HELP %s%s %s\n# TYPE %s%s %s\n", e.prefix, name, helpEscaper.Replace(help), e.prefix, name, typ)
+}
+
+// sample writes one sample of family name; labels are name, value pairs.
+func (e expo) sample(name, value string, labels ...string) {
+	var b strings.Builder
+	b.WriteString(e.prefix)
+	b.WriteString(name)
+	for i := 0; i+1 < len(labels); i += 2 {
+		if i == 0 {
+			b.WriteByte('{')
+		} else {
+			b.WriteByte(',')
+		}
+		b.WriteString(labels[i])
+		b.WriteString(`="`)
+		b.WriteString(labelEscaper.Replace(labels[i+1]))
+		b.WriteByte('"')
+	}
+	if len(labels) >= 2 {
+		b.WriteByte('}')
+	}
+	b.WriteByte(' ')
+	b.WriteString(value)
+	b.WriteByte('\n')
+	_, _ = io.WriteString(e.w, b.String())
+}
+
+// single writes a family of one sample without labels.
+func (e expo) single(name, typ, help, value string) {
+	e.family(name, typ, help)
+	e.sample(name, value)
+}
+
+var (
+	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+	labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+)
+
+func u(v uint64) string { return strconv.FormatUint(v, 10) }
+func i(v int) string    { return strconv.Itoa(v) }
