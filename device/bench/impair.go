@@ -70,6 +70,7 @@ type relayCloser struct {
 	err  error
 }
 
+// Close stops the relay; later calls return the first result.
 func (c *relayCloser) Close() error {
 	c.once.Do(func() {
 		if c.stop != nil {

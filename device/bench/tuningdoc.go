@@ -33,6 +33,7 @@ type effect struct {
 	better bool
 }
 
+// String describes the effect for the evidence text.
 func (e effect) String() string {
 	dir := "worse"
 	if e.better {
