@@ -80,11 +80,16 @@ type Spec struct {
 // Config is one cell of the matrix: everything that identifies a run except
 // the repeat index.
 type Config struct {
-	Proto   string `json:"proto"`
-	Tuning  string `json:"tuning"`
+	// Proto is "h3" or "mqtt".
+	Proto string `json:"proto"`
+	// Tuning is the tuning's name.
+	Tuning string `json:"tuning"`
+	// Profile is the link profile's name.
 	Profile string `json:"profile"`
-	Payload int    `json:"payload"`
-	Mode    string `json:"publish_mode"`
+	// Payload is the payload size in bytes.
+	Payload int `json:"payload"`
+	// Mode is the publish mode: "request", "stream" or "mqtt".
+	Mode string `json:"publish_mode"`
 }
 
 // Key is a stable, file-name-safe identifier of the configuration.

@@ -11,6 +11,7 @@ import (
 
 // Latency holds latency percentiles in milliseconds.
 type Latency struct {
+	// P50, P95, P99 and Max are the percentiles and the maximum.
 	P50 float64 `json:"p50"`
 	P95 float64 `json:"p95"`
 	P99 float64 `json:"p99"`
@@ -23,6 +24,7 @@ type Latency struct {
 // delivery and completion are measured at the subscriber. The subscriber's
 // and other figures are in the run's diagnostics.
 type Metrics struct {
+	// The fields are DESIGN.md's metrics 1-8, named as in summary.json.
 	HandshakeMs     float64 `json:"handshake_ms"`
 	TTFDMs          float64 `json:"ttfd_ms"`
 	LatencyMs       Latency `json:"latency_ms"`

@@ -11,14 +11,20 @@ import (
 // SummaryRun is one configuration in summary.json: its metrics are medians
 // over the successful repeats, Repeat is how many there were.
 type SummaryRun struct {
-	Proto   string             `json:"proto"`
-	Tuning  string             `json:"tuning"`
-	Profile string             `json:"profile"`
-	Payload int                `json:"payload"`
-	Mode    string             `json:"publish_mode"`
-	Repeat  int                `json:"repeat"`
-	Metrics Metrics            `json:"metrics"`
-	Diag    map[string]float64 `json:"diag"`
+	// Proto, Tuning, Profile, Payload and Mode identify the configuration
+	// (see Config).
+	Proto   string `json:"proto"`
+	Tuning  string `json:"tuning"`
+	Profile string `json:"profile"`
+	Payload int    `json:"payload"`
+	Mode    string `json:"publish_mode"`
+	// Repeat is the number of successful repeats the medians are over.
+	Repeat int `json:"repeat"`
+	// Metrics are the eight metrics, medians over the repeats.
+	Metrics Metrics `json:"metrics"`
+	// Diag are the diagnostics (flattened keys), medians over the repeats,
+	// with "sent", "received" and "runs_failed".
+	Diag map[string]float64 `json:"diag"`
 }
 
 // Config returns the run's configuration.
@@ -28,6 +34,8 @@ func (r *SummaryRun) Config() Config {
 
 // Host describes the machine the bench ran on.
 type Host struct {
+	// Hostname, OS, Arch, CPUs, CPUModel and Go describe the machine and
+	// the toolchain of the bench process.
 	Hostname string `json:"hostname"`
 	OS       string `json:"os"`
 	Arch     string `json:"arch"`
