@@ -3,6 +3,7 @@ package mqttquic
 import (
 	"crypto/tls"
 	"sync"
+	"sync/atomic"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -26,6 +27,17 @@ type authHook struct {
 type identity struct {
 	cl *mqtt.Client
 	id string
+	// lastRead and lastWrite remember the last ACL decision for a
+	// delivery or subscription (read) and for a publish (write): a
+	// subscriber gets the same topic over and over, and the ACL (fixed for
+	// the broker's life) would match its patterns again for every message.
+	lastRead, lastWrite atomic.Pointer[aclDecision]
+}
+
+// aclDecision is one cached ACL answer for a topic (immutable).
+type aclDecision struct {
+	topic string
+	ok    bool
 }
 
 // ID names the hook.
@@ -91,19 +103,33 @@ func (h *authHook) identityOf(cid string) (string, bool) {
 
 // OnACLCheck allows a publish (write) or a subscription or delivery (read)
 // when the broker's ACL does. Topic is a name or, on subscribe, a filter.
+//
+// mochi asks for every delivery to every subscriber, so the answer is
+// cheap: an open broker (no ACL file) allows everything without a lookup,
+// and each session remembers its last decision per direction.
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if cl.Net.Inline {
 		return true
 	}
-	id, ok := h.identityOf(cl.ID)
+	a := h.core.Auth()
+	if a.IsOpen() {
+		return true
+	}
+	v, ok := h.ids.Load(cl.ID)
 	if !ok {
 		return false
 	}
-	action := auth.Subscribe
+	ident := v.(*identity)
+	last, action := &ident.lastRead, auth.Subscribe
 	if write {
-		action = auth.Publish
+		last, action = &ident.lastWrite, auth.Publish
 	}
-	return h.core.Auth().Allow(id, action, mqttShareStrip(topic))
+	if d := last.Load(); d != nil && d.topic == topic {
+		return d.ok
+	}
+	ok = a.Allow(ident.id, action, mqttShareStrip(topic))
+	last.Store(&aclDecision{topic: topic, ok: ok})
+	return ok
 }
 
 // forget drops the identity of cl's session unless a newer connection

@@ -181,6 +181,16 @@ func (p *brokerProc) cpu(b testing.TB) time.Duration {
 	return time.Duration(st.CPUTime() * float64(time.Second))
 }
 
+// writes is the number of write syscalls the process has made so far
+// (write, writev, sendmsg: syscw in /proc/PID/io).
+func (p *brokerProc) writes(b testing.TB) uint64 {
+	io, err := p.proc.IO()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return io.SyscW
+}
+
 // hwm is the peak resident set (VmHWM) in KiB.
 func (p *brokerProc) hwm(b testing.TB) uint64 {
 	st, err := p.proc.NewStatus()
@@ -263,15 +273,21 @@ func startMosquitto(b testing.TB) *brokerProc {
 }
 
 func startOurs(b testing.TB) *brokerProc {
-	bin := filepath.Join(b.TempDir(), "benchbroker")
-	if out, err := exec.Command("go", "build", "-o", bin, "./internal/benchbroker").CombinedOutput(); err != nil {
-		b.Fatalf("build benchbroker: %v: %s", err, out)
+	// BENCH_BROKER_BIN names a prebuilt benchbroker (e.g. of another
+	// commit, to compare); by default it is built from this tree.
+	bin := os.Getenv("BENCH_BROKER_BIN")
+	if bin == "" {
+		bin = filepath.Join(b.TempDir(), "benchbroker")
+		if out, err := exec.Command("go", "build", "-o", bin, "./internal/benchbroker").CombinedOutput(); err != nil {
+			b.Fatalf("build benchbroker: %v: %s", err, out)
+		}
 	}
-	cmd := exec.Command(bin, "-tcp", "127.0.0.1:0")
-	// BENCH_BROKER_GOMAXPROCS / BENCH_BROKER_GOGC set the broker's runtime
+	// BENCH_BROKER_ARGS adds flags (space-separated) to benchbroker's.
+	cmd := exec.Command(bin, append([]string{"-tcp", "127.0.0.1:0"}, strings.Fields(os.Getenv("BENCH_BROKER_ARGS"))...)...)
+	// BENCH_BROKER_GOMAXPROCS, _GOGC and _GOMEMLIMIT set the broker's runtime
 	// knobs without touching the benchmark process (e.g. 1 for a Pi Zero).
 	cmd.Env = os.Environ()
-	for _, k := range []string{"GOMAXPROCS", "GOGC"} {
+	for _, k := range []string{"GOMAXPROCS", "GOGC", "GOMEMLIMIT"} {
 		if v := os.Getenv("BENCH_BROKER_" + k); v != "" {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
@@ -299,13 +315,13 @@ func startOurs(b testing.TB) *brokerProc {
 // publisher, 50 subscribers, 128-byte QoS 0 messages, b.N messages) against
 // quiot's MQTT/TCP listener (bridged broker, own process) and Debian's
 // mosquitto, and reports each broker process's deliveries/s, CPU per
-// delivery (utime+stime from /proc) and peak RSS, and the ratios
-// quiot/mosquitto. Target: cpu-ratio <= 1.5.
+// delivery (utime+stime from /proc), write syscalls per delivery, peak RSS,
+// and the ratios quiot/mosquitto. Target: cpu-ratio <= 1.5.
 func BenchmarkTCPVersusMosquitto(b *testing.B) {
 	const nsubs = 50
 	type result struct {
-		rate, cpuNs float64
-		hwm         uint64
+		rate, cpuNs, writes float64
+		hwm                 uint64
 	}
 	run := func(bp *brokerProc) result {
 		url := "mqtt://" + bp.addr
@@ -318,10 +334,11 @@ func BenchmarkTCPVersusMosquitto(b *testing.B) {
 			return c
 		}
 		var cpu0 time.Duration
-		el := fanout(b, mk, nsubs, b.N, func() { cpu0 = bp.cpu(b) })
-		cpu := bp.cpu(b) - cpu0
+		var w0 uint64
+		el := fanout(b, mk, nsubs, b.N, func() { cpu0, w0 = bp.cpu(b), bp.writes(b) })
+		cpu, w := bp.cpu(b)-cpu0, bp.writes(b)-w0
 		d := float64(b.N) * nsubs
-		return result{rate: d / el.Seconds(), cpuNs: float64(cpu.Nanoseconds()) / d, hwm: bp.hwm(b)}
+		return result{rate: d / el.Seconds(), cpuNs: float64(cpu.Nanoseconds()) / d, writes: float64(w) / d, hwm: bp.hwm(b)}
 	}
 	mosq := startMosquitto(b)
 	ours := startOurs(b)
@@ -333,6 +350,8 @@ func BenchmarkTCPVersusMosquitto(b *testing.B) {
 	b.ReportMetric(rm.rate, "mosq-deliveries/s")
 	b.ReportMetric(ro.cpuNs, "quiot-cpu-ns/delivery")
 	b.ReportMetric(rm.cpuNs, "mosq-cpu-ns/delivery")
+	b.ReportMetric(ro.writes, "quiot-writes/delivery")
+	b.ReportMetric(rm.writes, "mosq-writes/delivery")
 	b.ReportMetric(float64(ro.hwm), "quiot-peak-rss-KiB")
 	b.ReportMetric(float64(rm.hwm), "mosq-peak-rss-KiB")
 	b.ReportMetric(ro.rate/rm.rate, "rate-ratio")

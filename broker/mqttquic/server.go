@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -69,6 +70,11 @@ type Options struct {
 	// means 1024, the HTTP/3 broker's subscriber queue length (mochi's own
 	// default, 8192, costs 64 KiB per client).
 	MaxPendingWrites int32
+	// WriteBufferSize is the size up to which packets queued for one
+	// client are gathered into a single write (mochi writes a packet on its
+	// own when nothing else is queued behind it); zero means 2 KiB (mochi's
+	// default).
+	WriteBufferSize int
 	// StreamTimeout bounds the wait for a client's MQTT stream after the
 	// QUIC handshake; zero means 10 s.
 	StreamTimeout time.Duration
@@ -120,8 +126,9 @@ func New(opts Options) (*Server, error) {
 	caps.MaximumSessionExpiryInterval = opts.MaxSessionExpiry
 	caps.MaximumClientWritesPending = opts.MaxPendingWrites
 	mq := mqtt.New(&mqtt.Options{
-		Capabilities: caps,
-		Logger:       slog.New(quietHandler{opts.Logger.Handler()}).With("component", "mqtt"),
+		Capabilities:             caps,
+		ClientNetWriteBufferSize: opts.WriteBufferSize,
+		Logger:                   slog.New(quietHandler{opts.Logger.Handler()}).With("component", "mqtt"),
 		// $SYS topics are refreshed once a minute (mochi's default is 1 s,
 		// wasteful on a Pi).
 		SysTopicResendInterval: 60,
@@ -248,13 +255,31 @@ func (h *allowHook) OnACLCheck(*mqtt.Client, string, bool) bool { return true }
 // asked for no problem information: MQTT 5 (3.1.2.11.7) restricts that flag
 // to other packet types, but mochi strips user properties from every packet,
 // which would lose the "quiot-time" send stamp.
-type compatHook struct{ mqtt.HookBase }
+//
+// mochi runs OnPacketEncode for every packet written (each delivery), so
+// the hook provides it only once a client has asked for no problem
+// information (sticky: most clients never do).
+type compatHook struct {
+	mqtt.HookBase
+	needed atomic.Bool
+}
 
 // ID names the hook.
 func (h *compatHook) ID() string { return "quiot-compat" }
 
 // Provides reports the events the hook handles.
-func (h *compatHook) Provides(b byte) bool { return b == mqtt.OnPacketEncode }
+func (h *compatHook) Provides(b byte) bool {
+	return b == mqtt.OnConnect || b == mqtt.OnPacketEncode && h.needed.Load()
+}
+
+// OnConnect turns the encoding fix on when a client asks for no problem
+// information (before anything is written to it).
+func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
+	if p := cl.Properties.Props; p.RequestProblemInfoFlag && p.RequestProblemInfo == 0 {
+		h.needed.Store(true)
+	}
+	return nil
+}
 
 // OnPacketEncode re-allows properties on outgoing PUBLISH packets.
 func (h *compatHook) OnPacketEncode(_ *mqtt.Client, pk packets.Packet) packets.Packet {
