@@ -75,7 +75,8 @@ func (r *rawConn) read() packets.Packet {
 // TestNoProblemInfoKeepsSendTime: an MQTT 5 subscriber that asks for no
 // problem information (Request Problem Information = 0) still gets the
 // publisher's "quiot-time" user property on PUBLISH (MQTT 5 3.1.2.11.7),
-// and subscribers that never asked keep getting it too.
+// and subscribers that never asked keep getting it too; no message expiry
+// is added to a message published without one.
 func TestNoProblemInfoKeepsSendTime(t *testing.T) {
 	pki := newPKI(t)
 	s := startServer(t, pki, func(o *Options) { o.QUICAddr = "off"; o.TLS = nil; o.TCPAddr = "127.0.0.1:0" })
@@ -120,6 +121,9 @@ func TestNoProblemInfoKeepsSendTime(t *testing.T) {
 			}
 			if stamp == "" {
 				t.Fatalf("PUBLISH lost the %s user property: %+v", TimeProperty, pk.Properties.User)
+			}
+			if e := pk.Properties.MessageExpiryInterval; e != 0 {
+				t.Fatalf("PUBLISH carries a message expiry interval of %d s the publisher did not set", e)
 			}
 		})
 	}
