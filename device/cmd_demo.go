@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -21,7 +22,7 @@ import (
 func init() {
 	register(command{
 		name:    "demo",
-		summary: "broker, subscriber and publisher on loopback: messages flow with their latency",
+		summary: "messages flowing on loopback, then the quick HTTP/3 vs MQTT-over-QUIC bench (make demo)",
 		run:     runDemo,
 	})
 }
@@ -37,6 +38,8 @@ type demoPlan struct {
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", stderr)
+	simple := fs.Bool("simple", false, "only the live loopback demo (in-process broker), without the quick bench that follows it")
+	out := fs.String("out", "", "directory of the quick bench's results (default results/demo-TIMESTAMP)")
 	count := fs.Int("count", 20, "messages to publish")
 	rate := fs.Float64("rate", 20, "messages per second")
 	mode := fs.String("mode", "request", "HTTP/3 publish mode: request or stream")
@@ -60,7 +63,21 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	return demo(ctx, demoPlan{count: *count, rate: *rate, mode: *mode, tuning: prof, timeout: *timeout}, stdout, log)
+	fmt.Fprintln(stdout, "live: an HTTP/3 broker, subscriber and publisher on loopback")
+	if err := demo(ctx, demoPlan{count: *count, rate: *rate, mode: *mode, tuning: prof, timeout: *timeout}, stdout, log); err != nil {
+		return err
+	}
+	if *simple {
+		return nil
+	}
+	// Then the main job: `quiot bench --quick`, each role its own process
+	// of this binary, through the link emulator, ending with the headline.
+	dir := *out
+	if dir == "" {
+		dir = filepath.Join("results", "demo-"+time.Now().UTC().Format("20060102-150405"))
+	}
+	fmt.Fprintln(stdout, "\nquick bench: HTTP/3 vs MQTT over QUIC on lan and nbiot, lean profile (about 2-3 minutes)")
+	return runBench(ctx, []string{"--quick", "--out", dir, "--log-level", *logLevel}, stdout, stderr)
 }
 
 // demo starts a broker with a dev certificate on 127.0.0.1:0, subscribes,
