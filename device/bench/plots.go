@@ -1,9 +1,13 @@
+//go:build !arm
+
+// plots.go draws the report's PNG plots; 32-bit ARM builds leave it out
+// (plots_arm.go).
+
 package bench
 
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 	"slices"
 
 	"gonum.org/v1/plot"
@@ -117,14 +121,6 @@ func dotChartScale(path, title, ylabel string, groups, series []string, val func
 	return nil
 }
 
-// cdfLine is one curve of a CDF plot.
-type cdfLine struct {
-	Name   string
-	Values []float64
-	// Approx marks a curve built from percentiles only.
-	Approx bool
-}
-
 // cdfChart draws empirical CDFs of each line's values and saves a PNG.
 func cdfChart(path, title, xlabel string, lines []cdfLine) error {
 	p := plot.New()
@@ -169,5 +165,5 @@ func cdfChart(path, title, xlabel string, lines []cdfLine) error {
 	return nil
 }
 
-// plotName is a file name under dir.
-func plotName(dir, name string) string { return filepath.Join(dir, name+".png") }
+// plotsBuiltIn reports whether this binary draws PNG plots (see plots_arm.go).
+const plotsBuiltIn = true

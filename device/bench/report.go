@@ -647,6 +647,10 @@ func writePlots(m *md, s *Summary, ix index, dir string) error {
 		return nil
 	}
 	m.p("## Plots")
+	if !plotsBuiltIn {
+		m.p("%s", noPlotsNote)
+		return nil
+	}
 	m.p("Dots are medians over repeats, whiskers the 95 %% confidence interval of the mean.")
 	profiles := profilesOf(runs)
 	var series []string
@@ -943,6 +947,10 @@ func writeClosing(m *md, s *Summary, ix index, links map[string]LinkInfo) {
 // percent with its confidence interval, one series per link profile and
 // protocol.
 func knobPlots(m *md, s *Summary, ix index, dir string, knobs []Tuning) error {
+	if !plotsBuiltIn {
+		m.p("%s", noPlotsNote)
+		return nil
+	}
 	groups := knobGroups(s)
 	var series []string
 	for _, g := range groups {

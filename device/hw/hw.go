@@ -17,7 +17,6 @@ import (
 	"sync"
 
 	"periph.io/x/conn/v3/driver/driverreg"
-	"periph.io/x/host/v3"
 )
 
 // Info describes the host as periph sees it.
@@ -43,7 +42,7 @@ var (
 // is for periph's registry itself failing.
 func Init() (*Info, error) {
 	initOnce.Do(func() {
-		st, err := host.Init()
+		st, err := driverreg.Init()
 		if err != nil {
 			initErr = fmt.Errorf("periph host init: %w", err)
 			return

@@ -1,0 +1,28 @@
+//go:build arm
+
+package bench
+
+import "errors"
+
+// On 32-bit ARM (the Raspberry Pi Zero build) the bench writes every table,
+// CSV and JSON file but no PNG plots: gonum/plot with its fonts adds about
+// 7 MB to a binary whose budget is 12 MB. The plots of a run made on a Pi are
+// drawn afterwards on any other host with `quiot bench --report DIR`.
+
+// plotsBuiltIn reports whether this binary draws PNG plots.
+const plotsBuiltIn = false
+
+// The drawing functions below are never reached (report.go checks
+// plotsBuiltIn first); they keep the callers compiling on 32-bit ARM.
+
+func dotChart(string, string, string, []string, []string, func(g, s int) (Estimate, bool)) error {
+	return errNoPlots
+}
+
+func dotChartScale(string, string, string, []string, []string, func(g, s int) (Estimate, bool), bool) error {
+	return errNoPlots
+}
+
+func cdfChart(string, string, string, []cdfLine) error { return errNoPlots }
+
+var errNoPlots = errors.New("this binary draws no plots (32-bit ARM build)")
