@@ -523,7 +523,7 @@ func startBroker(ctx context.Context, o *Options, r Job, t Tuning, dir string) (
 	// "mqtt listening: mqtt-quic://ADDR (...)" once it serves.
 	// --config "": the roles must not pick up a system configuration
 	// (/etc/quiot/quiot.toml) that changes what is measured.
-	args := []string{"broker", "--config", "", "--dev", "--listen", h3Addr, "--tuning", t.Profile}
+	args := []string{"broker", "--config", "", "--dev", "--metrics-listen", "", "--listen", h3Addr, "--tuning", t.Profile}
 	upstream, scheme := h3Addr, "https"
 	want := []string{"https://" + h3Addr + " "}
 	if r.Proto == ProtoMQTT {
