@@ -149,12 +149,12 @@ func TestBrokerCheckConfig(t *testing.T) {
 // flagNames lists a command's flags from its -h output.
 func flagNames(t *testing.T, cmd string) []string {
 	t.Helper()
-	c, ok := commands[cmd]
+	c, ok := app.Lookup(cmd)
 	if !ok {
 		t.Fatalf("no command %s", cmd)
 	}
 	var stderr bytes.Buffer
-	_ = c.run(context.Background(), []string{"-h"}, io.Discard, &stderr)
+	_ = c.Run(context.Background(), []string{"-h"}, io.Discard, &stderr)
 	var names []string
 	for _, m := range regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(stderr.String(), -1) {
 		if m[1] != "config" && m[1] != "check-config" {

@@ -18,16 +18,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"sort"
-	"strings"
 	"syscall"
+
+	"github.com/quiot/quiot/internal/cli"
 )
 
 // command is one subcommand.
@@ -37,80 +35,29 @@ type command struct {
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
-var commands = map[string]command{}
-
-func register(c command) {
-	if _, dup := commands[c.name]; dup {
-		panic("ovsprobe: duplicate command " + c.name)
-	}
-	commands[c.name] = c
+// The first SIGINT/SIGTERM/SIGHUP cancels the command's context; it tears
+// down and returns, and ovsprobe exits 130 saying it cleaned up.
+var app = &cli.App{
+	Name:              "ovsprobe",
+	Tagline:           "per-packet delay through Open vSwitch, factor sweeps and an empirical delay model",
+	Footer:            "Run 'ovsprobe <command> -h' for the flags of a command. lab, measure, watch and cleanup need root.",
+	Signals:           []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP},
+	InterruptedStatus: 130,
 }
+
+func register(c command) { app.Register(cli.Command{Name: c.name, Summary: c.summary, Run: c.run}) }
 
 // errUsage marks a usage error: exit status 2.
-var errUsage = errors.New("usage error")
-
-func usage(w io.Writer) {
-	fmt.Fprintf(w, "ovsprobe: per-packet delay through Open vSwitch, factor sweeps and an empirical delay model\n\nUsage: ovsprobe <command> [flags]\n\nCommands:\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintf(w, "\nRun 'ovsprobe <command> -h' for the flags of a command. lab, measure, watch and cleanup need root.\n")
-}
+var errUsage = cli.ErrUsage
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stdout)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	c, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "ovsprobe: unknown command %q\n\n", args[0])
-		usage(stderr)
-		return 2
-	}
-	// The first SIGINT/SIGTERM/SIGHUP cancels ctx; the command tears down and
-	// returns. Further signals are absorbed until then (stop runs last), so
-	// an impatient second Ctrl-C does not cut the teardown short.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-	err := c.run(ctx, args[1:], stdout, stderr)
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "ovsprobe %s: %v\n", c.name, err)
-		return 2
-	case ctx.Err() != nil:
-		// A signal arrived: whatever error it caused, the command has torn
-		// down before returning.
-		if !errors.Is(err, context.Canceled) {
-			fmt.Fprintf(stderr, "ovsprobe %s: %v\n", c.name, err)
-		}
-		fmt.Fprintf(stderr, "ovsprobe %s: interrupted; cleaned up\n", c.name)
-		return 130
-	default:
-		fmt.Fprintf(stderr, "ovsprobe %s: %v\n", c.name, err)
-		return 1
-	}
-}
+func run(args []string, stdout, stderr io.Writer) int { return app.Main(args, stdout, stderr) }
 
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("ovsprobe "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("ovsprobe", name, stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ovsprobe %s %s\n\nFlags:\n", name, synopsis)
 		fs.PrintDefaults()
@@ -118,23 +65,8 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments: %s", errUsage, strings.Join(fs.Args(), " "))
-	}
-	return nil
-}
+func parseFlags(fs *flag.FlagSet, args []string) error { return cli.ParseFlags(fs, args) }
 
 func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("%w: bad --log-level %q (debug, info, warn, error)", errUsage, level)
-	}
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l})), nil
+	return cli.NewLogger(stderr, level)
 }

@@ -1,0 +1,172 @@
+// Package cli is the subcommand plumbing shared by quiot and ovsprobe: a
+// registry of commands, dispatch with signal handling and exit statuses, and
+// flag parsing that turns mistakes into usage errors. Mains stay thin: they
+// build an App, register commands from init in their cmd_*.go files and call
+// Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// ErrUsage marks a usage error: Main exits with status 2 instead of 1.
+var ErrUsage = errors.New("usage error")
+
+// Command is one subcommand.
+type Command struct {
+	// Name is the word that selects the command.
+	Name string
+	// Summary is the one-line description in the usage text.
+	Summary string
+	// Run parses args (without the command name) and does the work; it
+	// returns when ctx is cancelled (a signal) or the work is done.
+	Run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// App is a program made of subcommands.
+type App struct {
+	// Name is the program name used in messages ("quiot").
+	Name string
+	// Tagline heads the usage text.
+	Tagline string
+	// Footer ends the usage text; empty means a pointer to '<cmd> -h'.
+	Footer string
+	// Signals cancel the command's context; nil means SIGINT and SIGTERM.
+	Signals []os.Signal
+	// InterruptedStatus, when non-zero, is the exit status of a command that
+	// returned after a signal (ovsprobe uses 130 after tearing down), and a
+	// note that it cleaned up is printed. Zero treats such returns like any
+	// other.
+	InterruptedStatus int
+
+	commands map[string]Command
+}
+
+// Register adds a command; it panics on a duplicate name (a programming
+// error caught by any test of the main package).
+func (a *App) Register(c Command) {
+	if a.commands == nil {
+		a.commands = map[string]Command{}
+	}
+	if _, dup := a.commands[c.Name]; dup {
+		panic(a.Name + ": duplicate command " + c.Name)
+	}
+	a.commands[c.Name] = c
+}
+
+// Usage writes the usage text with every command.
+func (a *App) Usage(w io.Writer) {
+	fmt.Fprintf(w, "%s: %s\n\nUsage: %s <command> [flags]\n\nCommands:\n", a.Name, a.Tagline, a.Name)
+	names := make([]string, 0, len(a.commands))
+	width := 0
+	for n := range a.commands {
+		names = append(names, n)
+		width = max(width, len(n))
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-*s %s\n", width+1, n, a.commands[n].Summary)
+	}
+	footer := a.Footer
+	if footer == "" {
+		footer = fmt.Sprintf("Run '%s <command> -h' for the flags of a command.", a.Name)
+	}
+	fmt.Fprintf(w, "\n%s\n", footer)
+}
+
+// Main runs the command named by args[0] and returns the exit status: 0 on
+// success or -h, 2 on a usage error or unknown command, 1 on other errors,
+// InterruptedStatus (when set) after a signal.
+func (a *App) Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		a.Usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := a.commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "%s: unknown command %q\n\n", a.Name, args[0])
+		a.Usage(stderr)
+		return 2
+	}
+	sigs := a.Signals
+	if sigs == nil {
+		sigs = []os.Signal{os.Interrupt, syscall.SIGTERM}
+	}
+	// The first signal cancels ctx; later ones are absorbed until the
+	// command has returned (stop runs last), so a second Ctrl-C does not cut
+	// a teardown short.
+	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
+	defer stop()
+	err := c.Run(ctx, args[1:], stdout, stderr)
+	prefix := a.Name + " " + c.Name
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, ErrUsage):
+		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		return 2
+	case a.InterruptedStatus != 0 && ctx.Err() != nil:
+		if !errors.Is(err, context.Canceled) {
+			fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		}
+		fmt.Fprintf(stderr, "%s: interrupted; cleaned up\n", prefix)
+		return a.InterruptedStatus
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		return 1
+	}
+}
+
+// NewFlagSet returns a FlagSet named "PROGRAM NAME" that reports errors
+// instead of exiting, so Main decides the exit status.
+func NewFlagSet(program, name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(program+" "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// ParseFlags parses args into fs; a parse failure or a stray argument is a
+// usage error (flag.ErrHelp passes through).
+func ParseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments: %s", ErrUsage, strings.Join(fs.Args(), " "))
+	}
+	return nil
+}
+
+// NewLogger returns a text slog logger on w at the named level (debug,
+// info, warn, error); a bad name is a usage error.
+func NewLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("%w: bad --log-level %q (debug, info, warn, error)", ErrUsage, level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// Lookup returns the command registered under name.
+func (a *App) Lookup(name string) (Command, bool) {
+	c, ok := a.commands[name]
+	return c, ok
+}
