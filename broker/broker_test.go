@@ -467,6 +467,22 @@ func TestTokenBoundToConnection(t *testing.T) {
 	// Same QUIC connection: no header needed any more.
 	c.mustPublish("a", "second")
 	c.mustSubscribe("a", "", false)
+	// Credentials on a later request of the connection (a client that
+	// authenticates every request) are checked again: the same identity
+	// passes, bad credentials get 401, another identity's token 403, and
+	// the connection keeps its identity.
+	c.hdr.Set("Authorization", "Bearer tok-admin")
+	c.mustPublish("a", "third")
+	c.hdr.Set("Authorization", "Bearer wrong")
+	if st, _, body := c.publish("a", []byte("x"), ""); st != http.StatusUnauthorized {
+		t.Fatalf("bad token on a later request: %d %s", st, body)
+	}
+	c.hdr.Set("Authorization", "Bearer tok-sensor")
+	if st, _, body := c.publish("sensors/sensor-1/t", []byte("x"), ""); st != http.StatusForbidden {
+		t.Fatalf("another identity's token on a later request: %d %s", st, body)
+	}
+	c.hdr.Del("Authorization")
+	c.mustPublish("a", "fourth")
 	// A new connection must authenticate again.
 	other := newClient(t, b, nil)
 	if st, _, _ := other.publish("a", []byte("x"), ""); st != http.StatusUnauthorized {

@@ -165,6 +165,15 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 // identify authenticates the connection of r once and returns its identity.
 // It answers 401 itself and returns ok=false when the client must
 // authenticate.
+//
+// Credentials (Authorization: Bearer or Basic) are checked on every request
+// that carries them, not only the first of a connection: clients may send
+// them once per connection (the default) or on every request
+// (client.Options.AuthEveryRequest). Bad credentials are answered 401 even
+// on an authenticated connection (the binding stays). Good credentials on a
+// connection already bound to an identity (by an earlier request or a
+// client certificate) must name that same identity, otherwise the request
+// is answered 403: one connection, one identity.
 func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok bool) {
 	cs, _ := r.Context().Value(connKey{}).(*connState)
 	if cs == nil {
@@ -182,24 +191,28 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 				id, ok = a.Basic(u, p)
 			}
 		}
-		if !ok && !a.IsOpen() {
+		switch {
+		case ok:
+			cs.mu.Lock()
+			defer cs.mu.Unlock()
+			bound, was := cs.boundLocked(r)
+			if bound && was != id {
+				fail(w, http.StatusForbidden, "credentials name %q but this connection is authenticated as %q (open a new connection to change identity)", id, was)
+				return "", false
+			}
+			cs.authed, cs.identity = true, id
+			return id, true
+		case !a.IsOpen():
 			w.Header().Set("WWW-Authenticate", `Bearer realm="quiot"`)
 			fail(w, http.StatusUnauthorized, "bad credentials")
 			return "", false
 		}
-		cs.mu.Lock()
-		cs.authed, cs.identity = true, id
-		cs.mu.Unlock()
-		return id, true
+		// An open broker ignores credentials it does not know.
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.authed {
-		return cs.identity, true
-	}
-	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && len(r.TLS.VerifiedChains) > 0 {
-		cs.authed, cs.identity = true, r.TLS.PeerCertificates[0].Subject.CommonName
-		return cs.identity, true
+	if bound, id := cs.boundLocked(r); bound {
+		return id, true
 	}
 	if a.Anonymous() {
 		return "", true
@@ -207,6 +220,20 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 	w.Header().Set("WWW-Authenticate", `Bearer realm="quiot"`)
 	fail(w, http.StatusUnauthorized, "authentication required (client certificate, Bearer token or Basic)")
 	return "", false
+}
+
+// boundLocked reports the identity the connection is bound to: by an
+// earlier request's credentials or, binding it now, by a verified client
+// certificate. cs.mu is held.
+func (cs *connState) boundLocked(r *http.Request) (bound bool, id string) {
+	if cs.authed {
+		return true, cs.identity
+	}
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && len(r.TLS.VerifiedChains) > 0 {
+		cs.authed, cs.identity = true, r.TLS.PeerCertificates[0].Subject.CommonName
+		return true, cs.identity
+	}
+	return false, ""
 }
 
 func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string) {

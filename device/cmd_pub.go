@@ -38,6 +38,7 @@ type clientFlags struct {
 	insecure   bool
 	ca         string
 	token      string
+	everyReq   bool
 	username   string
 	cert       string
 	key        string
@@ -53,6 +54,7 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.insecure, "insecure", false, "skip verification of the broker's certificate (development only)")
 	fs.StringVar(&f.ca, "ca", "", "PEM file of the CA(s) that signed the broker's certificate (default: system roots)")
 	fs.StringVar(&f.token, "token", "", "token sent once per connection (HTTP/3 Authorization: Bearer; MQTT password)")
+	fs.BoolVar(&f.everyReq, "auth-every-request", false, "HTTP/3: send the token on every request instead of once per connection (costs header bytes per message)")
 	fs.StringVar(&f.username, "username", "", "user name (HTTP Basic with --token as password; MQTT username)")
 	fs.StringVar(&f.cert, "cert", "", "client certificate PEM file for mTLS (with --key)")
 	fs.StringVar(&f.key, "key", "", "client key PEM file for mTLS (with --cert)")
@@ -73,14 +75,15 @@ func (f *clientFlags) options(stderr io.Writer) (client.Options, *slog.Logger, e
 		return client.Options{}, nil, fmt.Errorf("%w: --tuning: %v", errUsage, err)
 	}
 	o := client.Options{
-		Broker:     f.broker,
-		Profile:    prof,
-		Insecure:   f.insecure,
-		Token:      f.token,
-		Username:   f.username,
-		Reconnect:  f.reconnect,
-		MaxBackoff: f.maxBackoff,
-		Logger:     log,
+		Broker:           f.broker,
+		Profile:          prof,
+		Insecure:         f.insecure,
+		Token:            f.token,
+		Username:         f.username,
+		AuthEveryRequest: f.everyReq,
+		Reconnect:        f.reconnect,
+		MaxBackoff:       f.maxBackoff,
+		Logger:           log,
 	}
 	if f.insecure && f.ca != "" {
 		return o, nil, fmt.Errorf("%w: --insecure and --ca exclude each other", errUsage)

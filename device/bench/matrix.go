@@ -45,6 +45,10 @@ type Tuning struct {
 	SubArgs []string `json:"sub_args,omitempty"`
 	// BrokerArgs are extra flags for the broker.
 	BrokerArgs []string `json:"broker_args,omitempty"`
+	// Auth, when set, is an ACL file's content (broker/auth): the runner
+	// writes it into the run directory and starts the broker with --auth
+	// on it. The clients' credentials go in PubArgs and SubArgs.
+	Auth string `json:"auth,omitempty"`
 }
 
 // Spec is the experiment matrix and the per-run workload.

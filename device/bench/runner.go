@@ -537,6 +537,13 @@ func startBroker(ctx context.Context, o *Options, r Job, t Tuning, dir string) (
 	} else {
 		args = append(args, "--mqtt-quic", "")
 	}
+	if t.Auth != "" {
+		f := filepath.Join(dir, "auth.toml")
+		if err := os.WriteFile(f, []byte(t.Auth), 0o600); err != nil {
+			return nil, "", "", fmt.Errorf("couldn't write the broker's auth file: %w", err)
+		}
+		args = append(args, "--auth", f)
+	}
 	args = append(args, t.BrokerArgs...)
 	b, err := startProc("broker", o.Binary, args, t.Env, filepath.Join(dir, "broker.log"), want)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quiot/quiot/broker/auth"
 )
 
 // The test binary doubles as a fake quiot for the runner's own tests: with
@@ -38,9 +40,10 @@ func fakeRole(args []string) int {
 	mq := fs.String("mqtt-quic", "", "")
 	out := fs.String("metrics-out", "", "")
 	count := fs.Int("count", 1, "")
-	for _, f := range []string{"tuning", "metrics-listen", "broker", "topic", "format", "mode", "rate", "qos", "payload-size", "inflight", "config"} {
+	for _, f := range []string{"tuning", "metrics-listen", "broker", "topic", "format", "mode", "rate", "qos", "payload-size", "inflight", "config", "auth", "token"} {
 		fs.String(f, "", "")
 	}
+	fs.Bool("auth-every-request", false, "")
 	fs.Bool("dev", false, "")
 	fs.Bool("insecure", false, "")
 	fs.Bool("quiet", false, "")
@@ -52,6 +55,8 @@ func fakeRole(args []string) int {
 		fmt.Fprintln(os.Stderr, "fake "+role+" failing as asked")
 		return 1
 	}
+	// The role's arguments go to its log, for tests that check them.
+	fmt.Fprintf(os.Stderr, "fake %s args: %s\n", role, strings.Join(args, " "))
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	switch role {
@@ -276,5 +281,66 @@ func TestRunBrokerPortRetry(t *testing.T) {
 	requireNoLeftovers(t, marker)
 	if len(res.Samples) != 1 || !res.Samples[0].OK {
 		t.Fatalf("samples %+v", res.Samples)
+	}
+}
+
+// TestRunAuthKnobArgs runs the auth knob's tunings with fake roles and checks
+// the role arguments: lean without credentials; both variants with the
+// broker on an ACL file in the run directory that lets the token publish and
+// subscribe the run's topic, the token for both clients, and
+// --auth-every-request only for per-request.
+func TestRunAuthKnobArgs(t *testing.T) {
+	knobs, err := SelectKnobs([]string{"auth"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := fakeOptions(t, "auth-"+t.Name())
+	o.Spec.Protos, o.Spec.Modes, o.Spec.Repeat = []string{ProtoH3}, []string{ModeRequest}, 1
+	o.Spec.Tunings = KnobTunings(knobs)
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		tuning         string
+		auth, everyReq bool
+	}{
+		{"lean", false, false},
+		{"lean_auth-per-connection", true, false},
+		{"lean_auth-per-request", true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.tuning, func(t *testing.T) {
+			dir := filepath.Join(o.Out, "runs", "h3-request-"+tt.tuning+"-lan-16-r1")
+			read := func(name string) string {
+				b, err := os.ReadFile(filepath.Join(dir, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(b)
+			}
+			broker, pub, sub := read("broker.log"), read("pub.log"), read("sub.log")
+			aclPath := filepath.Join(dir, "auth.toml")
+			if got := strings.Contains(broker, "--auth "+aclPath); got != tt.auth {
+				t.Errorf("broker --auth %s: %v, want %v\n%s", aclPath, got, tt.auth, broker)
+			}
+			tok := "--token " + benchToken
+			if strings.Contains(pub, tok) != tt.auth || strings.Contains(sub, tok) != tt.auth {
+				t.Errorf("clients' token: want %v\npub: %s\nsub: %s", tt.auth, pub, sub)
+			}
+			if got := strings.Contains(pub, "--auth-every-request"); got != tt.everyReq {
+				t.Errorf("pub --auth-every-request: %v, want %v\n%s", got, tt.everyReq, pub)
+			}
+			if !tt.auth {
+				return
+			}
+			acl, err := auth.Load(aclPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, ok := acl.Token(benchToken)
+			if !ok || !acl.Allow(id, auth.Publish, "bench/1/x") || !acl.Allow(id, auth.Subscribe, "bench/1/x") || acl.Anonymous() {
+				t.Errorf("ACL: token -> %q %v, or bench/ not allowed, or anonymous clients allowed", id, ok)
+			}
+		})
 	}
 }

@@ -31,6 +31,10 @@ type KnobValue struct {
 	TOML string
 	// Env is extra role environment.
 	Env []string
+	// Auth is an ACL file for the broker (Tuning.Auth); PubArgs and
+	// SubArgs are extra client flags (the token, --auth-every-request).
+	Auth             string
+	PubArgs, SubArgs []string
 	// Extended marks a value left out of the default study (to keep it
 	// near 15 minutes); --knobs all or naming the knob includes it.
 	Extended bool
@@ -103,8 +107,29 @@ func StudyKnobs() []Knob {
 			Variants: []KnobValue{
 				{Value: "on", TOML: "allow_0rtt = true\n"},
 			}},
+		{ID: "auth", Title: "Per-connection vs per-request authentication",
+			What: "A token (Authorization: Bearer) authenticates the HTTP/3 connection on its first request and the broker binds the identity to the connection (the default), or the token goes on every request (quiot pub --auth-every-request) and the broker checks it each time. quic-go's QPACK encoder uses no dynamic table, so a per-request header costs its full length on every message in request mode; in stream mode and MQTT the credentials travel once either way. Lean runs an open broker without credentials; both variants run the broker with an ACL file (one user allowed bench/#) and give both clients the token.",
+			Lean: "no authentication (open broker)",
+			Variants: []KnobValue{
+				{Value: "per-connection", Auth: benchACL, PubArgs: []string{"--token", benchToken}, SubArgs: []string{"--token", benchToken}},
+				{Value: "per-request", Auth: benchACL, PubArgs: []string{"--token", benchToken, "--auth-every-request"}, SubArgs: []string{"--token", benchToken, "--auth-every-request"}},
+			}},
 	}
 }
+
+// benchToken is the bench user's token in the auth knob's variants: as long
+// as a typical opaque token (43 characters, 256 bits base64url).
+const benchToken = "qb3nch-7Kp2mX9vQ4rT8wY1zL6nB5cF0hJ3dG2sA7eU"
+
+// benchACL is the auth knob's ACL file: one user with benchToken that may
+// publish and subscribe under bench/, where every run's topic lies.
+const benchACL = `# quiot bench: the auth knob's ACL (one user, bench/# only)
+[[user]]
+name = "bench"
+token = "` + benchToken + `"
+publish = ["bench/#"]
+subscribe = ["bench/#"]
+`
 
 // KnobTunings returns the lean profile and one tuning per knob value.
 func KnobTunings(knobs []Knob) []Tuning {
@@ -112,7 +137,8 @@ func KnobTunings(knobs []Knob) []Tuning {
 	for _, k := range knobs {
 		for _, v := range k.Variants {
 			name := fmt.Sprintf("lean/%s=%s", k.ID, v.Value)
-			t := Tuning{Name: name, Knob: k.ID, Value: v.Value, Profile: "lean", Env: v.Env}
+			t := Tuning{Name: name, Knob: k.ID, Value: v.Value, Profile: "lean", Env: v.Env,
+				Auth: v.Auth, PubArgs: v.PubArgs, SubArgs: v.SubArgs}
 			if v.TOML != "" {
 				t.TOML = fmt.Sprintf("# %s: %s = %s, everything else lean\nbase = \"lean\"\n%s", name, k.Title, v.Value, v.TOML)
 			}

@@ -115,6 +115,14 @@ type Options struct {
 	// Bearer on the first request; MQTT: the password, with ClientID as the
 	// username unless Username is set).
 	Token string
+	// AuthEveryRequest sends the token (Authorization: Bearer, or Basic
+	// with Username) on every HTTP/3 request instead of once per
+	// connection; the broker checks it each time. It costs header bytes on
+	// every message (quic-go's QPACK does not index it away). Default
+	// false: once per connection. In publish mode "stream" it only adds the
+	// header to each request (the stream, subscriptions), not per message.
+	// Ignored for MQTT, which authenticates once in CONNECT.
+	AuthEveryRequest bool
 	// Username is the MQTT username (and HTTP Basic user when set).
 	Username string
 	// ClientID is the MQTT client identifier; empty means a random one.

@@ -257,12 +257,17 @@ func (c *h3Client) conn(ctx context.Context) (*h3Conn, error) {
 }
 
 // authorize adds the Authorization header to req if it is the first request
-// of hc, or waits until the first one has been answered. done must be called
+// of hc, or waits until the first one has been answered; with
+// Options.AuthEveryRequest it adds it to every request. done must be called
 // with whether the broker accepted the credentials once the answer (or a
 // failure) is known.
 func (c *h3Client) authorize(ctx context.Context, hc *h3Conn, req *http.Request) (done func(accepted bool), err error) {
 	noop := func(bool) {}
 	if c.opts.Token == "" {
+		return noop, nil
+	}
+	if c.opts.AuthEveryRequest {
+		req.Header.Set("Authorization", c.authHeader())
 		return noop, nil
 	}
 	for {

@@ -665,3 +665,58 @@ func TestH3HeartbeatKeepsQuietSubscription(t *testing.T) {
 		t.Fatalf("subscriber Stats = %+v: the quiet connection timed out", s)
 	}
 }
+
+// TestH3AuthEveryRequest runs a client that sends its token on every
+// request against a broker with an ACL, in both publish modes: the broker
+// checks the repeated token against the connection's identity and accepts it.
+func TestH3AuthEveryRequest(t *testing.T) {
+	acl, err := auth.Parse([]byte(`
+[[user]]
+name = "dev1"
+token = "tok1"
+publish = ["dev1/#"]
+subscribe = ["dev1/#"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := testutil.StartBroker(t, nil, &broker.Options{Auth: acl})
+	for _, mode := range []string{"request", "stream"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			c := newClient(t, b, func(o *client.Options) { o.Token = "tok1"; o.AuthEveryRequest = true; o.PublishMode = mode })
+			got := make(chan client.Message, 8)
+			subCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			subscribed := make(chan struct{})
+			var once sync.Once
+			subCtx = client.WithSubscribed(subCtx, func() { once.Do(func() { close(subscribed) }) })
+			errc := make(chan error, 1)
+			go func() { errc <- c.Subscribe(subCtx, "dev1/"+mode, 0, func(m client.Message) { got <- m }) }()
+			select {
+			case <-subscribed:
+			case err := <-errc:
+				t.Fatalf("subscribe: %v", err)
+			}
+			for i := range 3 {
+				if _, err := c.Publish(ctx, "dev1/"+mode, []byte{byte(i)}, client.PublishOptions{QoS: 1}); err != nil {
+					t.Fatalf("publish %d: %v", i, err)
+				}
+			}
+			if _, err := c.Publish(ctx, "other/x", nil, client.PublishOptions{QoS: 1}); err == nil {
+				t.Fatal("publish outside the ACL accepted")
+			}
+			for i := range 3 {
+				select {
+				case m := <-got:
+					if len(m.Payload) != 1 || m.Payload[0] != byte(i) {
+						t.Fatalf("message %d: %q", i, m.Payload)
+					}
+				case <-ctx.Done():
+					t.Fatalf("message %d not delivered", i)
+				}
+			}
+		})
+	}
+}

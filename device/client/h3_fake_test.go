@@ -338,3 +338,47 @@ func TestH3ResumeCarriesEpoch(t *testing.T) {
 		t.Fatalf("delivered %+v: want one, the restart gap, two (no heartbeat)", msgs)
 	}
 }
+
+func TestH3TokenEveryRequest(t *testing.T) {
+	tests := []struct {
+		name     string
+		every    bool
+		wantAuth int // requests carrying the header, of 5
+	}{
+		{"once per connection (default)", false, 1},
+		{"every request", true, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fb := startFakeBroker(t, okPublish)
+			c := newFakeClient(t, fb, func(o *Options) { o.Token = "s3cret"; o.AuthEveryRequest = tt.every })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for i := range 5 {
+				if _, err := c.Publish(ctx, "a/b", []byte("x"), PublishOptions{QoS: 1}); err != nil {
+					t.Fatalf("publish %d: %v", i, err)
+				}
+			}
+			reqs := fb.snapshot()
+			if len(reqs) != 5 {
+				t.Fatalf("broker saw %d requests, want 5", len(reqs))
+			}
+			n := 0
+			for i, r := range reqs {
+				if r.conn != reqs[0].conn {
+					t.Fatalf("request %d on another connection", i)
+				}
+				switch r.auth {
+				case "Bearer s3cret":
+					n++
+				case "":
+				default:
+					t.Fatalf("request %d: Authorization %q", i, r.auth)
+				}
+			}
+			if n != tt.wantAuth || reqs[0].auth == "" {
+				t.Fatalf("%d of 5 requests carried the token (first: %q), want %d", n, reqs[0].auth, tt.wantAuth)
+			}
+		})
+	}
+}
