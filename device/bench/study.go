@@ -20,6 +20,19 @@ type Knob struct {
 	Lean string
 	// Variants are the values tried, one run set each.
 	Variants []KnobValue
+	// Columns are extra columns of the knob's TUNING.md table: per-message
+	// medians of role diagnostics that show where its effect goes.
+	Columns []DiagColumn
+}
+
+// DiagColumn is one extra TUNING.md column: the median over repeats of a
+// diagnostic divided by the messages sent.
+type DiagColumn struct {
+	// Head is the column heading.
+	Head string
+	// Key is the diagnostic's key in the run's Diag, e.g.
+	// "pub.diag.trace.h3_header_bytes_sent".
+	Key string
 }
 
 // KnobValue is one value of a knob and how to apply it.
@@ -110,6 +123,9 @@ func StudyKnobs() []Knob {
 		{ID: "auth", Title: "Per-connection vs per-request authentication",
 			What: "A token (Authorization: Bearer) authenticates the HTTP/3 connection on its first request and the broker binds the identity to the connection (the default), or the token goes on every request (quiot pub --auth-every-request) and the broker checks it each time. quic-go's QPACK encoder uses no dynamic table, so a per-request header costs its full length on every message in request mode; in stream mode and MQTT the credentials travel once either way. Lean runs an open broker without credentials; both variants run the broker with an ACL file (one user allowed bench/#) and give both clients the token.",
 			Lean: "no authentication (open broker)",
+			Columns: []DiagColumn{
+				{Head: "pub HEADERS B/msg sent", Key: "pub.diag.trace.h3_header_bytes_sent"},
+			},
 			Variants: []KnobValue{
 				{Value: "per-connection", Auth: benchACL, PubArgs: []string{"--token", benchToken}, SubArgs: []string{"--token", benchToken}},
 				{Value: "per-request", Auth: benchACL, PubArgs: []string{"--token", benchToken, "--auth-every-request"}, SubArgs: []string{"--token", benchToken, "--auth-every-request"}},

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,5 +104,45 @@ func TestSelectKnobsDefault(t *testing.T) {
 		if k.ID == "idle_timeout" {
 			t.Error("idle_timeout has only extended values but is in the default study")
 		}
+	}
+}
+
+func TestWriteTuningDocAuthColumns(t *testing.T) {
+	sum, samples, links := synthetic(3, true)
+	var extra []Sample
+	for i := range samples {
+		s := &samples[i]
+		if s.Tuning != "lean" || s.Proto != ProtoH3 {
+			continue
+		}
+		s.Diag["pub.diag.trace.h3_header_bytes_sent"] = 20 * 10
+		v := *s
+		v.Tuning = "lean/auth=per-request"
+		v.Diag = maps.Clone(s.Diag)
+		v.Diag["pub.diag.trace.h3_header_bytes_sent"] = 20 * 64
+		extra = append(extra, v)
+	}
+	samples = append(samples, extra...)
+	sum.Runs = Aggregate(samples)
+	knobs, err := SelectKnobs([]string{"auth"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "TUNING.md")
+	if err := WriteTuningDoc(path, knobs, &Result{Summary: sum, Samples: samples, Links: links}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, want := range []string{"## Per-connection vs per-request authentication", "pub HEADERS B/msg sent", "| per-request |", "| 64.0 |", "| 10.0 |"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("TUNING.md lacks %q", want)
+		}
+	}
+	if strings.Contains(doc, "is not measured") {
+		t.Error("TUNING.md says per-request authentication is not measured although the auth knob ran")
 	}
 }

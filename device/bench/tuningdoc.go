@@ -183,9 +183,12 @@ func WriteTuningDoc(path string, knobs []Knob, res *Result) error {
 	m.table([]string{"knob", "lean", "tried", "recommended"}, rows)
 	m.p("Limits of this study: each run makes one connection and lasts seconds, so knobs that act on reconnects (session " +
 		"resumption, 0-RTT) or on idle periods (keep-alive, idle timeout) show their cost here, not their benefit; " +
-		"their recommendations rest on that cost plus the reasoning given. Per-request authentication is not measured: " +
-		"the quiot client authenticates once per connection by design (the study found per-request headers costly, " +
-		"and quic-go's QPACK has no dynamic table to compress them away).")
+		"their recommendations rest on that cost plus the reasoning given.")
+	if !slices.ContainsFunc(knobs, func(k Knob) bool { return k.ID == "auth" }) {
+		m.p("Per-request authentication is not measured in this run (the auth knob was not selected): the quiot client " +
+			"authenticates once per connection unless asked (--auth-every-request); the study found per-request headers " +
+			"costly, and quic-go's QPACK has no dynamic table to compress them away.")
+	}
 
 	writeObservations(&m, s, ix, groups, res.Links)
 
@@ -196,6 +199,9 @@ func WriteTuningDoc(path string, knobs []Knob, res *Result) error {
 		head := []string{"profile", "protocol", "value"}
 		for _, em := range effectMetrics {
 			head = append(head, em.head)
+		}
+		for _, col := range k.Columns {
+			head = append(head, col.Head)
 		}
 		var rows [][]string
 		for _, g := range groups {
@@ -222,6 +228,13 @@ func WriteTuningDoc(path string, knobs []Knob, res *Result) error {
 						if b.N > 0 && !Overlap(e, b) && b.Mean != 0 {
 							cell += fmt.Sprintf(" **%s**", relText(e.Mean, b.Mean))
 						}
+					}
+					r = append(r, cell)
+				}
+				for _, col := range k.Columns {
+					cell := "–"
+					if v := ix.perMsgMedian(c, col.Key); v > 0 {
+						cell = fmt.Sprintf("%.1f", v)
 					}
 					r = append(r, cell)
 				}
