@@ -53,7 +53,7 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tuning, "tuning", "default", "QUIC tuning profile: default, lean or a TOML file")
 	fs.BoolVar(&f.insecure, "insecure", false, "skip verification of the broker's certificate (development only)")
 	fs.StringVar(&f.ca, "ca", "", "PEM file of the CA(s) that signed the broker's certificate (default: system roots)")
-	fs.StringVar(&f.token, "token", "", "token sent once per connection (HTTP/3 Authorization: Bearer; MQTT password)")
+	fs.StringVar(&f.token, "token", "", "token (HTTP/3 Authorization: Bearer, once per connection unless --auth-every-request; MQTT password)")
 	fs.BoolVar(&f.everyReq, "auth-every-request", false, "HTTP/3: send the token on every request instead of once per connection (costs header bytes per message)")
 	fs.StringVar(&f.username, "username", "", "user name (HTTP Basic with --token as password; MQTT username)")
 	fs.StringVar(&f.cert, "cert", "", "client certificate PEM file for mTLS (with --key)")
