@@ -55,10 +55,10 @@ func fakeRole(args []string) int {
 		fmt.Fprintln(os.Stderr, "fake "+role+" failing as asked")
 		return 1
 	}
-	// The role's arguments go to its log, for tests that check them.
-	fmt.Fprintf(os.Stderr, "fake %s args: %s\n", role, strings.Join(args, " "))
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	// The role's arguments go to its log, for tests that check them.
+	fmt.Fprintf(os.Stderr, "fake %s args: %s\n", role, strings.Join(args, " "))
 	switch role {
 	case "broker":
 		if f := os.Getenv("QUIOT_BENCH_FAKE_BROKER_FAIL_ONCE"); f != "" {

@@ -20,6 +20,10 @@ type Knob struct {
 	Lean string
 	// Variants are the values tried, one run set each.
 	Variants []KnobValue
+	// Recommend, when set, is the recommendation whatever the measured
+	// effects (for a knob whose lean value is no option for a deployment,
+	// such as running without authentication); the evidence is still given.
+	Recommend string
 	// Columns are extra columns of the knob's TUNING.md table: per-message
 	// medians of role diagnostics that show where its effect goes.
 	Columns []DiagColumn
@@ -121,8 +125,9 @@ func StudyKnobs() []Knob {
 				{Value: "on", TOML: "allow_0rtt = true\n"},
 			}},
 		{ID: "auth", Title: "Per-connection vs per-request authentication",
-			What: "A token (Authorization: Bearer) authenticates the HTTP/3 connection on its first request and the broker binds the identity to the connection (the default), or the token goes on every request (quiot pub --auth-every-request) and the broker checks it each time. quic-go's QPACK encoder uses no dynamic table, so a per-request header costs its full length on every message in request mode; in stream mode and MQTT the credentials travel once either way. Lean runs an open broker without credentials; both variants run the broker with an ACL file (one user allowed bench/#) and give both clients the token.",
-			Lean: "no authentication (open broker)",
+			What:      "A token (Authorization: Bearer) authenticates the HTTP/3 connection on its first request and the broker binds the identity to the connection (the default), or the token goes on every request (quiot pub --auth-every-request) and the broker checks it each time. quic-go's QPACK encoder uses no dynamic table, so a per-request header costs its full length on every message in request mode; in stream mode and MQTT the credentials travel once either way. Lean runs an open broker without credentials; both variants run the broker with an ACL file (one user allowed bench/#) and give both clients the token.",
+			Lean:      "no authentication (open broker)",
+			Recommend: "per-connection (the client's default; lean's open broker is no option outside a lab)",
 			Columns: []DiagColumn{
 				{Head: "pub HEADERS B/msg sent", Key: "pub.diag.trace.h3_header_bytes_sent"},
 			},

@@ -131,6 +131,9 @@ func recommend(k Knob, ix index, groups []Config, samples []Sample, s *Summary) 
 			notes = append(notes, fmt.Sprintf("%s: no change beyond the noise of %d repeats on any metric", v.Value, s.Workload.Repeat))
 		}
 	}
+	if k.Recommend != "" {
+		return k.Recommend, strings.Join(notes, ". ") + "."
+	}
 	if best != nil {
 		return best.v.Value, strings.Join(notes, ". ") + "."
 	}
