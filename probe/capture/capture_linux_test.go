@@ -22,34 +22,9 @@ import (
 	"github.com/quiot/quiot/probe/gen"
 	"github.com/quiot/quiot/probe/match"
 	"github.com/quiot/quiot/probe/netns"
+	"github.com/quiot/quiot/probe/netns/netnstest"
 	"golang.org/x/sys/unix"
 )
-
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root (network namespaces, AF_PACKET)")
-	}
-	for _, tool := range []string{"ip", "ethtool"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: %s not installed", tool)
-		}
-	}
-}
-
-func newPath(t testing.TB, bridge bool) *netns.Path {
-	t.Helper()
-	p, err := netns.NewPath(netns.PathOptions{Bridge: bridge})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return p
-}
 
 type counter struct {
 	mu    sync.Mutex
@@ -89,8 +64,8 @@ func (c *counter) fn(p *capture.Packet) {
 // see all of them, told apart by packet type: the ingress port receives them
 // as OTHERHOST (addressed to the sink's MAC), the egress port as OUTGOING.
 func TestCaptureTypes(t *testing.T) {
-	needRoot(t)
-	p := newPath(t, true)
+	netnstest.NeedRoot(t)
+	p := netnstest.NewPath(t, true)
 	dst := netip.AddrPortFrom(p.Dst, 9200)
 	sink, err := gen.NewSink(p.SinkNS, dst)
 	if err != nil {
@@ -141,7 +116,7 @@ func TestCaptureTypes(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
-	needRoot(t)
+	netnstest.NeedRoot(t)
 	tests := []struct {
 		name string
 		o    capture.Options
@@ -173,7 +148,7 @@ func TestOpenNotRoot(t *testing.T) {
 		}
 		return
 	}
-	needRoot(t)
+	netnstest.NeedRoot(t)
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		t.Skip("skipping: setpriv not installed")
@@ -283,8 +258,8 @@ type rateCounter struct {
 }
 
 func benchCaptureRate(b *testing.B, bridge bool) {
-	needRoot(b)
-	p := newPath(b, bridge)
+	netnstest.NeedRoot(b)
+	p := netnstest.NewPath(b, bridge)
 	// The destination IP is not the sink's (its MAC is): the sink namespace
 	// drops the frames at IP routing (no forwarding), the cheapest end for
 	// them, so the sender's CPU time goes to the path under test.

@@ -3,6 +3,7 @@
 package capture_test
 
 import (
+	"github.com/quiot/quiot/probe/netns/netnstest"
 	"testing"
 
 	"github.com/quiot/quiot/probe/capture"
@@ -10,7 +11,7 @@ import (
 
 // BenchmarkOpen is the cost of opening a capture with the default ring.
 func BenchmarkOpen(b *testing.B) {
-	needRoot(b)
+	netnstest.NeedRoot(b)
 	for b.Loop() {
 		h, err := capture.Open(capture.Options{Interface: "lo"})
 		if err != nil {

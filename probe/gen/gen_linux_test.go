@@ -6,43 +6,17 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/quiot/quiot/probe/gen"
 	"github.com/quiot/quiot/probe/netns"
+	"github.com/quiot/quiot/probe/netns/netnstest"
 )
 
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root (network namespaces)")
-	}
-	for _, tool := range []string{"ip", "ethtool"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: %s not installed", tool)
-		}
-	}
-}
-
-func path(t testing.TB) *netns.Path {
-	p, err := netns.NewPath(netns.PathOptions{Bridge: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return p
-}
-
 func TestRunInNamespace(t *testing.T) {
-	needRoot(t)
-	p := path(t)
+	netnstest.NeedRoot(t)
+	p := netnstest.NewPath(t, true)
 	dst := netip.AddrPortFrom(p.Dst, 9100)
 	sink, err := gen.NewSink(p.SinkNS, dst)
 	if err != nil {
@@ -67,8 +41,8 @@ func TestRunInNamespace(t *testing.T) {
 }
 
 func TestRunNoSink(t *testing.T) {
-	needRoot(t)
-	p := path(t)
+	netnstest.NeedRoot(t)
+	p := netnstest.NewPath(t, true)
 	// Nothing listens: ICMP port unreachable makes later writes fail; the
 	// generator counts the errors instead of stopping.
 	st, err := gen.Run(context.Background(), gen.Options{Dst: netip.AddrPortFrom(p.Dst, 9101), Namespace: p.GenNS,
@@ -80,7 +54,7 @@ func TestRunNoSink(t *testing.T) {
 }
 
 func TestRunBadNamespace(t *testing.T) {
-	needRoot(t)
+	netnstest.NeedRoot(t)
 	_, err := gen.Run(context.Background(), gen.Options{Dst: netip.MustParseAddrPort("10.0.0.1:9"), Namespace: "no-such-ns-x"})
 	if err == nil {
 		t.Fatal("no error")
@@ -91,8 +65,8 @@ func TestRunBadNamespace(t *testing.T) {
 // BenchmarkMaxRate reports the highest rate the generator reaches from a
 // namespace through a veth pair and a bridge into a non-reading sink.
 func BenchmarkMaxRate(b *testing.B) {
-	needRoot(b)
-	p := path(b)
+	netnstest.NeedRoot(b)
+	p := netnstest.NewPath(b, true)
 	dst := netip.AddrPortFrom(p.Dst, 9102)
 	sink, err := gen.NewSink(p.SinkNS, dst)
 	if err != nil {
@@ -113,8 +87,8 @@ func BenchmarkMaxRate(b *testing.B) {
 // from the namespace's permanent entry) and checks the sink's stack accepts
 // the frames: UDP datagrams with the probe header arrive at a reading socket.
 func TestInjectInNamespace(t *testing.T) {
-	needRoot(t)
-	p := path(t)
+	netnstest.NeedRoot(t)
+	p := netnstest.NewPath(t, true)
 	dst := netip.AddrPortFrom(p.Dst, 9103)
 	var conn *net.UDPConn
 	err := netns.Do(p.SinkNS, func() error {
@@ -152,8 +126,8 @@ func TestInjectInNamespace(t *testing.T) {
 }
 
 func TestInjectErrors(t *testing.T) {
-	needRoot(t)
-	p := path(t)
+	netnstest.NeedRoot(t)
+	p := netnstest.NewPath(t, true)
 	tests := []struct {
 		name string
 		o    gen.Options
@@ -175,8 +149,8 @@ func TestInjectErrors(t *testing.T) {
 
 // BenchmarkMaxRateInject is BenchmarkMaxRate with the AF_PACKET injector.
 func BenchmarkMaxRateInject(b *testing.B) {
-	needRoot(b)
-	p := path(b)
+	netnstest.NeedRoot(b)
+	p := netnstest.NewPath(b, true)
 	dst := netip.AddrPortFrom(p.Dst, 9104)
 	sink, err := gen.NewSink(p.SinkNS, dst)
 	if err != nil {

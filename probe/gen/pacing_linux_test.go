@@ -4,6 +4,7 @@ package gen_test
 
 import (
 	"context"
+	"github.com/quiot/quiot/probe/netns/netnstest"
 	"math"
 	"net/netip"
 	"slices"
@@ -20,7 +21,7 @@ import (
 // constant, 1 for Poisson) and, for constant spacing, the p99 deviation of a
 // gap from the nominal one. Run with -benchtime=1x.
 func BenchmarkPacing(b *testing.B) {
-	needRoot(b)
+	netnstest.NeedRoot(b)
 	for _, tc := range []struct {
 		name    string
 		rate    float64
@@ -32,7 +33,7 @@ func BenchmarkPacing(b *testing.B) {
 		{"constant-1k-rt", 1000, false, true}, {"constant-10k-rt", 10000, false, true}, {"poisson-10k-rt", 10000, true, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			p := path(b)
+			p := netnstest.NewPath(b, true)
 			dst := netip.AddrPortFrom(p.Dst, 9600)
 			sink, err := gen.NewSink(p.SinkNS, dst)
 			if err != nil {

@@ -4,6 +4,7 @@ package measure_test
 
 import (
 	"context"
+	"github.com/quiot/quiot/probe/netns/netnstest"
 	"net/netip"
 	"slices"
 	"testing"
@@ -36,7 +37,7 @@ func reportDelays(b *testing.B, r *measure.Result) {
 // (ingress: generator-side veth end receiving, egress: sink-side veth end
 // transmitting). Run with -benchtime=1x; the metrics are the result.
 func BenchmarkFloorBridge(b *testing.B) {
-	needRoot(b)
+	netnstest.NeedRoot(b)
 	p := floorPath(b, true)
 	opts := measure.Options{IngressIf: p.Ingress, EgressIf: p.Egress, GenNamespace: p.GenNS,
 		Dst: netip.AddrPortFrom(p.Dst, 9000), SinkNamespace: p.SinkNS}
@@ -54,7 +55,7 @@ func BenchmarkFloorBridge(b *testing.B) {
 // BenchmarkFloorVethPair measures the floor at the two ends of one veth pair:
 // the generator namespace's end transmitting and its peer receiving.
 func BenchmarkFloorVethPair(b *testing.B) {
-	needRoot(b)
+	netnstest.NeedRoot(b)
 	p := floorPath(b, false)
 	opts := measure.Options{IngressIf: p.GenDev, IngressNamespace: p.GenNS, IngressDir: capture.Out,
 		EgressIf: p.Ingress, EgressDir: capture.In, GenNamespace: p.GenNS, Dst: netip.AddrPortFrom(p.Dst, 9000)}
@@ -76,7 +77,7 @@ func BenchmarkFloorVethPair(b *testing.B) {
 // sender's CPU reaches (on veths the whole path runs in its softirq), so the
 // sender runs with SCHED_FIFO priority to get a core on a busy host.
 func BenchmarkCaptureRate(b *testing.B) {
-	needRoot(b)
+	netnstest.NeedRoot(b)
 	p := floorPath(b, true)
 	opts := measure.Options{IngressIf: p.Ingress, EgressIf: p.Egress, GenNamespace: p.GenNS, GenInterface: p.GenDev, GenRealTime: true,
 		Dst: netip.AddrPortFrom(p.Dst, 9000), SinkNamespace: p.SinkNS}

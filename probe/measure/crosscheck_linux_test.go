@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/quiot/quiot/probe/netns/netnstest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -109,14 +110,14 @@ func readPcap(t *testing.T, file string) map[uint64]time.Time {
 // two ports of the bridge path, and requires the per-packet delays to agree:
 // median of the differences within 5 µs.
 func TestCrossCheckTcpdump(t *testing.T) {
-	needRoot(t, "tcpdump")
+	netnstest.NeedRoot(t, "tcpdump")
 	crossCheck(t, floorPath(t, true))
 }
 
 // TestCrossCheckTcpdumpOVS is the same cross-check through a real OVS
 // userspace datapath.
 func TestCrossCheckTcpdumpOVS(t *testing.T) {
-	needRoot(t, "tcpdump")
+	netnstest.NeedRoot(t, "tcpdump")
 	p := floorPath(t, false)
 	o := startOVS(t)
 	o.bridge(t, p.GenNS+"br", p.Ingress, p.Egress)

@@ -5,8 +5,6 @@ package measure_test
 import (
 	"context"
 	"net/netip"
-	"os"
-	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -14,19 +12,8 @@ import (
 	"github.com/quiot/quiot/probe/capture"
 	"github.com/quiot/quiot/probe/measure"
 	"github.com/quiot/quiot/probe/netns"
+	"github.com/quiot/quiot/probe/netns/netnstest"
 )
-
-func needRoot(t testing.TB, tools ...string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root (network namespaces, AF_PACKET)")
-	}
-	for _, tool := range append([]string{"ip", "ethtool"}, tools...) {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: %s not installed", tool)
-		}
-	}
-}
 
 // floorPath builds the probe-floor path: generator namespace -> veth ->
 // plain Linux bridge -> veth -> sink namespace, captures at the two bridge
@@ -55,7 +42,7 @@ func median(d []time.Duration) time.Duration {
 }
 
 func TestRunBridgeFloor(t *testing.T) {
-	needRoot(t)
+	netnstest.NeedRoot(t)
 	p := floorPath(t, true)
 	opts := measure.Options{
 		IngressIf: p.Ingress, EgressIf: p.Egress, GenNamespace: p.GenNS,
@@ -91,7 +78,7 @@ func TestRunBridgeFloor(t *testing.T) {
 // TestRunVethPairFloor captures at both ends of one veth pair (generator
 // side transmits, sink side receives).
 func TestRunVethPairFloor(t *testing.T) {
-	needRoot(t)
+	netnstest.NeedRoot(t)
 	p := floorPath(t, false)
 	// Join the two root-side ends directly? No: use the generator's own veth:
 	// capture where the generator transmits (GenDev, out) and where the root
@@ -112,7 +99,7 @@ func TestRunVethPairFloor(t *testing.T) {
 }
 
 func TestRunBadInterface(t *testing.T) {
-	needRoot(t)
+	netnstest.NeedRoot(t)
 	_, err := measure.Run(context.Background(), measure.Options{
 		IngressIf: "nosuchif0", EgressIf: "lo", Dst: netip.MustParseAddrPort("127.0.0.1:9"),
 	}, measure.Condition{})
@@ -125,7 +112,7 @@ func TestRunBadInterface(t *testing.T) {
 // TestRunCancel stops a long condition early: Run returns soon with what it
 // measured and the context's error.
 func TestRunCancel(t *testing.T) {
-	needRoot(t)
+	netnstest.NeedRoot(t)
 	p := floorPath(t, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
@@ -146,7 +133,7 @@ func TestRunCancel(t *testing.T) {
 // TestRunHardwareFallback asks for NIC timestamps on veths (which have none):
 // the run works on software timestamps and says so.
 func TestRunHardwareFallback(t *testing.T) {
-	needRoot(t)
+	netnstest.NeedRoot(t)
 	p := floorPath(t, true)
 	r, err := measure.Run(context.Background(), measure.Options{IngressIf: p.Ingress, EgressIf: p.Egress, GenNamespace: p.GenNS,
 		Dst: netip.AddrPortFrom(p.Dst, 9000), SinkNamespace: p.SinkNS, Hardware: true},
@@ -183,7 +170,7 @@ func TestRunBadInput(t *testing.T) {
 
 // TestRunInjected uses the generator's AF_PACKET injector.
 func TestRunInjected(t *testing.T) {
-	needRoot(t)
+	netnstest.NeedRoot(t)
 	p := floorPath(t, true)
 	r, err := measure.Run(context.Background(), measure.Options{IngressIf: p.Ingress, EgressIf: p.Egress,
 		GenNamespace: p.GenNS, GenInterface: p.GenDev, Dst: netip.AddrPortFrom(p.Dst, 9000), SinkNamespace: p.SinkNS},

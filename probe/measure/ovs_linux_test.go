@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quiot/quiot/probe/netns/netnstest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -163,7 +164,7 @@ func (o *testOVS) stop() {
 // path's two current-namespace veth ends are OVS ports 1 and 2 with one
 // explicit forwarding rule.
 func TestRunThroughOVS(t *testing.T) {
-	needRoot(t)
+	netnstest.NeedRoot(t)
 	p := floorPath(t, false)
 	o := startOVS(t)
 	o.bridge(t, p.GenNS+"br", p.Ingress, p.Egress)

@@ -5,6 +5,7 @@ package watch_test
 import (
 	"context"
 	"crypto/tls"
+	"github.com/quiot/quiot/probe/netns/netnstest"
 	"io"
 	"net"
 	"net/netip"
@@ -37,8 +38,8 @@ func listenIn(t *testing.T, ns string, addr netip.AddrPort) *net.UDPConn {
 // namespace echoing data with a server in the sink namespace) crossing the
 // bridge, matched passively by payload hash.
 func TestWatchQUIC(t *testing.T) {
-	needRoot(t)
-	p := newPath(t)
+	netnstest.NeedRoot(t)
+	p := netnstest.NewPath(t, true)
 	cert, err := certs.SelfSigned([]string{p.Dst.String()}, nil)
 	if err != nil {
 		t.Fatal(err)

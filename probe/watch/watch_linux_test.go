@@ -7,48 +7,20 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quiot/quiot/probe/gen"
-	"github.com/quiot/quiot/probe/netns"
+	"github.com/quiot/quiot/probe/netns/netnstest"
 	"github.com/quiot/quiot/probe/watch"
 )
-
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root (network namespaces, AF_PACKET)")
-	}
-	for _, tool := range []string{"ip", "ethtool"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: %s not installed", tool)
-		}
-	}
-}
-
-func newPath(t testing.TB) *netns.Path {
-	t.Helper()
-	p, err := netns.NewPath(netns.PathOptions{Bridge: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return p
-}
 
 // TestWatchTimesTraffic watches the bridge path while UDP traffic to port
 // 4433 crosses it and checks the live lines and the summary.
 func TestWatchTimesTraffic(t *testing.T) {
-	needRoot(t)
-	p := newPath(t)
+	netnstest.NeedRoot(t)
+	p := netnstest.NewPath(t, true)
 	dst := netip.AddrPortFrom(p.Dst, 4433)
 	sink, err := gen.NewSink(p.SinkNS, dst)
 	if err != nil {
@@ -92,8 +64,8 @@ func TestWatchTimesTraffic(t *testing.T) {
 }
 
 func TestWatchNoTraffic(t *testing.T) {
-	needRoot(t)
-	p := newPath(t)
+	netnstest.NeedRoot(t)
+	p := netnstest.NewPath(t, true)
 	_, err := watch.Run(context.Background(), watch.Options{IngressIf: p.Ingress, EgressIf: p.Egress,
 		Duration: 200 * time.Millisecond})
 	if !errors.Is(err, watch.ErrNoTraffic) || !strings.Contains(err.Error(), p.Ingress) || !strings.Contains(err.Error(), p.Egress) {
@@ -103,7 +75,7 @@ func TestWatchNoTraffic(t *testing.T) {
 }
 
 func TestWatchBadInput(t *testing.T) {
-	needRoot(t)
+	netnstest.NeedRoot(t)
 	for name, o := range map[string]watch.Options{
 		"filter":    {IngressIf: "lo", EgressIf: "lo", Filter: "tcp:80"},
 		"interface": {IngressIf: "nosuch0", EgressIf: "lo"},
