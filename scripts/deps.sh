@@ -24,6 +24,7 @@ declare -A need=(
   [tcpdump]=tcpdump
   [systemd-analyze]=systemd
   [dpkg-deb]=dpkg
+  [chromium]=chromium
 )
 
 missing=()
@@ -32,6 +33,10 @@ for cmd in "${!need[@]}"; do
     missing+=("${need[$cmd]}")
   fi
 done
+# Python modules the interop tests drive (real third-party MQTT clients).
+if ! python3 -c 'import paho.mqtt.client' >/dev/null 2>&1; then
+  missing+=(python3-paho-mqtt)
+fi
 # de-duplicate
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u | sed '/^$/d')
 
