@@ -111,7 +111,7 @@ func TestParseErrors(t *testing.T) {
 		{"dup name", "[[user]]\nname=\"a\"\n[[user]]\nname=\"a\"\n"},
 		{"dup token", "[[user]]\nname=\"a\"\ntoken=\"t\"\n[[user]]\nname=\"b\"\ntoken=\"t\"\n"},
 		{"bad pattern", "[[user]]\nname=\"a\"\npublish=[\"a/#/b\"]\n"},
-		{"bad anon pattern", "[anonymous]\nsubscribe=[\"a//b\"]\n"},
+		{"bad anon pattern", "[anonymous]\nsubscribe=[\"a/#/b\"]\n"},
 		{"bad name", "[[user]]\nname=\"a:b\"\n"},
 	}
 	for _, tt := range tests {

@@ -6,8 +6,11 @@
 // topic whose first level starts with '$' (e.g. "$SYS/uptime") is not matched
 // by a filter whose first level is a wildcard.
 //
-// Unlike MQTT, quiot rejects empty levels ("a//b", "/a", "a/"): they are
-// almost always a mistake in a URL path and HTTP path handling mangles them.
+// As in MQTT, every level may be empty ("/TopicA", "a//b", "a/") and any
+// string of valid UTF-8 without NUL is a level, "." and ".." included: a
+// topic is not a path. Only the limits (length, number of levels) and the
+// wildcard rules restrict names and filters; quiot's HTTP API carries each
+// topic as one percent-encoded path segment (docs/pubsub.md).
 package topic
 
 import (
@@ -74,25 +77,21 @@ func (l Limits) check(what, s string) error {
 	return nil
 }
 
-// ValidateName checks a topic name, as used to publish: no wildcards, no empty
-// levels, within the limits.
+// ValidateName checks a topic name, as used to publish: not empty, no
+// wildcards, within the limits. Empty levels are allowed, as in MQTT.
 func (l Limits) ValidateName(s string) error {
 	if err := l.check("topic", s); err != nil {
 		return err
 	}
-	for i, lev := range strings.Split(s, "/") {
-		if lev == "" {
-			return invalid("topic %q has an empty level %d", s, i+1)
-		}
-		if strings.ContainsAny(lev, "+#") {
-			return invalid("topic %q contains a wildcard (+ or #)", s)
-		}
+	if strings.ContainsAny(s, "+#") {
+		return invalid("topic %q contains a wildcard (+ or #)", s)
 	}
 	return nil
 }
 
-// ValidateFilter checks a subscription filter: wildcards only as whole levels,
-// '#' only last, no empty levels, within the limits.
+// ValidateFilter checks a subscription filter: not empty, wildcards only as
+// whole levels, '#' only last, within the limits. Empty levels are allowed,
+// as in MQTT.
 func (l Limits) ValidateFilter(s string) error {
 	if err := l.check("filter", s); err != nil {
 		return err
@@ -100,8 +99,6 @@ func (l Limits) ValidateFilter(s string) error {
 	levels := strings.Split(s, "/")
 	for i, lev := range levels {
 		switch {
-		case lev == "":
-			return invalid("filter %q has an empty level %d", s, i+1)
 		case lev == "#":
 			if i != len(levels)-1 {
 				return invalid("filter %q has # before its last level", s)

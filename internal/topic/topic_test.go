@@ -17,9 +17,19 @@ func TestValidateName(t *testing.T) {
 		{"dollar", "$SYS/uptime", true},
 		{"spaces and unicode", "home/Küche/t e", true},
 		{"empty", "", false},
-		{"empty level middle", "a//b", false},
-		{"leading slash", "/a", false},
-		{"trailing slash", "a/", false},
+		{"empty level middle", "a//b", true},
+		{"leading slash", "/TopicA", true},
+		{"trailing slash", "a/", true},
+		{"slash only", "/", true},
+		{"only empty levels", "///", true},
+		{"dot level", "a/./b", true},
+		{"dotdot level", "a/../b", true},
+		{"dotdot alone", "..", true},
+		{"dot alone", ".", true},
+		{"percent", "a%2Fb", true},
+		{"max levels empty", strings.Repeat("/", 15), true},
+		{"too deep empty", strings.Repeat("/", 16), false},
+		{"hash after empty", "a//#", false},
 		{"plus", "a/+", false},
 		{"hash", "a/#", false},
 		{"hash alone", "#", false},
@@ -60,8 +70,14 @@ func TestValidateFilter(t *testing.T) {
 		{"hash not last", "a/#/b", false},
 		{"hash in level", "a/b#", false},
 		{"plus in level", "a/b+/c", false},
-		{"empty level", "a//#", false},
-		{"leading slash", "/#", false},
+		{"empty level", "a//#", true},
+		{"leading slash", "/#", true},
+		{"leading slash plus", "/+", true},
+		{"trailing slash", "a/", true},
+		{"trailing empty after plus", "+/", true},
+		{"dotdot", "../+/#", true},
+		{"hash then empty", "#/", false},
+		{"plus in empty-level topic", "a//b+", false},
 		{"empty", "", false},
 		{"nul", "a/\x00", false},
 		{"too deep", strings.Repeat("+/", 16) + "#", false},
@@ -120,6 +136,25 @@ func TestMatch(t *testing.T) {
 		{"a/+", "a/$x", true},
 		{"ab", "a", false},
 		{"a", "ab", false},
+		{"/TopicA", "/TopicA", true},
+		{"/TopicA", "TopicA", false},
+		{"TopicA", "/TopicA", false},
+		{"+/+", "/TopicA", true},
+		{"/+", "/TopicA", true},
+		{"+", "/TopicA", false},
+		{"#", "/TopicA", true},
+		{"/#", "/TopicA", true},
+		{"a/+/b", "a//b", true},
+		{"a//b", "a//b", true},
+		{"a/b", "a//b", false},
+		{"a/+", "a/", true},
+		{"a/#", "a/", true},
+		{"a/", "a", false},
+		{"a", "a/", false},
+		{"+/+", "/", true},
+		{"a/../b", "a/../b", true},
+		{"a/+/b", "a/../b", true},
+		{"b", "a/../b", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.filter+" "+tt.name, func(t *testing.T) {
@@ -150,6 +185,13 @@ func TestCovers(t *testing.T) {
 		{"a/b", "+/b", false},
 		{"+/b", "a/b", true},
 		{"$SYS/#", "$SYS/a", true},
+		{"/#", "/a", true},
+		{"+/#", "/a", true},
+		{"a/+", "a/", true},
+		{"a/", "a/+", false},
+		{"a//+", "a//b", true},
+		{"a/+/+", "a//b", true},
+		{"a/b", "a//b", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.super+" "+tt.sub, func(t *testing.T) {
@@ -163,7 +205,7 @@ func TestCovers(t *testing.T) {
 // FuzzTopic checks that validation never panics, that valid names match
 // themselves and "#", and that Match agrees with Covers for names.
 func FuzzTopic(f *testing.F) {
-	for _, s := range []string{"a/b", "#", "+/+", "$SYS/x", "a//b", "a/#/b", "\x00", strings.Repeat("a/", 20)} {
+	for _, s := range []string{"a/b", "#", "+/+", "$SYS/x", "a//b", "/TopicA", "a/", "a/../b", "a/#/b", "\x00", strings.Repeat("a/", 20)} {
 		f.Add(s, "a/+")
 	}
 	f.Fuzz(func(t *testing.T, s, filter string) {
