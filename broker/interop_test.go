@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/internal/testenv"
 	"github.com/quiot/quiot/internal/testutil"
 	"github.com/quiot/quiot/internal/wire"
 )
@@ -17,10 +18,7 @@ import (
 // directory and combined output.
 func runGTLS(t *testing.T, port string, args ...string) (string, string) {
 	t.Helper()
-	bin, err := exec.LookPath("gtlsclient")
-	if err != nil {
-		t.Skip("gtlsclient not installed (Debian package ngtcp2-client; scripts/deps.sh installs it):", err)
-	}
+	bin := testenv.RequireTool(t, "gtlsclient") // Debian package ngtcp2-client
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -43,9 +41,7 @@ func tail(s string) string {
 // TestInteropGTLSClient: a foreign HTTP/3 stack (ngtcp2 + GnuTLS) publishes
 // to the broker and subscribes from it.
 func TestInteropGTLSClient(t *testing.T) {
-	if _, err := exec.LookPath("gtlsclient"); err != nil {
-		t.Skip("gtlsclient not installed (Debian package ngtcp2-client; scripts/deps.sh installs it)")
-	}
+	testenv.RequireTool(t, "gtlsclient")
 	b := testutil.StartBroker(t, nil, nil)
 	_, port, _ := strings.Cut(b.Addr().String(), ":")
 	base := "https://127.0.0.1:" + port

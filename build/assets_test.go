@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/quiot/quiot/internal/testenv"
 )
 
 // TestAssetsPresent checks that every listed asset is embedded.
@@ -30,10 +32,7 @@ func TestAssetsPresent(t *testing.T) {
 // warnings at all. It also runs systemd-analyze security offline and
 // requires a low exposure score.
 func TestUnitsVerify(t *testing.T) {
-	sa, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Skip("systemd-analyze not installed (apt-get install systemd): ", err)
-	}
+	sa := testenv.RequireTool(t, "systemd-analyze")
 	dir := t.TempDir()
 	// Stand-in for /usr/bin/quiot: this test binary is an executable file.
 	self, err := os.Executable()

@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quiot/quiot/internal/testenv"
 )
 
 // TestARMv6RoundTripMQTT runs the Pi Zero binary under qemu-arm-static
@@ -20,10 +21,7 @@ func TestARMv6RoundTripMQTT(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped with -short: builds an ARM binary and emulates it")
 	}
-	qemu, err := exec.LookPath("qemu-arm-static")
-	if err != nil {
-		t.Skip("qemu-arm-static not found (Debian package qemu-user-static; scripts/deps.sh installs it as root)")
-	}
+	qemu := testenv.RequireTool(t, "qemu-arm-static") // Debian package qemu-user-static
 	bin := buildPiBinary(t, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

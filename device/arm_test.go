@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quiot/quiot/internal/testenv"
 )
 
 // maxPiBinary is the size budget of the Raspberry Pi Zero binary (12 MB).
@@ -29,10 +31,7 @@ const armCPU = "arm1176"
 // GOARCH=arm GOARM=6 CGO_ENABLED=0, -trimpath, -s -w) into dir.
 func buildPiBinary(t *testing.T, dir string) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go command not on PATH: cannot build the ARM binary")
-	}
+	goBin := testenv.RequireTool(t, "go")
 	bin := filepath.Join(dir, "quiot-linux-armv6")
 	cmd := exec.Command(goBin, "build", "-trimpath", "-tags", "netgo,osusergo", "-ldflags", "-s -w", "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm", "GOARM=6", "CGO_ENABLED=0")
@@ -168,10 +167,7 @@ func TestARMv6RoundTrip(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped with -short: builds an ARM binary and emulates it (about half a minute)")
 	}
-	qemu, err := exec.LookPath("qemu-arm-static")
-	if err != nil {
-		t.Skip("qemu-arm-static not found (Debian package qemu-user-static; scripts/deps.sh installs it as root)")
-	}
+	qemu := testenv.RequireTool(t, "qemu-arm-static") // Debian package qemu-user-static
 	bin := buildPiBinary(t, t.TempDir())
 	fi, err := os.Stat(bin)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/internal/testenv"
 	"github.com/quiot/quiot/probe/lab"
 	"github.com/quiot/quiot/probe/model"
 	"github.com/quiot/quiot/probe/ovs"
@@ -26,7 +27,7 @@ var tinyLab = []string{"--sizes", "128,1024", "--rates", "500,2000", "--flows", 
 func needLab(t *testing.T) {
 	t.Helper()
 	if err := ovs.CheckPrerequisites(""); err != nil {
-		t.Skipf("skipping: %v", err)
+		testenv.Unavailable(t, "OVS lab cannot run here: %v", err)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/quiot/quiot/internal/testenv"
 )
 
 const (
@@ -35,11 +37,7 @@ type imageSpec struct {
 func tools(t *testing.T) {
 	t.Helper()
 	for _, tool := range []string{"sfdisk", "mkfs.vfat", "mkfs.ext4", "mcopy", "mdir", "mtype", "debugfs", "e2fsck", "dumpe2fs", "bash"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if _, err2 := os.Stat("/usr/sbin/" + tool); err2 != nil {
-				t.Skipf("%s not installed (scripts/deps.sh installs fdisk mtools dosfstools e2fsprogs): %v", tool, err)
-			}
-		}
+		testenv.RequireTool(t, tool)
 	}
 }
 

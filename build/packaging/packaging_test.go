@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quiot/quiot/internal/testenv"
 )
 
 func TestDebVersion(t *testing.T) {
@@ -84,10 +86,7 @@ func binaries(t *testing.T, root, binDir string) []string {
 }
 
 func TestPackages(t *testing.T) {
-	dpkgDeb, err := exec.LookPath("dpkg-deb")
-	if err != nil {
-		t.Skip("dpkg-deb not installed (apt-get install dpkg): ", err)
-	}
+	dpkgDeb := testenv.RequireTool(t, "dpkg-deb")
 	if testing.Short() {
 		t.Skip("-short: packaging builds binaries")
 	}

@@ -9,15 +9,13 @@ import (
 	"time"
 
 	"github.com/quiot/quiot/internal/netimpair"
+	"github.com/quiot/quiot/internal/testenv"
 )
 
 // buildQuiot builds the quiot binary for end-to-end tests.
 func buildQuiot(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("end-to-end bench test needs the go tool to build quiot: ", err)
-	}
+	goBin := testenv.RequireTool(t, "go")
 	bin := filepath.Join(t.TempDir(), "quiot")
 	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/quiot/quiot/device")
 	if out, err := cmd.CombinedOutput(); err != nil {

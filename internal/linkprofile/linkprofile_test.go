@@ -20,6 +20,7 @@ import (
 
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/netimpair"
+	"github.com/quiot/quiot/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite scripts/netem/netem.sh")
@@ -228,10 +229,7 @@ func TestScriptUpToDate(t *testing.T) {
 	if string(got) != want {
 		t.Fatalf("%s is stale: run go run ./internal/linkprofile/cmd/netemgen -script -o scripts/netem/netem.sh (or go test ./internal/linkprofile -update)", path)
 	}
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh: skipping the syntax check")
-	}
+	sh := testenv.RequireTool(t, "sh")
 	if out, err := exec.Command(sh, "-n", path).CombinedOutput(); err != nil {
 		t.Fatalf("sh -n %s: %v\n%s", path, err, out)
 	}
@@ -249,13 +247,9 @@ func TestScriptUpToDate(t *testing.T) {
 // the kernel refuses the qdisc, but tc has parsed the parameters first, so
 // a parse error still shows.
 func TestNetemSyntax(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root for a network namespace")
-	}
+	testenv.RequireRoot(t)
 	for _, tool := range []string{"ip", "tc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: %s not installed (scripts/deps.sh installs iproute2)", tool)
-		}
+		testenv.RequireTool(t, tool)
 	}
 	ns := "lptest" + itoa(os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {

@@ -18,12 +18,14 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/quiot/quiot/internal/testenv"
 	"github.com/quiot/quiot/probe/capture"
 	"github.com/quiot/quiot/probe/gen"
 	"github.com/quiot/quiot/probe/match"
 	"github.com/quiot/quiot/probe/netns"
 	"github.com/quiot/quiot/probe/netns/netnstest"
-	"golang.org/x/sys/unix"
 )
 
 type counter struct {
@@ -149,10 +151,7 @@ func TestOpenNotRoot(t *testing.T) {
 		return
 	}
 	netnstest.NeedRoot(t)
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("skipping: setpriv not installed")
-	}
+	setpriv := testenv.RequireTool(t, "setpriv")
 	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
 		os.Args[0], "-test.run=^TestOpenNotRoot$", "-test.v")
 	cmd.Env = append(os.Environ(), "CAPTURE_NOT_ROOT_CHILD=1")

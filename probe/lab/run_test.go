@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/internal/testenv"
 	"github.com/quiot/quiot/probe/measure"
 	"github.com/quiot/quiot/probe/model"
 	"github.com/quiot/quiot/probe/ovs"
@@ -25,7 +26,7 @@ func tinySweep() Sweep {
 func needRoot(t *testing.T) {
 	t.Helper()
 	if err := ovs.CheckPrerequisites(""); err != nil {
-		t.Skipf("skipping lab run: %v", err)
+		testenv.Unavailable(t, "lab run cannot run here: %v", err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/quiot/quiot/probe/netns/netnstest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -17,8 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quiot/quiot/probe/measure"
+	"github.com/quiot/quiot/probe/netns/netnstest"
+
 	"golang.org/x/sys/unix"
+
+	"github.com/quiot/quiot/internal/testenv"
+	"github.com/quiot/quiot/probe/measure"
 )
 
 // testOVS is a minimal throwaway Open vSwitch (userspace datapath) for this
@@ -68,13 +71,11 @@ func lockHost(t testing.TB) {
 func startOVS(t testing.TB) *testOVS {
 	t.Helper()
 	for _, tool := range []string{"ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ovs-appctl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: %s not installed (openvswitch-switch)", tool)
-		}
+		testenv.RequireTool(t, tool)
 	}
 	schema := "/usr/share/openvswitch/vswitch.ovsschema"
 	if _, err := os.Stat(schema); err != nil {
-		t.Skipf("skipping: %s missing", schema)
+		testenv.Unavailable(t, "%s missing (openvswitch-switch)", schema)
 	}
 	lockHost(t)
 	d, err := os.MkdirTemp("", "measure-ovs-test-")

@@ -5,24 +5,20 @@ package netns_test
 import (
 	"errors"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
-	"github.com/quiot/quiot/probe/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/quiot/quiot/internal/testenv"
+	"github.com/quiot/quiot/probe/netns"
 )
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root (network namespaces)")
-	}
+	testenv.RequireRoot(t)
 	for _, tool := range []string{"ip", "ethtool"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: %s not installed", tool)
-		}
+		testenv.RequireTool(t, tool)
 	}
 }
 

@@ -13,13 +13,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quiot/quiot/internal/testenv"
 )
 
 // needTestbed skips (saying why) unless a real testbed can run here.
 func needTestbed(t *testing.T) {
 	t.Helper()
 	if err := CheckPrerequisites(""); err != nil {
-		t.Skipf("skipping OVS testbed test: %v", err)
+		testenv.Unavailable(t, "OVS testbed cannot run here: %v", err)
 	}
 }
 

@@ -5,10 +5,9 @@
 package netnstest
 
 import (
-	"os"
-	"os/exec"
 	"testing"
 
+	"github.com/quiot/quiot/internal/testenv"
 	"github.com/quiot/quiot/probe/netns"
 )
 
@@ -16,13 +15,9 @@ import (
 // tools on PATH.
 func NeedRoot(t testing.TB, tools ...string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root (network namespaces, AF_PACKET)")
-	}
+	testenv.RequireRoot(t)
 	for _, tool := range append([]string{"ip", "ethtool"}, tools...) {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: %s not installed", tool)
-		}
+		testenv.RequireTool(t, tool)
 	}
 }
 
