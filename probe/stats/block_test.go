@@ -28,7 +28,7 @@ func TestBlockLength(t *testing.T) {
 		{"short", []float64{1, 5, 2, 8}, 1, 1},
 		{"constant", make([]float64, 500), 1, 1},
 		{"independent", ar1(rng, 5000, 0, 10), 1, 4},
-		{"ar1 0.5", ar1(rng, 5000, 0.5, 10), 15, 35}, // theory: 23.7
+		{"ar1 0.5", ar1(rng, 5000, 0.5, 10), 15, 35},  // theory: 23.7
 		{"ar1 0.9", ar1(rng, 5000, 0.9, 10), 50, 130}, // theory: 87.6
 		{"ar1 0.99 capped", ar1(rng, 300, 0.99, 10), 10, 100},
 	}
