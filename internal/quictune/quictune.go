@@ -212,11 +212,18 @@ func (p *Profile) ApplyClientTLS(c *tls.Config) {
 	if !p.SessionResumption {
 		c.ClientSessionCache = nil
 	}
+	if c.KeyLogWriter == nil {
+		c.KeyLogWriter = KeyLogWriter() // $SSLKEYLOGFILE, with a loud warning
+	}
 }
 
-// ApplyServerTLS sets the profile's TLS knobs on a server config.
+// ApplyServerTLS sets the profile's TLS knobs on a server config. Both
+// Apply functions honour $SSLKEYLOGFILE (see KeyLogWriter).
 func (p *Profile) ApplyServerTLS(c *tls.Config) {
 	c.MinVersion = tls.VersionTLS13
 	c.CurvePreferences = []tls.CurveID{tls.X25519, tls.CurveP256}
 	c.SessionTicketsDisabled = !p.SessionResumption
+	if c.KeyLogWriter == nil {
+		c.KeyLogWriter = KeyLogWriter() // $SSLKEYLOGFILE, with a loud warning
+	}
 }
