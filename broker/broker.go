@@ -24,6 +24,12 @@
 //	     [Quiot-Heartbeat: 1]                        -> 200, Quiot-Epoch: E
 //	GET  /healthz
 //
+// A topic or filter travels as one percent-encoded path segment
+// ("/v1/topics/a%2F..%2Fb"); a raw '/' between levels means the same. A raw
+// "." or ".." segment (or its %2E forms) is refused with 400: URL
+// normalisation would have removed it. The topics "." and ".." themselves
+// go as /v1/topics?topic=.. (docs/pubsub.md).
+//
 // Each broker run has a random epoch E. A subscriber resuming with the
 // epoch of another run (the broker restarted: sequence numbers began again)
 // is told so by a restart gap, then gets all the history there is; without

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -35,17 +34,27 @@ func newClient(t testing.TB, b *testutil.Broker, cert *tls.Certificate) *client 
 	return &client{t: t, base: b.URL, c: c, hdr: http.Header{}}
 }
 
-func escape(topic string) string {
-	return strings.ReplaceAll(url.PathEscape(topic), "%2F", "/")
+// topicURL is the URL of a topic or filter by the one encoding rule of
+// docs/pubsub.md: one percent-encoded path segment, or ?topic= for "." and "..".
+func topicURL(base, topic, query string) string {
+	if topic == "." || topic == ".." {
+		u := base + "/v1/topics?topic=" + topic
+		if query != "" {
+			u += "&" + query
+		}
+		return u
+	}
+	u := base + "/v1/topics/" + url.PathEscape(topic)
+	if query != "" {
+		u += "?" + query
+	}
+	return u
 }
 
 // publish POSTs one message and returns the status, the Quiot-Seq and the body.
 func (c *client) publish(topic string, payload []byte, query string, hdr ...string) (int, uint64, string) {
 	c.t.Helper()
-	u := c.base + "/v1/topics/" + escape(topic)
-	if query != "" {
-		u += "?" + query
-	}
+	u := topicURL(c.base, topic, query)
 	req, err := http.NewRequest(http.MethodPost, u, bytes.NewReader(payload))
 	if err != nil {
 		c.t.Fatal(err)
@@ -93,10 +102,7 @@ type sub struct {
 // subscribe GETs a filter; query may hold since=, count=; sse picks SSE.
 func (c *client) subscribe(filter, query string, sse bool, hdr ...string) (*sub, int, string) {
 	c.t.Helper()
-	u := c.base + "/v1/topics/" + escape(filter)
-	if query != "" {
-		u += "?" + query
-	}
+	u := topicURL(c.base, filter, query)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {

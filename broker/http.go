@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,26 +48,42 @@ type connState struct {
 type connKey struct{}
 
 func (b *Broker) quicConnContext(ctx context.Context, c *quic.Conn) context.Context {
-	cs := &connState{proto: "h3", qc: c}
-	b.ConnOpened("h3")
-	context.AfterFunc(c.Context(), func() { b.ConnClosed("h3") })
+	cs := &connState{proto: ProtoH3, qc: c}
+	b.ConnOpened(ProtoH3)
+	context.AfterFunc(c.Context(), func() { b.ConnClosed(ProtoH3) })
 	return context.WithValue(ctx, connKey{}, cs)
 }
 
 func (b *Broker) tcpConnContext(ctx context.Context, _ net.Conn) context.Context {
-	return context.WithValue(ctx, connKey{}, &connState{proto: "tcp"})
+	return context.WithValue(ctx, connKey{}, &connState{proto: ProtoTCP})
 }
 
 func (b *Broker) tcpConnState(_ net.Conn, s http.ConnState) {
 	switch s {
 	case http.StateNew:
-		b.ConnOpened("tcp")
+		b.ConnOpened(ProtoTCP)
 	case http.StateClosed, http.StateHijacked:
-		b.ConnClosed("tcp")
+		b.ConnClosed(ProtoTCP)
 	}
 }
 
 // earlyData reports whether r arrived before the QUIC handshake completed
+// Protocol names of the HTTP listeners in Stats and Message.Origin.
+const (
+	// ProtoH3 is HTTP/3 over QUIC.
+	ProtoH3 = "h3"
+	// ProtoTCP is HTTP/1.1 and HTTP/2 over TCP+TLS (the fallback listener).
+	ProtoTCP = "tcp"
+)
+
+// protoOf names the listener r came in by: ProtoH3 or ProtoTCP.
+func protoOf(r *http.Request) string {
+	if r.ProtoMajor == 3 {
+		return ProtoH3
+	}
+	return ProtoTCP
+}
+
 // (0-RTT).
 func earlyData(r *http.Request) bool {
 	cs, _ := r.Context().Value(connKey{}).(*connState)
@@ -146,8 +163,12 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		b.handleStream(w, r)
-	case strings.HasPrefix(path, "/v1/topics/"):
-		t := path[len("/v1/topics/"):]
+	case path == topicsPath || strings.HasPrefix(path, topicsPath+"/"):
+		t, err := requestTopic(r)
+		if err != nil {
+			fail(w, http.StatusBadRequest, "%v", err)
+			return
+		}
 		switch r.Method {
 		case http.MethodPost, http.MethodPut:
 			b.handlePublish(w, r, t)
@@ -163,6 +184,58 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // identify authenticates the connection of r once and returns its identity.
+// topicsPath is the collection of topics; a topic or filter follows it as
+// one percent-encoded path segment.
+const topicsPath = "/v1/topics"
+
+// requestTopic returns the topic or filter a /v1/topics request names: the
+// percent-decoded rest of the path after "/v1/topics/", or, for the path
+// "/v1/topics" alone, the query parameter "topic" (the only way to name the
+// topics "." and "..", which are dot segments in any path).
+func requestTopic(r *http.Request) (string, error) {
+	if r.URL.Path == topicsPath {
+		q := r.URL.Query()
+		if !q.Has("topic") {
+			return "", errors.New("no topic: use /v1/topics/{topic} or /v1/topics?topic={topic}")
+		}
+		return q.Get("topic"), nil
+	}
+	return topicFromPath(r.URL.EscapedPath())
+}
+
+// topicFromPath decodes the topic or filter of an escaped request path
+// "/v1/topics/{topic}". The topic should travel as one percent-encoded
+// segment ("a%2F..%2Fb"); raw '/' between levels is accepted and means the
+// same. A segment that URL normalisation would remove or merge (".", "..",
+// or their %2E forms, as WHATWG URL parsers treat them) is refused: a client
+// that normalises URLs could not have sent the path as it was meant.
+func topicFromPath(escaped string) (string, error) {
+	rest, ok := strings.CutPrefix(escaped, topicsPath+"/")
+	if !ok {
+		return "", fmt.Errorf("path %q does not start with %s/ once percent-encoded", escaped, topicsPath)
+	}
+	for seg := range strings.SplitSeq(rest, "/") {
+		if isDotSegment(seg) {
+			return "", fmt.Errorf("path segment %q is a dot segment, which URL normalisation removes: send the topic as one percent-encoded segment (a%%2F..%%2Fb), or as /v1/topics?topic=", seg)
+		}
+	}
+	t, err := url.PathUnescape(rest)
+	if err != nil {
+		return "", fmt.Errorf("bad percent-encoding in topic %q: %w", rest, err)
+	}
+	return t, nil
+}
+
+// isDotSegment reports whether a raw path segment is "." or "..", also with
+// its dots percent-encoded ("%2e", ".%2E", ...).
+func isDotSegment(seg string) bool {
+	if len(seg) > 6 {
+		return false
+	}
+	s := strings.ReplaceAll(strings.ReplaceAll(seg, "%2e", "."), "%2E", ".")
+	return s == "." || s == ".."
+}
+
 // It answers 401 itself and returns ok=false when the client must
 // authenticate.
 //
@@ -250,7 +323,7 @@ func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string)
 		return
 	}
 	q := r.URL.Query()
-	m := Message{Topic: t, QoS: 1, Origin: "h3", Identity: id}
+	m := Message{Topic: t, QoS: 1, Origin: protoOf(r), Identity: id}
 	switch q.Get("qos") {
 	case "", "1":
 	case "0":
@@ -404,11 +477,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 		heartbeat = 0
 	}
 
-	proto := "h3"
-	if r.ProtoMajor < 3 {
-		proto = "tcp"
-	}
-	out := b.stats.proto(proto)
+	out := b.stats.proto(protoOf(r))
 	h := w.Header()
 	if sse {
 		h.Set("Content-Type", "text/event-stream")
@@ -591,7 +660,7 @@ func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {
 			lastTopic = p.Topic
 			lastAllowed = b.opts.Auth.Allow(id, auth.Publish, p.Topic)
 		}
-		m := Message{Topic: p.Topic, Payload: p.Payload, Time: p.Time, Retain: p.Flags&wire.PubRetain != 0, Origin: "h3", Identity: id}
+		m := Message{Topic: p.Topic, Payload: p.Payload, Time: p.Time, Retain: p.Flags&wire.PubRetain != 0, Origin: protoOf(r), Identity: id}
 		if p.Flags&wire.PubQoS1 != 0 {
 			m.QoS = 1
 		}

@@ -28,7 +28,8 @@ type Message struct {
 	Time int64
 	// Seq is set by the broker: one counter for all topics, in acceptance order.
 	Seq uint64
-	// Origin is the protocol it came in by: "h3" or "mqtt".
+	// Origin is the protocol it came in by: ProtoH3 ("h3"), ProtoTCP
+	// ("tcp": HTTP/1.1 or HTTP/2) or "mqtt".
 	Origin string
 	// Identity is the authenticated publisher ("" = anonymous).
 	Identity string

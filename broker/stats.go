@@ -6,7 +6,8 @@ import (
 	"sync/atomic"
 )
 
-// ProtoStats are the counters of one protocol ("h3", "mqtt", ...).
+// ProtoStats are the counters of one protocol: ProtoH3 ("h3", HTTP/3),
+// ProtoTCP ("tcp", HTTP/1.1 and HTTP/2 on the TCP fallback), "mqtt", ...
 type ProtoStats struct {
 	// ConnsOpen is the number of open connections.
 	ConnsOpen int64

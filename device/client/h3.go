@@ -366,20 +366,26 @@ func (c *h3Client) retry(ctx context.Context, what string, op func(ctx context.C
 	}
 }
 
-// pathFor returns a URL for /v1/topics/{topic-or-filter}, each level
-// escaped (so '#' travels as %23 and '/' separates levels).
+// pathFor returns a URL for /v1/topics/{topic-or-filter}: the whole topic
+// percent-encoded as one path segment ('/' as %2F, '#' as %23), the broker's
+// one encoding rule (docs/pubsub.md). The topics "." and ".." are dot
+// segments that URL normalisation removes: they go as /v1/topics?topic=.
 func (c *h3Client) pathFor(prefix, name string, q url.Values) *url.URL {
-	levels := strings.Split(name, "/")
-	for i, l := range levels {
-		levels[i] = url.PathEscape(l)
+	u := &url.URL{Scheme: "https", Host: c.hostport}
+	if name == "." || name == ".." {
+		q2 := url.Values{}
+		for k, v := range q {
+			q2[k] = v
+		}
+		q2.Set("topic", name)
+		u.Path = strings.TrimSuffix(prefix, "/")
+		u.RawQuery = q2.Encode()
+		return u
 	}
-	return &url.URL{
-		Scheme:   "https",
-		Host:     c.hostport,
-		Path:     prefix + name,
-		RawPath:  prefix + strings.Join(levels, "/"),
-		RawQuery: q.Encode(),
-	}
+	u.Path = prefix + name
+	u.RawPath = prefix + url.PathEscape(name)
+	u.RawQuery = q.Encode()
+	return u
 }
 
 // Publish implements Client.

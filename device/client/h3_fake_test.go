@@ -224,7 +224,7 @@ func TestH3PublishRequestShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-got
-	if r.Method != http.MethodPost || r.URL.EscapedPath() != "/v1/topics/s/%23x" {
+	if r.Method != http.MethodPost || r.URL.EscapedPath() != "/v1/topics/s%2F%23x" {
 		t.Fatalf("request %s %s", r.Method, r.URL.EscapedPath())
 	}
 	if q := r.URL.Query(); q.Get("qos") != "0" || q.Get("retain") != "1" {

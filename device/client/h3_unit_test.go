@@ -29,12 +29,17 @@ func TestH3PathFor(t *testing.T) {
 	tests := []struct {
 		name, in, query, want string
 	}{
-		{"plain", "a/b/c", "", "https://broker.example:4433/v1/topics/a/b/c"},
-		{"hash escaped", "sensors/#", "", "https://broker.example:4433/v1/topics/sensors/%23"},
-		{"plus kept", "+/temp", "", "https://broker.example:4433/v1/topics/+/temp"},
-		{"space and percent", "a b/50%", "", "https://broker.example:4433/v1/topics/a%20b/50%25"},
+		{"plain", "a/b/c", "", "https://broker.example:4433/v1/topics/a%2Fb%2Fc"},
+		{"hash escaped", "sensors/#", "", "https://broker.example:4433/v1/topics/sensors%2F%23"},
+		{"plus kept", "+/temp", "", "https://broker.example:4433/v1/topics/+%2Ftemp"},
+		{"space and percent", "a b/50%", "", "https://broker.example:4433/v1/topics/a%20b%2F50%25"},
 		{"query", "a", "since=7", "https://broker.example:4433/v1/topics/a?since=7"},
-		{"dollar", "$SYS/x", "", "https://broker.example:4433/v1/topics/$SYS/x"},
+		{"dollar", "$SYS/x", "", "https://broker.example:4433/v1/topics/$SYS%2Fx"},
+		{"leading slash", "/TopicA", "", "https://broker.example:4433/v1/topics/%2FTopicA"},
+		{"empty level", "a//b", "", "https://broker.example:4433/v1/topics/a%2F%2Fb"},
+		{"dotdot level", "a/../b", "", "https://broker.example:4433/v1/topics/a%2F..%2Fb"},
+		{"dotdot alone", "..", "since=7", "https://broker.example:4433/v1/topics?since=7&topic=.."},
+		{"dot alone", ".", "", "https://broker.example:4433/v1/topics?topic=."},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
