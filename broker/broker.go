@@ -161,22 +161,52 @@ func New(opts *Options) (*Broker, error) {
 	b.tlsTCP.NextProtos = []string{"h2", "http/1.1"}
 	b.tlsTCP.MinVersion = tls.VersionTLS12
 
+	handler, err := b.webHandler(http.HandlerFunc(b.serveHTTP)) // broker/web: CORS, sessions, dashboard
+	if err != nil {
+		return nil, err
+	}
 	b.h3 = &http3.Server{
-		Handler:     http.HandlerFunc(b.serveHTTP),
+		Handler:     handler,
 		TLSConfig:   b.tlsH3,
 		QUICConfig:  o.QUIC,
 		ConnContext: b.quicConnContext,
 		Logger:      o.Logger,
 	}
 	b.tcp = &http.Server{
-		Handler:           http.HandlerFunc(b.serveHTTP),
+		Handler:           handler,
 		TLSConfig:         b.tlsTCP,
 		ConnContext:       b.tcpConnContext,
 		ConnState:         b.tcpConnState,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
 	}
+	if o.Store != nil {
+		if err := b.openStore(); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
+}
+
+// openStore restores the saved state and keeps the saved epoch, so that
+// subscribers resume across the restart without a gap.
+func (b *Broker) openStore() error {
+	st, epoch, err := b.hub.startPersist(b.opts.Store, newEpoch)
+	if err != nil {
+		return fmt.Errorf("couldn't load broker state: %w", err)
+	}
+	b.epoch = epoch
+	switch {
+	case st.Fresh:
+		b.log.Info("no saved broker state: new epoch", "epoch", epoch)
+	default:
+		if st.Unclean {
+			b.log.Warn("the previous broker run did not shut down cleanly: keeping the state it had committed")
+		}
+		s := b.Stats()
+		b.log.Info("broker state restored: same epoch, subscribers resume without a gap", "epoch", epoch, "seq", s.LastSeq, "history", s.HistoryMessages, "retained", s.Retained)
+	}
+	return nil
 }
 
 // Auth returns the identities and ACL shared by every protocol.
@@ -431,6 +461,12 @@ func (b *Broker) finish() {
 			if err := <-b.serveErr; err != nil {
 				errs = append(errs, err)
 			}
+		}
+	}
+	if b.opts.Store != nil {
+		// Every handler has returned: nothing is appended any more.
+		if err := b.opts.Store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("couldn't close broker state: %w", err))
 		}
 	}
 	b.mu.Lock()

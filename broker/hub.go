@@ -92,6 +92,10 @@ type hub struct {
 	wild      []*subscriber
 	nsubs     int
 	taps      []func(*Message)
+	// persist is the durable store (nil: memory only; see persist.go);
+	// forget collects the history removals not yet handed to it.
+	persist Store
+	forget  []ForgetOp
 }
 
 func newHub(l Limits, c *counters) *hub {
@@ -147,12 +151,25 @@ func (h *hub) publish(ctx context.Context, m Message) (uint64, error) {
 			return 0, fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, h.retainedSize, h.limits.RetainedBytes)
 		}
 	}
+	h.seq++
+	msg.Seq = h.seq
+	if h.persist != nil {
+		return h.persistPublish(ctx, msg) // applied once committed
+	}
+	h.apply(msg)
+	h.mu.Unlock()
+	h.stats.proto(msg.Origin).in.Add(1)
+	return msg.Seq, nil
+}
+
+// apply puts an accepted message into the topic space: retained message,
+// history, subscriber queues, taps. h.mu held.
+func (h *hub) apply(msg *Message) {
+	ts := h.topics[msg.Topic]
 	if ts == nil {
 		ts = &topicState{}
 		h.topics[msg.Topic] = ts
 	}
-	h.seq++
-	msg.Seq = h.seq
 	if msg.Retain {
 		if ts.retained != nil {
 			h.retainedSize -= msgCost(ts.retained)
@@ -177,15 +194,13 @@ func (h *hub) publish(ctx context.Context, m Message) (uint64, error) {
 	for _, fn := range h.taps {
 		fn(msg)
 	}
-	h.mu.Unlock()
-	h.stats.proto(msg.Origin).in.Add(1)
-	return msg.Seq, nil
 }
 
 // store appends msg to its topic's history and enforces the bounds. h.mu held.
 func (h *hub) store(ts *topicState, msg *Message) {
 	if h.limits.HistoryPerTopic == 0 {
 		ts.evictedMax = msg.Seq
+		h.noteEvict(msg.Topic, msg.Seq, msg.Seq)
 		h.maybeForget(msg.Topic, ts)
 		return
 	}
@@ -236,6 +251,7 @@ func msgCost(m *Message) int64 { return int64(len(m.Payload)+len(m.Topic)) + ent
 func (h *hub) evict(ts *topicState, e *entry) {
 	e.evicted = true
 	ts.evictedMax = max(ts.evictedMax, e.m.Seq)
+	h.noteEvict(e.m.Topic, e.m.Seq, ts.evictedMax)
 	h.histSize -= msgCost(e.m)
 	h.histMsgs--
 	e.m = nil
@@ -247,6 +263,7 @@ func (h *hub) maybeForget(name string, ts *topicState) {
 	if ts.hist.len() == 0 && ts.retained == nil {
 		h.forgotten = max(h.forgotten, ts.evictedMax)
 		delete(h.topics, name)
+		h.noteForgetTopic(name)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/broker/web"
 	"github.com/quiot/quiot/internal/quictune"
 )
 
@@ -122,6 +123,17 @@ type Options struct {
 	// idle timeout when that is shorter (quic-go's default idle timeout is
 	// 30 s); negative disables heartbeats.
 	Heartbeat time.Duration
+
+	// Store keeps history, retained messages, the epoch and the sequence
+	// counter across restarts (broker/store opens one on a data
+	// directory); nil means memory only. The broker loads it in New and
+	// closes it when it stops; when New fails, the caller closes it.
+	Store Store
+
+	// Web is the browser part (broker/web): CORS for configured origins,
+	// session tokens for EventSource, /v1/stats, /v1/topics and the
+	// dashboard at "/"; nil means none of it.
+	Web *web.Options
 
 	// Logger receives the broker's logs; nil means slog.Default().
 	Logger *slog.Logger

@@ -1,0 +1,206 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+)
+
+// Store keeps the topic space across broker runs: the sequence counter and
+// epoch, the resume history and the retained messages. The hub talks to it
+// through this interface only (broker/store has the bbolt implementation;
+// without a store everything lives in memory).
+//
+// With a store, a message is applied (history, retained, delivery to
+// subscribers, taps) only once it is committed, in sequence order, so
+// nothing a subscriber has seen can be missing after a crash, and a
+// publisher's QoS 1 acknowledgement waits for the commit. QoS 0 publishes
+// are answered once accepted.
+type Store interface {
+	// Load returns the state an earlier run saved; State.Fresh reports an
+	// empty store. It is called once, before Start.
+	Load() (*StoredState, error)
+	// Start begins committing. epoch is this run's epoch (kept from the
+	// saved state, or new). apply is called from one goroutine with each
+	// committed batch in sequence order (err != nil: the batch was not
+	// stored and must not be applied).
+	Start(epoch uint64, apply func(msgs []*Message, err error)) error
+	// Append queues m for the next commit. It is called with the hub's lock
+	// held, in sequence order, and must not block on I/O.
+	Append(m *Message) Commit
+	// Forget queues the removal of evicted history (written with the next
+	// commit; a crash before it only means the eviction is redone at the
+	// next load). Called with the hub's lock held.
+	Forget(ops []ForgetOp)
+	// Close commits what is queued, marks the state as cleanly closed and
+	// releases the store.
+	Close() error
+}
+
+// Commit is a pending commit of Store.Append.
+type Commit interface {
+	// Done is closed once the commit has ended.
+	Done() <-chan struct{}
+	// Err is the commit's error once Done is closed (nil: durable).
+	Err() error
+}
+
+// StoredState is what Store.Load returns.
+type StoredState struct {
+	// Fresh reports an empty store (no earlier run): a new epoch is taken.
+	Fresh bool
+	// Epoch and Seq are the saved run's epoch and last sequence number.
+	Epoch, Seq uint64
+	// Forgotten is the highest sequence number lost with a dropped topic.
+	Forgotten uint64
+	// History holds the saved history messages, oldest first.
+	History []*Message
+	// Retained holds the retained messages.
+	Retained []*Message
+	// Evicted maps a topic to the highest sequence number evicted from its
+	// history.
+	Evicted map[string]uint64
+	// Unclean reports that the saved run did not close the store (a crash
+	// or kill): what it had committed is kept.
+	Unclean bool
+}
+
+// ForgetKind says what a ForgetOp removes.
+type ForgetKind byte
+
+const (
+	// ForgetMessage removes history message Seq; Topic's highest evicted
+	// sequence number becomes Evicted.
+	ForgetMessage ForgetKind = iota
+	// ForgetTopic drops Topic (nothing held any more); the broker's
+	// forgotten mark becomes Evicted.
+	ForgetTopic
+)
+
+// ForgetOp is one removal from the store, in the order the hub made it.
+type ForgetOp struct {
+	// Kind says what is removed.
+	Kind ForgetKind
+	// Topic is the message's or the dropped topic's name.
+	Topic string
+	// Seq is the removed message (ForgetMessage).
+	Seq uint64
+	// Evicted is the topic's highest evicted sequence number
+	// (ForgetMessage), or the broker's forgotten mark (ForgetTopic).
+	Evicted uint64
+}
+
+// persistPublish hands an accepted message to the store and waits for its
+// commit when the publisher asked for QoS 1 or 2. h.mu is held on entry and
+// released here.
+func (h *hub) persistPublish(ctx context.Context, msg *Message) (uint64, error) {
+	c := h.persist.Append(msg)
+	h.mu.Unlock()
+	if msg.QoS == 0 {
+		return msg.Seq, nil
+	}
+	select {
+	case <-c.Done():
+		if err := c.Err(); err != nil {
+			return 0, fmt.Errorf("couldn't store message: %w", err)
+		}
+		return msg.Seq, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// committed applies a committed batch (Store.Start's apply).
+func (h *hub) committed(msgs []*Message, err error) {
+	if err != nil {
+		return
+	}
+	h.mu.Lock()
+	for _, m := range msgs {
+		h.apply(m)
+	}
+	h.flushForget()
+	h.mu.Unlock()
+	for _, m := range msgs {
+		h.stats.proto(m.Origin).in.Add(1)
+	}
+}
+
+// flushForget hands the removals made since the last call to the store. h.mu held.
+func (h *hub) flushForget() {
+	if len(h.forget) > 0 {
+		h.persist.Forget(h.forget)
+		h.forget = nil
+	}
+}
+
+// noteEvict records that seq left topic's history. h.mu held.
+func (h *hub) noteEvict(topic string, seq, evictedMax uint64) {
+	if h.persist != nil {
+		h.forget = append(h.forget, ForgetOp{Kind: ForgetMessage, Topic: topic, Seq: seq, Evicted: evictedMax})
+	}
+}
+
+// noteForgetTopic records that topic was dropped. h.mu held.
+func (h *hub) noteForgetTopic(topic string) {
+	if h.persist != nil {
+		h.forget = append(h.forget, ForgetOp{Kind: ForgetTopic, Topic: topic, Evicted: h.forgotten})
+	}
+}
+
+// restore loads saved state into the empty hub: the sequence counter, the
+// retained messages, and the history, replayed through the current limits
+// (evictions it causes are passed to the store at Start).
+func (h *hub) restore(st *StoredState) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	get := func(name string) *topicState {
+		ts := h.topics[name]
+		if ts == nil {
+			ts = &topicState{}
+			h.topics[name] = ts
+		}
+		return ts
+	}
+	h.seq = st.Seq
+	h.forgotten = st.Forgotten
+	for name, ev := range st.Evicted {
+		get(name).evictedMax = ev
+	}
+	for _, m := range st.Retained {
+		ts := get(m.Topic)
+		ts.retained = m
+		h.retainedSize += msgCost(m)
+		h.retainedCount++
+	}
+	for _, m := range st.History {
+		h.seq = max(h.seq, m.Seq)
+		h.store(get(m.Topic), m)
+	}
+	for name, ts := range h.topics {
+		h.maybeForget(name, ts)
+	}
+}
+
+// startPersist connects the hub to its store. It loads and restores the
+// saved state and starts committing; it returns the state and the epoch to
+// use (the saved one, or newEpoch() for a fresh store).
+func (h *hub) startPersist(s Store, newEpoch func() uint64) (*StoredState, uint64, error) {
+	st, err := s.Load()
+	if err != nil {
+		return nil, 0, err
+	}
+	h.persist = s
+	epoch := st.Epoch
+	if st.Fresh || epoch == 0 {
+		epoch = newEpoch()
+	} else {
+		h.restore(st)
+	}
+	if err := s.Start(epoch, h.committed); err != nil {
+		return nil, 0, err
+	}
+	h.mu.Lock()
+	h.flushForget()
+	h.mu.Unlock()
+	return st, epoch, nil
+}
