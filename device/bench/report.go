@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/quiot/quiot/internal/htmlreport"
 )
 
 // ReportInput is what a report is made from.
@@ -290,7 +292,7 @@ func WriteReport(in ReportInput) error {
 	if err := os.WriteFile(filepath.Join(in.Dir, "report.md"), m.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("couldn't write report: %w", err)
 	}
-	return nil
+	return htmlreport.WriteDir(in.Dir) // report.html beside it (not on 32-bit ARM)
 }
 
 func rateText(r float64) string {

@@ -16,6 +16,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/quiot/quiot/internal/htmlreport"
 	"github.com/quiot/quiot/probe/model"
 )
 
@@ -76,7 +77,10 @@ func Analyze(dir string, o AnalyzeOptions) error {
 			return err
 		}
 	}
-	return writeReport(filepath.Join(dir, "report.md"), rows, m, plots, o.Warnings)
+	if err := writeReport(filepath.Join(dir, "report.md"), rows, m, plots, o.Warnings); err != nil {
+		return err
+	}
+	return htmlreport.WriteDir(dir) // report.html beside report.md
 }
 
 func writeIndex(path string, rows []Row) error {

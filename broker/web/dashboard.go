@@ -1,0 +1,138 @@
+package web
+
+import (
+	"bytes"
+	"compress/gzip"
+	"embed"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// The dashboard: plain HTML, CSS and JavaScript, no framework, no CDN.
+//
+//go:embed ui
+var uiFS embed.FS
+
+// asset is one dashboard file, with its gzip form when that is smaller.
+type asset struct {
+	body, gz []byte
+	ctype    string
+	etag     string
+}
+
+func (h *Handler) loadAssets() {
+	h.assets = map[string]*asset{}
+	_ = fs.WalkDir(uiFS, "ui", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := uiFS.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		a := &asset{body: b, ctype: mime.TypeByExtension(path.Ext(p))}
+		if a.ctype == "" {
+			a.ctype = "application/octet-stream"
+		}
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		_, _ = zw.Write(b)
+		_ = zw.Close()
+		if buf.Len() < len(b) {
+			a.gz = buf.Bytes()
+		}
+		a.etag = `"` + strconv.Itoa(len(b)) + "-" + strconv.FormatUint(uint64(crc(b)), 16) + `"`
+		h.assets["/"+strings.TrimPrefix(p, "ui/")] = a
+		return nil
+	})
+}
+
+// crc is a cheap content hash for ETags (FNV-1a).
+func crc(b []byte) uint32 {
+	h := uint32(2166136261)
+	for _, c := range b {
+		h ^= uint32(c)
+		h *= 16777619
+	}
+	return h
+}
+
+// handleDashboard serves the dashboard's files. The page itself is behind
+// the broker's authentication: a browser without a session or credentials
+// (on a broker that refuses anonymous clients) gets 401 with a Basic
+// challenge, so it asks for the ACL user name and password, and the answer
+// sets the session cookie.
+func (h *Handler) handleDashboard(w http.ResponseWriter, r *http.Request) {
+	if !getOnly(w, r) {
+		return
+	}
+	h.assetsOnce.Do(h.loadAssets)
+	p := r.URL.Path
+	if p == "/" {
+		p = "/index.html"
+	}
+	p = strings.TrimPrefix(p, "/ui")
+	a := h.assets[p]
+	if a == nil {
+		fail(w, http.StatusNotFound, "no such dashboard file %q", r.URL.Path)
+		return
+	}
+	hd := w.Header()
+	if r.ProtoMajor < 3 {
+		h.be.SetAltSvc(hd)
+	}
+	if p == "/index.html" {
+		if !h.dashboardAuth(w, r) {
+			return
+		}
+	}
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("Content-Type", a.ctype)
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'")
+	hd.Set("ETag", a.etag)
+	hd.Add("Vary", "Accept-Encoding")
+	if r.Header.Get("If-None-Match") == a.etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	body := a.body
+	if a.gz != nil && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		hd.Set("Content-Encoding", "gzip")
+		body = a.gz
+	}
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+}
+
+// dashboardAuth lets the page through when the request is authenticated
+// (session, credentials, certificate) or anonymous clients are accepted.
+// Credentials or a URL token sent with the page request also start a
+// session (the cookie the page's own requests then carry).
+func (h *Handler) dashboardAuth(w http.ResponseWriter, r *http.Request) bool {
+	sess, _ := r.Context().Value(identityKey{}).(*session)
+	hasSession := sess != nil
+	hasCreds := r.Header.Get("Authorization") != "" || (r.TLS != nil && len(r.TLS.VerifiedChains) > 0)
+	if !hasSession && !hasCreds && !h.be.Auth().Anonymous() {
+		w.Header().Set("WWW-Authenticate", `Basic realm="quiot dashboard", charset="UTF-8"`)
+		fail(w, http.StatusUnauthorized, "log in with an ACL user name and password (or open the dashboard with ?access_token=TOKEN from POST /v1/session)")
+		return false
+	}
+	id, ok := h.be.Identify(w, r)
+	if !ok {
+		return false
+	}
+	if (!hasSession && hasCreds) || (hasSession && sess.via != "cookie") {
+		exp := h.opts.Now().Add(h.opts.SessionTTL)
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: h.signer.sign(id, exp), Path: "/", MaxAge: int(h.opts.SessionTTL.Seconds()),
+			HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	}
+	return true
+}
