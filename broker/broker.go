@@ -155,11 +155,13 @@ func New(opts *Options) (*Broker, error) {
 		base.ClientAuth = tls.VerifyClientCertIfGiven
 	}
 	o.Tuning.ApplyServerTLS(base)
+	// TLS 1.3 only, on every listener: QUIC requires it, and the TCP
+	// fallback must not offer clients a weaker handshake than HTTP/3.
+	base.MinVersion = tls.VersionTLS13
 	b.tlsH3 = base.Clone()
 	b.tlsH3.NextProtos = []string{http3.NextProtoH3}
 	b.tlsTCP = base.Clone()
 	b.tlsTCP.NextProtos = []string{"h2", "http/1.1"}
-	b.tlsTCP.MinVersion = tls.VersionTLS12
 
 	handler, err := b.webHandler(http.HandlerFunc(b.serveHTTP)) // broker/web: CORS, sessions, dashboard
 	if err != nil {

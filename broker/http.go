@@ -67,7 +67,6 @@ func (b *Broker) tcpConnState(_ net.Conn, s http.ConnState) {
 	}
 }
 
-// earlyData reports whether r arrived before the QUIC handshake completed
 // Protocol names of the HTTP listeners in Stats and Message.Origin.
 const (
 	// ProtoH3 is HTTP/3 over QUIC.
@@ -84,6 +83,7 @@ func protoOf(r *http.Request) string {
 	return ProtoTCP
 }
 
+// earlyData reports whether r arrived before the QUIC handshake completed
 // (0-RTT).
 func earlyData(r *http.Request) bool {
 	cs, _ := r.Context().Value(connKey{}).(*connState)
@@ -183,7 +183,6 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// identify authenticates the connection of r once and returns its identity.
 // topicsPath is the collection of topics; a topic or filter follows it as
 // one percent-encoded path segment.
 const topicsPath = "/v1/topics"
@@ -236,6 +235,7 @@ func isDotSegment(seg string) bool {
 	return s == "." || s == ".."
 }
 
+// identify authenticates the connection of r once and returns its identity.
 // It answers 401 itself and returns ok=false when the client must
 // authenticate.
 //

@@ -19,6 +19,7 @@ import (
 type mqttFlags struct {
 	quicAddr string
 	tcpAddr  string
+	tlsAddr  string
 }
 
 func init() {
@@ -27,20 +28,22 @@ func init() {
 		name: "mqtt",
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&f.quicAddr, "mqtt-quic", ":14567", `UDP address of MQTT over QUIC (ALPN "mqtt", EMQX/NanoMQ compatible); empty disables`)
-			fs.StringVar(&f.tcpAddr, "mqtt-tcp", "", "TCP address of plain MQTT (e.g. :1883); empty disables")
+			fs.StringVar(&f.tcpAddr, "mqtt-tcp", "", "TCP address of plain MQTT (e.g. :1883; passwords travel in clear: prefer --mqtt-tls); empty disables")
+			fs.StringVar(&f.tlsAddr, "mqtt-tls", "", "TCP address of MQTT over TLS 1.3, mqtts:// (e.g. :8883); empty disables")
 		},
 		start: f.start,
 	})
 }
 
 func (f *mqttFlags) start(_ context.Context, b *broker.Broker, opts *broker.Options, log *slog.Logger, stdout io.Writer) (func(context.Context) error, error) {
-	if f.quicAddr == "" && f.tcpAddr == "" {
+	if f.quicAddr == "" && f.tcpAddr == "" && f.tlsAddr == "" {
 		return nil, nil
 	}
-	o := mqttquic.Options{QUICAddr: f.quicAddr, TCPAddr: f.tcpAddr, Broker: b, Profile: opts.Tuning, Logger: log}
+	o := mqttquic.Options{QUICAddr: f.quicAddr, TCPAddr: f.tcpAddr, TLSAddr: f.tlsAddr, Broker: b, Profile: opts.Tuning, Logger: log}
 	if o.QUICAddr == "" {
 		o.QUICAddr = "off"
-	} else {
+	}
+	if f.quicAddr != "" || f.tlsAddr != "" {
 		tc := &tls.Config{Certificates: opts.Certificates}
 		if len(tc.Certificates) == 0 {
 			c, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
@@ -71,6 +74,9 @@ func (f *mqttFlags) start(_ context.Context, b *broker.Broker, opts *broker.Opti
 	}
 	if a := s.TCPAddr(); a != "" {
 		fmt.Fprintf(stdout, "mqtt listening: mqtt://%s (MQTT over TCP)\n", a)
+	}
+	if a := s.TLSAddr(); a != "" {
+		fmt.Fprintf(stdout, "mqtt listening: mqtts://%s (MQTT over TLS)\n", a)
 	}
 	return func(context.Context) error { return s.Close() }, nil
 }

@@ -40,8 +40,13 @@ type Options struct {
 	// TCPAddr is the address of an MQTT over plain TCP listener; empty
 	// means none (e.g. ":1883" enables it).
 	TCPAddr string
-	// TLS is the server certificate configuration for QUIC (required unless
-	// QUICAddr is "off"). It is cloned; ALPN is set to "mqtt".
+	// TLSAddr is the address of an MQTT over TLS listener (TLS 1.3 only,
+	// TLS and ClientCAs as for QUIC, see tls.go); empty means none (e.g.
+	// ":8883" enables it).
+	TLSAddr string
+	// TLS is the server certificate configuration for QUIC and TLSAddr
+	// (required unless QUICAddr is "off" and TLSAddr empty). It is cloned;
+	// ALPN is set to "mqtt" on QUIC.
 	TLS *tls.Config
 	// ClientCAs, when set, verifies client certificates presented over QUIC
 	// (mTLS); the identity is the certificate's common name. Clients
@@ -114,6 +119,7 @@ type Server struct {
 	mq   *mqtt.Server
 	quic *QUICListener
 	tcp  *listeners.TCP
+	tlsl *listeners.TCP // MQTT over TLS (tls.go)
 	br   *bridge
 
 	closeOnce sync.Once
@@ -122,8 +128,8 @@ type Server struct {
 // New builds the server; Start opens the listeners.
 func New(opts Options) (*Server, error) {
 	opts.ensureDefaults()
-	if opts.QUICAddr != "off" && opts.TLS == nil {
-		return nil, errors.New("mqtt server: a TLS configuration is required for MQTT over QUIC")
+	if (opts.QUICAddr != "off" || opts.TLSAddr != "") && opts.TLS == nil {
+		return nil, errors.New("mqtt server: a TLS configuration is required for MQTT over QUIC or TLS")
 	}
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumPacketSize = opts.MaxPacketSize
@@ -192,6 +198,11 @@ func (s *Server) Start() error {
 			s.closeListeners()
 			return fmt.Errorf("mqtt server: %w", err)
 		}
+		s.warnPlainTCP()
+	}
+	if err := s.startTLS(); err != nil {
+		s.closeListeners()
+		return err
 	}
 	if err := s.mq.Serve(); err != nil {
 		return fmt.Errorf("mqtt server: %w", err)

@@ -1,7 +1,8 @@
 // Package client is quiot's publisher and subscriber for both protocols behind
 // one interface: HTTP/3 pub-sub (https://host:4433) and MQTT over QUIC
-// (mqtt-quic://host:14567) or MQTT over TCP (mqtt://host:1883). New picks the
-// implementation from the broker URL's scheme.
+// (mqtt-quic://host:14567), MQTT over TCP (mqtt://host:1883) or MQTT over TLS
+// (mqtts://host:8883). New picks the implementation from the broker URL's
+// scheme.
 package client
 
 import (
@@ -101,7 +102,8 @@ type Stats struct {
 // Options configure a client. Only Broker is required.
 type Options struct {
 	// Broker is the broker URL: https://host:4433 (HTTP/3 pub-sub),
-	// mqtt-quic://host:14567 (MQTT over QUIC) or mqtt://host:1883 (MQTT/TCP).
+	// mqtt-quic://host:14567 (MQTT over QUIC), mqtt://host:1883 (MQTT/TCP)
+	// or mqtts://host:8883 (MQTT over TLS 1.3).
 	Broker string
 	// Profile is the QUIC tuning profile; nil means quictune.Default().
 	Profile *quictune.Profile

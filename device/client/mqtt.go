@@ -26,8 +26,8 @@ import (
 )
 
 // MQTT over QUIC (mqtt-quic://, single-stream mode as EMQX and NanoMQ
-// speak it) and MQTT over TCP (mqtt://), both MQTT 5 through
-// eclipse/paho.golang's autopaho.
+// speak it), MQTT over TCP (mqtt://) and MQTT over TLS (mqtts://, TLS 1.3),
+// all MQTT 5 through eclipse/paho.golang's autopaho.
 
 const (
 	// mqttALPN is the TLS application protocol of MQTT over QUIC.
@@ -41,11 +41,13 @@ const (
 	mqttSessionExpiry   = 600 // seconds
 	defaultMQTTQUICPort = "14567"
 	defaultMQTTTCPPort  = "1883"
+	defaultMQTTTLSPort  = "8883"
 )
 
 func init() {
 	registerScheme("mqtt-quic", newMQTT)
 	registerScheme("mqtt", newMQTT)
+	registerScheme("mqtts", newMQTT)
 }
 
 // ErrMQTTRefused wraps a broker's refusal (CONNACK, SUBACK or PUBACK with a
@@ -63,6 +65,7 @@ type mqttClient struct {
 	opts   *Options
 	u      *url.URL
 	quic   bool
+	tls    bool // mqtts://: MQTT over TLS on TCP
 	addr   string
 	id     string
 	ctx    context.Context
@@ -82,12 +85,16 @@ type mqttClient struct {
 }
 
 func newMQTT(u *url.URL, opts *Options) (Client, error) {
-	c := &mqttClient{opts: opts, u: u, quic: strings.EqualFold(u.Scheme, "mqtt-quic"), subs: map[int]*mqttSub{}}
+	c := &mqttClient{opts: opts, u: u, quic: strings.EqualFold(u.Scheme, "mqtt-quic"), tls: strings.EqualFold(u.Scheme, "mqtts"), subs: map[int]*mqttSub{}}
 	port := u.Port()
 	if port == "" {
-		port = defaultMQTTTCPPort
-		if c.quic {
+		switch {
+		case c.quic:
 			port = defaultMQTTQUICPort
+		case c.tls:
+			port = defaultMQTTTLSPort
+		default:
+			port = defaultMQTTTCPPort
 		}
 	}
 	c.addr = net.JoinHostPort(u.Hostname(), port)
@@ -150,6 +157,19 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 		nc, err := d.DialContext(ctx, "tcp", c.addr)
 		if err != nil {
 			return nil, fmt.Errorf("mqtt dial %s: %w", c.addr, err)
+		}
+		if c.tls {
+			tc := c.tlsConfig()
+			tc.NextProtos = nil // MQTT over TLS names no ALPN protocol
+			tlc := tls.Client(nc, tc)
+			if err := tlc.HandshakeContext(ctx); err != nil {
+				_ = nc.Close()
+				return nil, fmt.Errorf("mqtts handshake with %s: %w", c.addr, err)
+			}
+			if c.handshake.Load() == 0 {
+				c.handshake.CompareAndSwap(0, int64(time.Since(start)))
+			}
+			nc = tlc
 		}
 		return packets.NewThreadSafeConn(nc), nil
 	}
