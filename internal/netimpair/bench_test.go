@@ -2,6 +2,7 @@ package netimpair
 
 import (
 	"net"
+	"slices"
 	"testing"
 	"time"
 )
@@ -63,4 +64,31 @@ func BenchmarkRelayForward(b *testing.B) {
 			b.ReportMetric(float64(b.N*burst)/b.Elapsed().Seconds(), "datagrams/s")
 		})
 	}
+}
+
+// BenchmarkRelayDelay measures how far the relay's one-way delay exceeds
+// the configured 20 ms, in the median (target: within 1 ms on a quiet host).
+func BenchmarkRelayDelay(b *testing.B) {
+	const up, down = 20 * time.Millisecond, 5 * time.Millisecond
+	var excess []float64
+	for range b.N {
+		ows, _ := measureDelay(b, up, down)
+		slices.Sort(ows)
+		excess = append(excess, float64(ows[len(ows)/2]-up)/float64(time.Microsecond))
+	}
+	slices.Sort(excess)
+	b.ReportMetric(excess[len(excess)/2], "excess_median_us")
+}
+
+// BenchmarkRelayRate measures the rate a link set to 8000 kbit/s delivers
+// (target: within 5 % on a quiet host).
+func BenchmarkRelayRate(b *testing.B) {
+	const kbit = 8000.0
+	var errs []float64
+	for range b.N {
+		rate, _ := measureRate(b, kbit)
+		errs = append(errs, (rate-kbit)/kbit*100)
+	}
+	slices.Sort(errs)
+	b.ReportMetric(errs[len(errs)/2], "rate_error_pct")
 }
