@@ -96,6 +96,7 @@ type hub struct {
 	// forget collects the history removals not yet handed to it.
 	persist Store
 	forget  []ForgetOp
+	applied uint64 // with persist: the last sequence number applied
 }
 
 func newHub(l Limits, c *counters) *hub {

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // Store keeps the topic space across broker runs: the sequence counter and
@@ -117,6 +118,7 @@ func (h *hub) committed(msgs []*Message, err error) {
 	h.mu.Lock()
 	for _, m := range msgs {
 		h.apply(m)
+		h.applied = m.Seq
 	}
 	h.flushForget()
 	h.mu.Unlock()
@@ -162,6 +164,7 @@ func (h *hub) restore(st *StoredState) {
 		return ts
 	}
 	h.seq = st.Seq
+	h.applied = st.Seq
 	h.forgotten = st.Forgotten
 	for name, ev := range st.Evicted {
 		get(name).evictedMax = ev
@@ -174,6 +177,7 @@ func (h *hub) restore(st *StoredState) {
 	}
 	for _, m := range st.History {
 		h.seq = max(h.seq, m.Seq)
+		h.applied = h.seq
 		h.store(get(m.Topic), m)
 	}
 	for name, ts := range h.topics {
@@ -203,4 +207,40 @@ func (h *hub) startPersist(s Store, newEpoch func() uint64) (*StoredState, uint6
 	h.flushForget()
 	h.mu.Unlock()
 	return st, epoch, nil
+}
+
+// RetainedMessages returns the retained messages, in sequence order (for
+// another protocol's view of the topic space after a restart).
+func (b *Broker) RetainedMessages() []*Message {
+	h := b.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*Message
+	for _, ts := range h.topics {
+		if ts.retained != nil {
+			out = append(out, ts.retained)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Message) int { return cmpU64(a.Seq, b.Seq) })
+	return out
+}
+
+// HistoryAfter returns the history messages with sequence numbers above
+// seq, oldest first, and the last sequence number applied (a message above
+// it reaches the taps after this call). The messages are shared: do not
+// modify them.
+func (b *Broker) HistoryAfter(seq uint64) (msgs []*Message, last uint64) {
+	h := b.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := 0; i < h.order.len(); i++ {
+		if e := h.order.at(i); !e.evicted && e.m.Seq > seq {
+			msgs = append(msgs, e.m)
+		}
+	}
+	last = h.seq
+	if h.persist != nil {
+		last = h.applied
+	}
+	return msgs, last
 }

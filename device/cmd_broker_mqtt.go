@@ -40,6 +40,7 @@ func (f *mqttFlags) start(_ context.Context, b *broker.Broker, opts *broker.Opti
 		return nil, nil
 	}
 	o := mqttquic.Options{QUICAddr: f.quicAddr, TCPAddr: f.tcpAddr, TLSAddr: f.tlsAddr, Broker: b, Profile: opts.Tuning, Logger: log}
+	o.DataDir = brokerDataDir // cmd_broker_data.go
 	if o.QUICAddr == "" {
 		o.QUICAddr = "off"
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlogwriter"
 
+	"github.com/quiot/quiot/broker/store"
 	"github.com/quiot/quiot/internal/quictune"
 )
 
@@ -81,6 +82,10 @@ type Options struct {
 	// 16 KiB (mochi's default, 2 KiB, makes twice the write system calls
 	// in a fan-out).
 	WriteBufferSize int
+	// DataDir, when set, keeps persistent sessions (their subscriptions
+	// and queued QoS 1 messages) across restarts in DataDir/mqtt-sessions.db
+	// (broker/store); empty means sessions live in memory only.
+	DataDir string
 	// StreamTimeout bounds the wait for a client's MQTT stream after the
 	// QUIC handshake; zero means 10 s.
 	StreamTimeout time.Duration
@@ -150,6 +155,19 @@ func New(opts Options) (*Server, error) {
 		SysTopicResendInterval: 60,
 	})
 	s := &Server{opts: opts, mq: mq}
+	if opts.DataDir != "" {
+		so := store.SessionOptions{Dir: opts.DataDir, Server: mq, Logger: opts.Logger}
+		if c, ok := opts.Broker.(store.SessionCore); ok {
+			so.Core = c
+		}
+		h, err := store.OpenSessions(so)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt server: %w", err)
+		}
+		if err := mq.AddHook(h, nil); err != nil {
+			return nil, fmt.Errorf("mqtt server: add session hook: %w", err)
+		}
+	}
 	if err := mq.AddHook(new(compatHook), nil); err != nil {
 		return nil, fmt.Errorf("mqtt server: add compat hook: %w", err)
 	}
