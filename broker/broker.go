@@ -72,6 +72,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/broker/web"
 	"github.com/quiot/quiot/internal/certs"
 )
 
@@ -172,7 +173,7 @@ func New(opts *Options) (*Broker, error) {
 		TLSConfig:   b.tlsH3,
 		QUICConfig:  o.QUIC,
 		ConnContext: b.quicConnContext,
-		Logger:      o.Logger,
+		Logger:      web.RedactTokens(o.Logger), // no session token from a URL in its request log
 	}
 	b.tcp = &http.Server{
 		Handler:           handler,

@@ -18,6 +18,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/broker/web"
 	"github.com/quiot/quiot/internal/wire"
 )
 
@@ -248,6 +249,9 @@ func isDotSegment(seg string) bool {
 // client certificate) must name that same identity, otherwise the request
 // is answered 403: one connection, one identity.
 func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok bool) {
+	if id, ok := web.IdentityFrom(r.Context()); ok {
+		return id, true // a browser's session token, verified by broker/web
+	}
 	cs, _ := r.Context().Value(connKey{}).(*connState)
 	if cs == nil {
 		cs = &connState{}

@@ -8,10 +8,10 @@ import (
 	"unicode/utf8"
 )
 
-// previewBytes is how much of a payload /v1/topics shows.
+// previewBytes is how much of a payload /v1/stats/topics shows.
 const previewBytes = 256
 
-// TopicInfo is what /v1/topics says about one topic.
+// TopicInfo is what /v1/stats/topics says about one topic.
 type TopicInfo struct {
 	// Topic is the topic name.
 	Topic string `json:"topic"`

@@ -26,7 +26,7 @@
 //	GET    /v1/session   -> who am I: {"identity","proto","via"}
 //	DELETE /v1/session   -> clears the cookie
 //	GET    /v1/stats     -> broker counters (the figures of /metrics) as JSON
-//	GET    /v1/topics    -> topics seen since start: count, last value, retained
+//	GET    /v1/stats/topics -> topics seen since start: count, last value, retained
 //	GET    /             -> the dashboard (Options.Dashboard), /ui/* its files
 //
 // GET /v1/topics/{filter}?proto=1 (SSE) first sends an event "proto" whose
@@ -82,7 +82,7 @@ type Options struct {
 	// 15 minutes. A subscription opened with a token outlives it; a new
 	// request needs a fresh token (POST /v1/session again).
 	SessionTTL time.Duration
-	// MaxTopics bounds the topics /v1/topics tracks (count, last value);
+	// MaxTopics bounds the topics /v1/stats/topics tracks (count, last value);
 	// zero means 1000. Later topics are counted, not tracked.
 	MaxTopics int
 	// Logger receives diagnostics; nil means slog.Default().
@@ -159,7 +159,7 @@ func New(opts *Options, be Backend) (*Handler, error) {
 	return h, nil
 }
 
-// Observe records an accepted message for /v1/topics. The broker calls it
+// Observe records an accepted message for /v1/stats/topics. The broker calls it
 // for every message (a tap); it copies at most a short prefix of payload
 // and never blocks for long.
 func (h *Handler) Observe(topic string, payload []byte, retain bool, origin string) {
@@ -222,7 +222,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		h.handleSession(w, r, sess)
 	case path == "/v1/stats":
 		h.handleStats(w, r)
-	case path == "/v1/topics":
+	case path == "/v1/stats/topics":
 		h.handleTopics(w, r)
 	case h.opts.Dashboard && (path == "/" || path == "/index.html" || strings.HasPrefix(path, "/ui/")):
 		h.handleDashboard(w, r)
@@ -232,7 +232,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if web {
 		return
 	}
-	if r.Method == http.MethodGet && r.URL.Query().Get(protoParam) == "1" && strings.HasPrefix(path, "/v1/topics/") {
+	if r.Method == http.MethodGet && (path == "/v1/topics" || strings.HasPrefix(path, "/v1/topics/")) && r.URL.Query().Get(protoParam) == "1" {
 		r = stripQuery(r, protoParam)
 		w = &protoWriter{ResponseWriter: w, proto: r.Proto}
 	}
@@ -395,7 +395,7 @@ func (h *Handler) handleStats(w http.ResponseWriter, r *http.Request) {
 	h.writeJSON(w, r, statsReply{Broker: h.be.Stats(), Uptime: h.opts.Now().Sub(h.started).Seconds(), Proto: r.Proto, Identity: id})
 }
 
-// topicsReply is the body of /v1/topics.
+// topicsReply is the body of /v1/stats/topics.
 type topicsReply struct {
 	Topics    []TopicInfo `json:"topics"`
 	Untracked uint64      `json:"untracked"`

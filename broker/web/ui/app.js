@@ -50,6 +50,12 @@
       return '0x' + Array.from(atob(b64).slice(0, 32), (c) => c.charCodeAt(0).toString(16).padStart(2, '0')).join('');
     }
   }
+  // topicURL names a topic or filter as one percent-encoded path segment;
+  // the topics "." and ".." (dot segments in any URL) go in ?topic=.
+  function topicURL(t, query) {
+    if (t === '.' || t === '..') return '/v1/topics?topic=' + encodeURIComponent(t) + (query ? '&' + query : '');
+    return '/v1/topics/' + encodeURIComponent(t) + (query ? '?' + query : '');
+  }
   function showErr(msg) { $('err').textContent = msg || ''; }
 
   async function getJSON(url) {
@@ -129,7 +135,7 @@
   // --- topic tree ------------------------------------------------------
   async function pollTopics(now) {
     let s;
-    try { s = await getJSON('/v1/topics'); } catch (e) { $('topics-note').textContent = e.message; return; }
+    try { s = await getJSON('/v1/stats/topics'); } catch (e) { $('topics-note').textContent = e.message; return; }
     setProto('topics-proto', s.proto);
     const dt = prev.t ? (now - prev.t) / 1000 : 0;
     const rows = [];
@@ -175,7 +181,7 @@
     series.clear();
     $('live').replaceChildren();
     $('live-state').textContent = 'connecting…';
-    es = new EventSource('/v1/topics/' + encodeURIComponent(filter) + '?proto=1');
+    es = new EventSource(topicURL(filter, 'proto=1'));
     es.addEventListener('proto', (e) => setProto('live-proto', e.data));
     es.addEventListener('open', () => { $('live-state').textContent = 'subscribed to ' + filter; });
     es.addEventListener('error', () => {
@@ -257,7 +263,7 @@
     ev.preventDefault();
     const topic = $('pub-topic').value;
     if (!topic) { $('pub-result').textContent = 'topic?'; return; }
-    const url = '/v1/topics/' + encodeURIComponent(topic) + '?qos=' + $('pub-qos').value + ($('pub-retain').checked ? '&retain=1' : '');
+    const url = topicURL(topic, 'qos=' + $('pub-qos').value + ($('pub-retain').checked ? '&retain=1' : ''));
     const r = await fetch(url, { method: 'POST', body: $('pub-payload').value, credentials: 'same-origin', headers: { 'Quiot-Time': String(Date.now() * 1e6) } });
     const entry = performance.getEntriesByType('resource').filter((e) => e.name.endsWith(url)).pop();
     if (entry && entry.nextHopProtocol) setProto('pub-proto', entry.nextHopProtocol);
