@@ -71,7 +71,7 @@ func Analyze(dir string, o AnalyzeOptions) error {
 	}
 	var plots []string
 	if !o.NoPlots {
-		pred, _ := model.CVPredictions(m, obs, o.Seed)
+		pred := m.OuterPredictions
 		plots, err = writePlots(dir, Representative(rows, m.Response), m, obs, pred)
 		if err != nil {
 			return err

@@ -77,7 +77,7 @@ func TestFitRecoversKnownCoefficients(t *testing.T) {
 			chosen, covered, total := 0, 0, 0
 			for seed := uint64(1); seed <= draws; seed++ {
 				obs := synth(t, tt.truth, grid, 0.5, seed)
-				m, err := Fit(obs, FitOptions{Candidates: tt.candidates, MaxTerms: 6, Transform: "none"})
+				m, err := Fit(obs, FitOptions{Candidates: tt.candidates, MaxTerms: 6, Transform: "none", Repeats: 2, Bootstrap: 100})
 				if err != nil {
 					t.Fatal(err)
 				}
