@@ -56,6 +56,12 @@ func TestCertsCommands(t *testing.T) {
 		{"device without name", []string{"certs", "device", "--ca-dir", dir}, 2},
 		{"device without CA", []string{"certs", "device", "x", "--ca-dir", t.TempDir()}, 1},
 		{"bad device name", []string{"certs", "device", "a/b", "--ca-dir", dir}, 2},
+		// Issue 9 finding 4: names that become wildcards in %u patterns.
+		{"wildcard # name", []string{"certs", "device", "#", "--ca-dir", dir}, 2},
+		{"wildcard + name", []string{"certs", "device", "a+", "--ca-dir", dir}, 2},
+		{"NUL name", []string{"certs", "device", "a\x00", "--ca-dir", dir}, 2},
+		{"empty name", []string{"certs", "device", "", "--ca-dir", dir}, 2},
+		{"$ name", []string{"certs", "device", "$SYS", "--ca-dir", dir}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if code := run(tc.args, io.Discard, io.Discard); code != tc.code {

@@ -25,7 +25,9 @@ const certsUsage = `usage:
       writes DIR/ca.pem and DIR/ca-key.pem
   quiot certs device NAME [--ca-dir DIR] [--out DIR] [--hosts h1,h2] [--days N]
       writes DIR/NAME.pem and DIR/NAME-key.pem, signed by DIR/ca.pem; the
-      certificate serves as broker (server) and client (mTLS, identity NAME)`
+      certificate serves as broker (server) and client (mTLS, identity NAME).
+      NAME must be one topic level: not empty, no '+', '#', '/', control
+      characters, no leading '$', at most 128 bytes`
 
 func runCerts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -93,6 +95,12 @@ func runCertsDevice(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: certs device needs a NAME before the flags", errUsage)
 	}
 	name := args[0]
+	// The name becomes the identity that ACL patterns substitute for %u:
+	// refuse names with wildcards, separators or control characters
+	// before anything is written.
+	if err := certs.ValidateName(name); err != nil {
+		return fmt.Errorf("%w: certs device: %v", errUsage, err)
+	}
 	fs := newFlagSet("certs device", stderr)
 	caDir := fs.String("ca-dir", ".", "directory holding ca.pem and ca-key.pem")
 	out := fs.String("out", "", "directory to write NAME.pem and NAME-key.pem to (default: --ca-dir)")

@@ -19,6 +19,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // CA is a certificate authority: its certificate and private key.
@@ -121,11 +122,46 @@ type Issued struct {
 	KeyPEM  []byte
 }
 
+// MaxNameLen is the longest device name (identity) in bytes.
+const MaxNameLen = 128
+
+// ErrBadName is returned (wrapped) by ValidateName and Issue for a name
+// that cannot be an identity.
+var ErrBadName = errors.New("bad identity name")
+
+// ValidateName checks that name can be a device's identity: the broker
+// puts it into ACL patterns (%u) and MQTT topics, so it must be one topic
+// level that matches only itself. It must be non-empty, at most MaxNameLen
+// bytes of valid UTF-8, not start with '$', and hold no '+', '#', '/',
+// NUL or other control character. broker/auth applies the same rule to every identity, whether
+// it comes from a certificate, a token or a password.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty", ErrBadName)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: %d bytes (at most %d)", ErrBadName, len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w %q: not valid UTF-8", ErrBadName, name)
+	case name[0] == '$':
+		return fmt.Errorf("%w %q: must not start with '$' (topics starting with '$' belong to the broker)", ErrBadName, name)
+	}
+	for _, r := range name {
+		switch {
+		case r == '+' || r == '#' || r == '/':
+			return fmt.Errorf("%w %q: must not contain %q (an MQTT wildcard or level separator)", ErrBadName, name, r)
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+			return fmt.Errorf("%w %q: must not contain control character %U", ErrBadName, name, r)
+		}
+	}
+	return nil
+}
+
 // Issue makes a device certificate for name (the identity: CN and first SAN),
 // valid for both server and client authentication.
 func (ca *CA) Issue(name string, opts *Options) (*Issued, error) {
-	if name == "" || strings.ContainsAny(name, "\x00/") {
-		return nil, fmt.Errorf("bad device name %q", name)
+	if err := ValidateName(name); err != nil {
+		return nil, err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -3,7 +3,9 @@ package certs
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,9 +37,19 @@ func TestIssueRejectsBadName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"", "a/b", "a\x00b"} {
-		if _, err := ca.Issue(n, nil); err == nil {
-			t.Errorf("Issue(%q) succeeded", n)
+	// Names that would become ACL wildcards or levels when put into a
+	// pattern (%u): finding 4 of issue 9 (CN "#" was issued).
+	for _, n := range []string{"", "a/b", "a\x00b", "#", "+", "a+b", "dev/#", "a\nb", "\xff", "$SYS", strings.Repeat("x", MaxNameLen+1)} {
+		if _, err := ca.Issue(n, nil); err == nil || !errors.Is(err, ErrBadName) {
+			t.Errorf("Issue(%q) = %v, want ErrBadName", n, err)
+		}
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, n := range []string{"sensor-1", "a:b", "Küche", "a.b", "x$", strings.Repeat("x", MaxNameLen)} {
+		if err := ValidateName(n); err != nil {
+			t.Errorf("ValidateName(%q) = %v", n, err)
 		}
 	}
 }
