@@ -66,7 +66,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -101,7 +100,8 @@ type Broker struct {
 	stopOnce sync.Once
 	closeErr error
 
-	active tracker // running request handlers
+	active tracker   // running request handlers
+	lim    *limiters // connection and subscription bounds (limits.go)
 
 	// epoch identifies this broker run (see internal/wire, "Epoch"): a
 	// subscriber's resume point from another run is announced as a restart.
@@ -130,6 +130,7 @@ func New(opts *Options) (*Broker, error) {
 	o := opts.ensureDefaults()
 	b := &Broker{opts: o, log: o.Logger, stats: &counters{}, done: make(chan struct{}), closed: make(chan struct{}), epoch: newEpoch()}
 	b.hub = newHub(o.Limits, b.stats)
+	b.lim = newLimiters(o.Limits)
 
 	certsList := o.Certificates
 	if len(certsList) == 0 {
@@ -168,19 +169,25 @@ func New(opts *Options) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	handler = b.guard(handler) // 503 for TCP connections beyond the limits (limits.go)
 	b.h3 = &http3.Server{
 		Handler:     handler,
 		TLSConfig:   b.tlsH3,
 		QUICConfig:  o.QUIC,
 		ConnContext: b.quicConnContext,
 		Logger:      web.RedactTokens(o.Logger), // no session token from a URL in its request log
+		// MaxHeaderBytes bounds a request's header section (Limits).
+		MaxHeaderBytes: o.Limits.MaxHeaderBytes,
 	}
 	b.tcp = &http.Server{
 		Handler:           handler,
 		TLSConfig:         b.tlsTCP,
 		ConnContext:       b.tcpConnContext,
 		ConnState:         b.tcpConnState,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: o.Limits.ReadHeaderTimeout,
+		IdleTimeout:       o.Limits.IdleTimeout,
+		MaxHeaderBytes:    o.Limits.MaxHeaderBytes,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: o.Limits.MaxStreamsPerConn},
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelDebug),
 	}
 	if o.Store != nil {
@@ -258,7 +265,7 @@ func (b *Broker) Start() error {
 		}
 		b.ownPC, pc, tln = udp, udp, t
 	}
-	b.tr = &quic.Transport{Conn: pc}
+	b.tr = &quic.Transport{Conn: pc, ConnContext: b.quicAdmit}
 	var ln http3.QUICListener
 	var err error
 	if b.opts.QUIC.Allow0RTT {
@@ -302,7 +309,7 @@ func (b *Broker) Start() error {
 		}
 		b.tcpLn = tln
 		go func() {
-			err := b.tcp.Serve(tls.NewListener(tln, b.tlsTCP))
+			err := b.tcp.Serve(tls.NewListener(limitListener{Listener: tln, b: b}, b.tlsTCP))
 			if errors.Is(err, http.ErrServerClosed) {
 				err = nil
 			}
@@ -513,6 +520,13 @@ func (t *tracker) done() {
 		t.wait = nil
 	}
 	t.mu.Unlock()
+}
+
+// running is the number of running handlers.
+func (t *tracker) running() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n
 }
 
 func (t *tracker) idle() <-chan struct{} {

@@ -38,10 +38,15 @@ const (
 type connState struct {
 	proto string
 	qc    *quic.Conn // nil on TCP
+	b     *Broker
+	// refused, when set, is why every request of this TCP connection is
+	// answered 503 (limits.go).
+	refused error
 
 	mu       sync.Mutex
 	authed   bool
 	identity string
+	counted  bool // holds a MaxConnsPerIdentity slot
 
 	subs atomic.Int32
 }
@@ -49,14 +54,35 @@ type connState struct {
 type connKey struct{}
 
 func (b *Broker) quicConnContext(ctx context.Context, c *quic.Conn) context.Context {
-	cs := &connState{proto: ProtoH3, qc: c}
+	cs := &connState{proto: ProtoH3, qc: c, b: b}
 	b.ConnOpened(ProtoH3)
-	context.AfterFunc(c.Context(), func() { b.ConnClosed(ProtoH3) })
+	context.AfterFunc(c.Context(), func() {
+		cs.closed()
+		b.ConnClosed(ProtoH3)
+	})
 	return context.WithValue(ctx, connKey{}, cs)
 }
 
-func (b *Broker) tcpConnContext(ctx context.Context, _ net.Conn) context.Context {
-	return context.WithValue(ctx, connKey{}, &connState{proto: ProtoTCP})
+func (b *Broker) tcpConnContext(ctx context.Context, c net.Conn) context.Context {
+	cs := &connState{proto: ProtoTCP, b: b}
+	if lc := limitedOf(c); lc != nil {
+		cs.refused = lc.refused
+		lc.onClose.Store(cs)
+	}
+	return context.WithValue(ctx, connKey{}, cs)
+}
+
+// guard answers 503 to every request of a TCP connection admitted beyond
+// the connection limits, then closes it (limits.go).
+func (b *Broker) guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cs, _ := r.Context().Value(connKey{}).(*connState); cs != nil && cs.refused != nil {
+			w.Header().Set("Connection", "close")
+			fail(w, http.StatusServiceUnavailable, "%v", cs.refused)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (b *Broker) tcpConnState(_ net.Conn, s http.ConnState) {
@@ -272,12 +298,21 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 		case ok:
 			cs.mu.Lock()
 			defer cs.mu.Unlock()
-			bound, was := cs.boundLocked(r)
+			bound, was, err := cs.boundLocked(r)
+			if err != nil {
+				fail(w, http.StatusTooManyRequests, "%v", err)
+				return "", false
+			}
 			if bound && was != id {
 				fail(w, http.StatusForbidden, "credentials name %q but this connection is authenticated as %q (open a new connection to change identity)", id, was)
 				return "", false
 			}
-			cs.authed, cs.identity = true, id
+			if !bound {
+				if err := cs.bindLocked(id); err != nil {
+					fail(w, http.StatusTooManyRequests, "%v", err)
+					return "", false
+				}
+			}
 			return id, true
 		case !a.IsOpen():
 			w.Header().Set("WWW-Authenticate", `Bearer realm="quiot"`)
@@ -288,7 +323,12 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if bound, id := cs.boundLocked(r); bound {
+	bound, id, err := cs.boundLocked(r)
+	if err != nil {
+		fail(w, http.StatusTooManyRequests, "%v", err)
+		return "", false
+	}
+	if bound {
 		return id, true
 	}
 	if a.Anonymous() {
@@ -301,16 +341,19 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 
 // boundLocked reports the identity the connection is bound to: by an
 // earlier request's credentials or, binding it now, by a verified client
-// certificate. cs.mu is held.
-func (cs *connState) boundLocked(r *http.Request) (bound bool, id string) {
+// certificate (an error when the identity has its limit of connections).
+// cs.mu is held.
+func (cs *connState) boundLocked(r *http.Request) (bound bool, id string, err error) {
 	if cs.authed {
-		return true, cs.identity
+		return true, cs.identity, nil
 	}
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && len(r.TLS.VerifiedChains) > 0 {
-		cs.authed, cs.identity = true, r.TLS.PeerCertificates[0].Subject.CommonName
-		return true, cs.identity
+		if err := cs.bindLocked(r.TLS.PeerCertificates[0].Subject.CommonName); err != nil {
+			return false, "", err
+		}
+		return true, cs.identity, nil
 	}
-	return false, ""
+	return false, "", nil
 }
 
 func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string) {
@@ -457,11 +500,18 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	if cs != nil {
 		if n := cs.subs.Add(1); int(n) > b.opts.Limits.MaxSubscriptionsPerConn {
 			cs.subs.Add(-1)
+			b.stats.refuse(RefusedSubscriptionsPerConn)
 			fail(w, http.StatusTooManyRequests, "too many subscriptions on this connection (limit %d)", b.opts.Limits.MaxSubscriptionsPerConn)
 			return
 		}
 		defer cs.subs.Add(-1)
 	}
+	release, status, err := b.admitSubscription(r, id)
+	if err != nil {
+		fail(w, status, "%v", err)
+		return
+	}
+	defer release()
 	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 	sub := newSubscriber(filter, b.opts.Limits, b.stats)
 	initial, err := b.hub.start(sub, since, otherRun)

@@ -59,6 +59,43 @@ type Limits struct {
 	// MaxSubscriptionsPerConn bounds concurrent subscriptions on one
 	// connection; zero means 100. Beyond it a subscribe gets 429.
 	MaxSubscriptionsPerConn int
+	// MaxSubscriptionsPerIdentity bounds the live subscriptions of one
+	// identity over all its connections (anonymous clients: of one remote
+	// IP address); zero means 1000. Beyond it a subscribe gets 429.
+	MaxSubscriptionsPerIdentity int
+	// MaxSubscriptions bounds the live HTTP subscriptions in total; zero
+	// means 10000. Beyond it a subscribe gets 503.
+	MaxSubscriptions int
+
+	// MaxConns bounds the open HTTP connections, HTTP/3 and TCP (HTTP/1.1,
+	// HTTP/2) together, handshakes included; zero means 1024. Beyond it a
+	// QUIC connection attempt is refused (CONNECTION_REFUSED) and a TCP
+	// connection gets one 503 and is closed (see limits.go).
+	MaxConns int
+	// MaxConnsPerAddr bounds the open HTTP connections from one remote IP
+	// address; zero means 128 (devices behind one NAT share an address).
+	MaxConnsPerAddr int
+	// MaxConnsPerIdentity bounds the open HTTP connections bound to one
+	// identity (certificate CN or credentials); zero means 128. A request
+	// that would bind one more connection to the identity gets 429.
+	MaxConnsPerIdentity int
+	// MaxStreamsPerConn bounds the concurrent requests (streams) of one
+	// connection: QUIC's MAX_STREAMS for HTTP/3, SETTINGS_MAX_CONCURRENT_STREAMS
+	// for HTTP/2; a client waits for a free stream. Zero means the QUIC
+	// profile's MaxIncomingStreams (quic-go's 100 when the profile leaves it
+	// unset) for HTTP/3, and 100 for HTTP/2.
+	MaxStreamsPerConn int
+	// MaxHeaderBytes bounds a request's header section on every listener;
+	// zero means 64 KiB. Beyond it a request gets 431 (HTTP/1.1, HTTP/2)
+	// or is refused by the HTTP/3 layer.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds the time a TCP client takes to send a
+	// request's header; zero means 10 s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a TCP connection idle between requests (HTTP/1.1
+	// keep-alive, HTTP/2 without streams); zero means 2 minutes. HTTP/3
+	// connections end by the QUIC idle timeout.
+	IdleTimeout time.Duration
 }
 
 const (
@@ -186,6 +223,38 @@ func (o *Options) ensureDefaults() Options {
 	}
 	if l.MaxSubscriptionsPerConn <= 0 {
 		l.MaxSubscriptionsPerConn = 100
+	}
+	if l.MaxSubscriptionsPerIdentity <= 0 {
+		l.MaxSubscriptionsPerIdentity = 1000
+	}
+	if l.MaxSubscriptions <= 0 {
+		l.MaxSubscriptions = 10000
+	}
+	if l.MaxConns <= 0 {
+		l.MaxConns = 1024
+	}
+	if l.MaxConnsPerAddr <= 0 {
+		l.MaxConnsPerAddr = 128
+	}
+	if l.MaxConnsPerIdentity <= 0 {
+		l.MaxConnsPerIdentity = 128
+	}
+	if l.MaxStreamsPerConn <= 0 {
+		if c.QUIC.MaxIncomingStreams > 0 {
+			l.MaxStreamsPerConn = int(min(c.QUIC.MaxIncomingStreams, 1<<20))
+		} else {
+			l.MaxStreamsPerConn = 100
+		}
+	}
+	c.QUIC.MaxIncomingStreams = int64(l.MaxStreamsPerConn)
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = 64 << 10
+	}
+	if l.ReadHeaderTimeout <= 0 {
+		l.ReadHeaderTimeout = 10 * time.Second
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 2 * time.Minute
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 5 * time.Second

@@ -42,6 +42,14 @@ type Stats struct {
 	RetainedBytes int64
 	// LastSeq is the last sequence number assigned.
 	LastSeq uint64
+	// Refused counts refusals by the HTTP side's limits, by limit name
+	// (RefusedConns, RefusedConnsPerAddr, RefusedConnsPerIdentity,
+	// RefusedSubscriptions, RefusedSubscriptionsPerIdentity,
+	// RefusedSubscriptionsPerConn); a limit never reached is absent.
+	Refused map[string]uint64
+	// Requests is the number of HTTP requests being handled now
+	// (subscriptions and publish streams included).
+	Requests int
 }
 
 type protoCounters struct {
@@ -53,6 +61,7 @@ type protoCounters struct {
 
 type counters struct {
 	protos  sync.Map // string -> *protoCounters
+	refused sync.Map // limit name -> *atomic.Uint64
 	dropped atomic.Uint64
 	cutOff  atomic.Uint64
 }
@@ -94,6 +103,12 @@ func (b *Broker) Stats() Stats {
 		s.Protocols[k.(string)] = ProtoStats{ConnsOpen: p.open.Load(), ConnsTotal: p.total.Load(), MessagesIn: p.in.Load(), MessagesOut: p.out.Load()}
 		return true
 	})
+	s.Refused = map[string]uint64{}
+	b.stats.refused.Range(func(k, v any) bool {
+		s.Refused[k.(string)] = v.(*atomic.Uint64).Load()
+		return true
+	})
+	s.Requests = b.active.running()
 	s.Dropped = b.stats.dropped.Load()
 	s.CutOff = b.stats.cutOff.Load()
 	h := b.hub
