@@ -8,7 +8,7 @@ DIST     := dist
 # Packages with concurrency run under the race detector in `make test`.
 RACE_PKGS ?= ./broker/... ./device/bench/... ./device/client/... ./internal/netimpair/... ./internal/wire/... ./probe/capture/... ./probe/measure/... ./probe/watch/... ./internal/qmetrics/... ./device/sysstat/... ./probe/ovs/...
 
-.PHONY: all build pi arm64 test unit race lint demo deps deb lab bench clean
+.PHONY: all build pi arm64 test unit race lint fuzz demo deps deb lab bench clean
 
 all: build
 
@@ -36,6 +36,20 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$$($(GO) env GOPATH)/bin/staticcheck ./...
+
+# make fuzz: every fuzz target of the repo (go test -list '^Fuzz' in each
+# package that has one), one at a time, FUZZTIME each; the first crash fails
+# the run (its input lands in the package's testdata/fuzz/FuzzX/).
+FUZZTIME ?= 30s
+fuzz:
+	@set -e; \
+	for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+		targets=$$($(GO) test -list '^Fuzz' $$dir | grep '^Fuzz') || { echo "fuzz: cannot list $$dir"; exit 1; }; \
+		for t in $$targets; do \
+			echo "== fuzz $$dir $$t ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$dir || { echo "fuzz: $$dir $$t failed"; exit 1; }; \
+		done; \
+	done
 
 # make demo: the main job on loopback (see README).
 demo: deps build

@@ -104,6 +104,14 @@ func (c *BrokerCollector) WritePrometheus(w io.Writer) {
 	e.single("history_messages", gauge, "Messages held for resume.", i(s.HistoryMessages))
 	e.single("history_bytes", gauge, "Payload bytes held for resume.", strconv.FormatInt(s.HistoryBytes, 10))
 	e.single("last_sequence", gauge, "Last sequence number assigned.", u(s.LastSeq))
+	e.single("http_requests", gauge, "HTTP requests being handled (subscriptions and publish streams included).", i(s.Requests))
+	if len(s.Refused) > 0 {
+		limits := slices.Sorted(maps.Keys(s.Refused))
+		e.family("refused_total", counter, "Connections and requests refused by a limit (broker.Limits), by limit.")
+		for _, l := range limits {
+			e.sample("refused_total", u(s.Refused[l]), "limit", l)
+		}
+	}
 }
 
 // QUICCollector exports the QUIC statistics of the broker's UDP socket

@@ -38,6 +38,7 @@ func TestBrokerCollectorStats(t *testing.T) {
 		},
 		Subscriptions: 3, Dropped: 7, CutOff: 1, QueueDepthSum: 12, QueueDepthMax: 9,
 		Topics: 4, HistoryMessages: 30, HistoryBytes: 3000, LastSeq: 16777216,
+		Requests: 2, Refused: map[string]uint64{broker.RefusedConnsPerAddr: 5, broker.RefusedConns: 1},
 	}
 	got := collect(NewBrokerCollector(func() broker.Stats { return st }))
 	want := `# HELP quiot_broker_connections Open client connections.
@@ -83,6 +84,13 @@ quiot_broker_history_bytes 3000
 # HELP quiot_broker_last_sequence Last sequence number assigned.
 # TYPE quiot_broker_last_sequence gauge
 quiot_broker_last_sequence 16777216
+# HELP quiot_broker_http_requests HTTP requests being handled (subscriptions and publish streams included).
+# TYPE quiot_broker_http_requests gauge
+quiot_broker_http_requests 2
+# HELP quiot_broker_refused_total Connections and requests refused by a limit (broker.Limits), by limit.
+# TYPE quiot_broker_refused_total counter
+quiot_broker_refused_total{limit="conns"} 1
+quiot_broker_refused_total{limit="conns_per_addr"} 5
 `
 	if got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
@@ -99,8 +107,8 @@ func TestBrokerCollectorNoProtocols(t *testing.T) {
 	if strings.Contains(got, "{proto=") || strings.Contains(got, "quiot_broker_connections ") {
 		t.Errorf("per-protocol families without protocols:\n%s", got)
 	}
-	if n := samples(got); n != 9 {
-		t.Errorf("%d samples, want 9:\n%s", n, got)
+	if n := samples(got); n != 10 {
+		t.Errorf("%d samples, want 10:\n%s", n, got)
 	}
 	if err := checkExposition(got); err != nil {
 		t.Error(err)
