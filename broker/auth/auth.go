@@ -1,5 +1,20 @@
 // Package auth holds the broker's identities and access-control list, shared
-// by the HTTP/3 pub-sub protocol and MQTT over QUIC.
+// by the HTTP/3 pub-sub protocol and MQTT over QUIC. Allow (and Check) is the
+// one authorization function every message path calls.
+//
+// # Modes
+//
+// An Authenticator runs in one of three modes:
+//
+//   - loopback only (LoopbackOnly, and a nil *Authenticator): no ACL file;
+//     clients connecting from a loopback address may do everything, every
+//     other client is refused at connection (Admit). This is the broker's
+//     default, as in mosquitto 2.x.
+//   - open (Open): no ACL file, everyone from anywhere may do everything
+//     (`quiot broker --dev` or --allow-anonymous).
+//   - ACL (Load, Parse, New): the ACL file decides.
+//
+// # The ACL file
 //
 // An ACL file is TOML:
 //
@@ -11,28 +26,52 @@
 //
 //	[[user]]
 //	name      = "sensor-1"             # identity; also the mTLS certificate CN
-//	token     = "s3cr3t-token"         # Authorization: Bearer <token>
-//	password  = "pw"                   # Authorization: Basic name:pw (and MQTT username/password)
 //	publish   = ["sensors/%u/#"]       # %u is replaced by the identity
-//	subscribe = ["cmd/%u/#", "$SYS/#"]
+//	subscribe = ["cmd/%u/#"]
+//
+//	# Credentials: only hashes, written by `quiot token` and `quiot passwd`.
+//	[[token]]                          # Authorization: Bearer <token>; MQTT password
+//	user    = "sensor-1"
+//	sha256  = "<hex SHA-256 of the token>"
+//	expires = 2027-06-30T00:00:00Z     # optional
+//
+//	[[password]]                       # Authorization: Basic; MQTT username/password
+//	user    = "sensor-1"
+//	hash    = "$2a$06$..."             # bcrypt
 //
 // Patterns are MQTT filters. A publish is allowed when a publish pattern
 // matches the topic; a subscription when a subscribe pattern covers every
 // topic the requested filter can match. A client authenticated by a
 // certificate whose CN has no [[user]] entry gets the anonymous rules if
-// [anonymous] exists, otherwise nothing.
+// [anonymous] exists, otherwise nothing. An identity must be one topic
+// level (certs.ValidateName): one holding '+', '#', '/', NUL or a leading
+// '$' is refused at authentication and never matches a pattern.
+//
+// Plain-text credentials (token = "..." or password = "..." inside a
+// [[user]]) from older files are still accepted, each with a warning
+// (Warnings); `quiot passwd --convert --acl FILE` replaces them by hashes.
+//
+// # Reload
+//
+// Reload re-reads the file in place: every caller holding the
+// *Authenticator sees the new rules at its next call. Generation, Changed
+// and StillValid let the protocols close the connections whose rights a
+// reload removed and keep the others.
 package auth
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
-	"github.com/BurntSushi/toml"
-
+	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/topic"
 )
 
@@ -57,175 +96,246 @@ func (a Action) String() string {
 	return fmt.Sprintf("action(%d)", int(a))
 }
 
-// Rules are the publish and subscribe patterns of one identity.
-type Rules struct {
-	Publish   []string `toml:"publish"`
-	Subscribe []string `toml:"subscribe"`
-}
+type mode uint8
 
-// User is one [[user]] entry.
-type User struct {
-	Name     string `toml:"name"`
-	Token    string `toml:"token"`
-	Password string `toml:"password"`
-	Rules
-}
+const (
+	modeLoopback mode = iota // the zero value: deny by default
+	modeOpen
+	modeACL
+)
 
-// File is the decoded ACL file.
-type File struct {
-	Anonymous *Rules `toml:"anonymous"`
-	Users     []User `toml:"user"`
-}
-
-// Authenticator checks credentials and authorises actions. A nil
-// *Authenticator, or one made by Open, lets everyone (including anonymous
-// clients) publish and subscribe everywhere.
+// Authenticator checks credentials and authorises actions. It is safe for
+// concurrent use; Reload swaps its rules atomically. A nil *Authenticator
+// behaves as LoopbackOnly.
 type Authenticator struct {
-	open      bool
-	anonymous *Rules
-	users     map[string]*User
-	tokens    map[[32]byte]*User
+	mode mode
+	path string // file Load read; "" when built from bytes or a File
+	now  func() time.Time
+
+	st atomic.Pointer[state]
+
+	mu      sync.Mutex    // serialises reloads
+	changed chan struct{} // closed by the next reload; guarded by mu
+
+	verify verifier
 }
 
-// Open returns an authenticator that allows everything to everyone.
-func Open() *Authenticator { return &Authenticator{open: true} }
+// Open returns an authenticator that lets everyone, from any address,
+// publish and subscribe everywhere.
+func Open() *Authenticator { return newMode(modeOpen) }
 
-// Load reads an ACL file.
-func Load(path string) (*Authenticator, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("couldn't read auth file: %w", err)
+// LoopbackOnly returns the default authenticator of a broker without an ACL
+// file: clients from loopback addresses (127.0.0.0/8, ::1) may do
+// everything, others are refused by Admit.
+func LoopbackOnly() *Authenticator { return newMode(modeLoopback) }
+
+func newMode(m mode) *Authenticator {
+	a := &Authenticator{mode: m, changed: make(chan struct{})}
+	a.st.Store(&state{users: map[string]*user{}, tokens: map[[32]byte]*credential{}})
+	a.verify.init()
+	return a
+}
+
+func (a *Authenticator) modeOf() mode {
+	if a == nil {
+		return modeLoopback
 	}
-	a, err := Parse(b)
+	return a.mode
+}
+
+func (a *Authenticator) state() *state { return a.st.Load() }
+
+func (a *Authenticator) clock() time.Time {
+	if a.now != nil {
+		return a.now()
+	}
+	return time.Now()
+}
+
+// Load reads an ACL file. Reload re-reads the same file.
+func Load(path string) (*Authenticator, error) {
+	f, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	a, err := New(f)
 	if err != nil {
 		return nil, fmt.Errorf("auth file %s: %w", path, err)
 	}
+	a.path = path
 	return a, nil
+}
+
+func readFile(path string) (File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return File{}, fmt.Errorf("couldn't read auth file: %w", err)
+	}
+	f, err := Decode(b)
+	if err != nil {
+		return File{}, fmt.Errorf("auth file %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // Parse decodes an ACL file's contents and checks every entry.
 func Parse(b []byte) (*Authenticator, error) {
-	var f File
-	md, err := toml.Decode(string(b), &f)
+	f, err := Decode(b)
 	if err != nil {
 		return nil, err
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		return nil, fmt.Errorf("unknown key %q", und[0].String())
 	}
 	return New(f)
 }
 
 // New builds an authenticator from a decoded file.
 func New(f File) (*Authenticator, error) {
-	a := &Authenticator{anonymous: f.Anonymous, users: map[string]*User{}, tokens: map[[32]byte]*User{}}
-	if f.Anonymous != nil {
-		if err := checkRules("[anonymous]", f.Anonymous); err != nil {
-			return nil, err
-		}
+	a := newMode(modeACL)
+	st, err := build(f, a.clock())
+	if err != nil {
+		return nil, err
 	}
-	for i := range f.Users {
-		u := &f.Users[i]
-		where := fmt.Sprintf("user %d", i+1)
-		if u.Name == "" {
-			return nil, fmt.Errorf("%s: missing name", where)
-		}
-		where = fmt.Sprintf("user %q", u.Name)
-		if _, dup := a.users[u.Name]; dup {
-			return nil, fmt.Errorf("%s: duplicate name", where)
-		}
-		if strings.ContainsAny(u.Name, ":/+#") {
-			return nil, fmt.Errorf("%s: name must not contain ':', '/', '+' or '#'", where)
-		}
-		if err := checkRules(where, &u.Rules); err != nil {
-			return nil, err
-		}
-		if u.Token != "" {
-			k := sha256.Sum256([]byte(u.Token))
-			if _, dup := a.tokens[k]; dup {
-				return nil, fmt.Errorf("%s: token already used by another user", where)
-			}
-			a.tokens[k] = u
-		}
-		a.users[u.Name] = u
-	}
+	a.st.Store(st)
 	return a, nil
 }
 
-func checkRules(where string, r *Rules) error {
-	for _, list := range [][]string{r.Publish, r.Subscribe} {
-		for _, p := range list {
-			if err := topic.ValidateFilter(strings.ReplaceAll(p, "%u", "u")); err != nil {
-				return fmt.Errorf("%s: pattern %q: %w", where, p, err)
-			}
-		}
-	}
-	return nil
-}
-
-// ErrDenied is returned (wrapped) by Check when an action is not allowed.
+// ErrDenied is returned (wrapped) by Check when an action is not allowed,
+// and by Admit when a client may not connect.
 var ErrDenied = errors.New("not allowed")
 
-// Anonymous reports whether clients without credentials are accepted.
+// ErrLoopbackOnly is returned (wrapped, with ErrDenied) by Admit for a
+// client from a non-loopback address when the broker has no ACL.
+var ErrLoopbackOnly = errors.New("this broker has no ACL and serves loopback clients only (start it with --auth FILE; see docs/security.md)")
+
+// Admit decides whether a client from the remote address (host:port, or a
+// bare host) may connect at all, before any credential is looked at. A
+// broker without an ACL (LoopbackOnly, nil) admits loopback addresses only;
+// an address it cannot parse is refused. Open and ACL authenticators admit
+// every address (the ACL decides what each identity may do). The error
+// wraps ErrDenied and ErrLoopbackOnly, and its text is one line fit for an
+// HTTP 403 body or a log.
+func (a *Authenticator) Admit(remote string) error {
+	if a.modeOf() != modeLoopback {
+		return nil
+	}
+	if IsLoopback(remote) {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrDenied, ErrLoopbackOnly)
+}
+
+// IsLoopback reports whether remote (host:port or a bare host, IPv4,
+// IPv6 or an IPv4-mapped IPv6 address) is a loopback address.
+func IsLoopback(remote string) bool {
+	host := remote
+	if h, _, err := net.SplitHostPort(remote); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	return ip.Unmap().IsLoopback()
+}
+
+// Anonymous reports whether clients without credentials are accepted (by
+// Open and LoopbackOnly after Admit; with an ACL when it has [anonymous]).
 func (a *Authenticator) Anonymous() bool {
-	return a == nil || a.open || a.anonymous != nil
+	return a.modeOf() != modeACL || a.state().anonymous != nil
 }
 
-// IsOpen reports whether the authenticator allows everything (no ACL file).
-func (a *Authenticator) IsOpen() bool { return a == nil || a.open }
+// IsOpen reports whether there is no ACL: every admitted client may do
+// everything (Open, LoopbackOnly and nil).
+func (a *Authenticator) IsOpen() bool { return a.modeOf() != modeACL }
 
-// Token returns the identity owning a bearer token.
+// LoopbackOnlyMode reports whether the authenticator refuses non-loopback
+// clients (LoopbackOnly and nil).
+func (a *Authenticator) LoopbackOnlyMode() bool { return a.modeOf() == modeLoopback }
+
+// ValidIdentity checks that id may be an identity (certs.ValidateName): one
+// topic level without wildcards, NUL or a leading '$'.
+func ValidIdentity(id string) error { return certs.ValidateName(id) }
+
+// Certificate returns the identity of a client that presented a verified
+// certificate with common name cn, or ok false when cn cannot be an
+// identity (ValidIdentity): such a client must be refused, never treated
+// as anonymous.
+func (a *Authenticator) Certificate(cn string) (id string, ok bool) {
+	if ValidIdentity(cn) != nil {
+		return "", false
+	}
+	return cn, true
+}
+
+// Token returns the identity owning a bearer token that has not expired.
 func (a *Authenticator) Token(tok string) (id string, ok bool) {
-	if a == nil || a.open || tok == "" {
+	if a.modeOf() != modeACL || tok == "" {
 		return "", false
 	}
-	u, ok := a.tokens[sha256.Sum256([]byte(tok))]
-	if !ok {
+	c, ok := a.state().tokens[tokenKey(tok)]
+	if !ok || c.expired(a.clock()) {
 		return "", false
 	}
-	return u.Name, true
+	return c.user.name, true
 }
 
-// Basic checks a user name and password.
-func (a *Authenticator) Basic(user, pass string) (id string, ok bool) {
-	if a == nil || a.open {
+// Basic checks a user name and password against the user's unexpired
+// passwords. A bcrypt verification is done once per (user, password, hash)
+// and remembered in memory (keyed by an HMAC with a per-process random
+// key, never the password) until the next reload, so that clients that
+// authenticate every request or reconnect often cost one hash a password.
+func (a *Authenticator) Basic(name, pass string) (id string, ok bool) {
+	if a.modeOf() != modeACL {
 		return "", false
 	}
-	u, ok := a.users[user]
-	if !ok || u.Password == "" {
+	u := a.state().users[name]
+	if u == nil || len(u.passwords) == 0 {
+		// Spend the same time as for a known user: the answer must not
+		// tell which user names exist.
+		a.verify.dummy(pass)
 		return "", false
 	}
-	if subtle.ConstantTimeCompare([]byte(u.Password), []byte(pass)) != 1 {
-		return "", false
+	now := a.clock()
+	for _, c := range u.passwords {
+		if !c.expired(now) && a.verify.check(c, pass) {
+			return u.name, true
+		}
 	}
-	return u.Name, true
+	return "", false
 }
 
-// Known reports whether id names a configured user.
+// Known reports whether id names a configured user (always true without an
+// ACL).
 func (a *Authenticator) Known(id string) bool {
-	if a == nil || a.open {
+	if a.modeOf() != modeACL {
 		return true
 	}
-	_, ok := a.users[id]
+	_, ok := a.state().users[id]
 	return ok
 }
 
-func (a *Authenticator) rules(id string) *Rules {
-	if id != "" {
-		if u, ok := a.users[id]; ok {
-			return &u.Rules
-		}
+// Warnings returns the problems of the loaded ACL that do not stop it from
+// working (plain-text credentials), one line each, for the start-up log.
+func (a *Authenticator) Warnings() []string {
+	if a.modeOf() != modeACL {
+		return nil
 	}
-	return a.anonymous
+	return a.state().warnings
 }
 
 // Allow reports whether identity id ("" = anonymous) may do action on t: a
-// topic name for Publish, a filter for Subscribe.
+// topic name for Publish, a filter for Subscribe. It is the one
+// authorization decision of the broker: every path a message takes calls
+// it (or Check). An identity that is not valid (ValidIdentity) is allowed
+// nothing, so it never reaches a pattern.
 func (a *Authenticator) Allow(id string, action Action, t string) bool {
-	if a == nil || a.open {
+	if a.modeOf() != modeACL {
 		return true
 	}
-	r := a.rules(id)
+	if id != "" && ValidIdentity(id) != nil {
+		return false
+	}
+	r := a.state().rules(id)
 	if r == nil {
 		return false
 	}
@@ -265,4 +375,31 @@ func (a *Authenticator) Check(id string, action Action, t string) error {
 		who = "anonymous"
 	}
 	return fmt.Errorf("%w: %s may not %s %q", ErrDenied, who, action, t)
+}
+
+// verifier checks passwords with bcrypt, bounded in concurrency and
+// remembering successes.
+type verifier struct {
+	sem chan struct{} // at most one bcrypt per CPU at a time
+	key [32]byte      // HMAC key of the success cache (random per process)
+	// hashed counts bcrypt verifications (tests check the cache with it).
+	hashed atomic.Int64
+
+	mu   sync.Mutex
+	good map[[32]byte]struct{}
+}
+
+// maxCached bounds the success cache; when full it is emptied.
+const maxCached = 1024
+
+func (v *verifier) init() {
+	v.sem = make(chan struct{}, runtime.NumCPU())
+	randomFill(v.key[:])
+	v.good = map[[32]byte]struct{}{}
+}
+
+func (v *verifier) forget() {
+	v.mu.Lock()
+	clear(v.good)
+	v.mu.Unlock()
 }
