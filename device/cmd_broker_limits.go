@@ -1,0 +1,61 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/quiot/quiot/broker"
+)
+
+// HTTP-side bounds of `quiot broker` (broker.Limits): connections in total,
+// per remote address and per identity, subscriptions per identity and in
+// total, streams per connection, header bytes, the TCP idle timeout. 0 keeps
+// the library's documented default.
+
+type limitFlags struct {
+	conns, connsPerAddr, connsPerIdentity int
+	subsPerIdentity, subsTotal            int
+	streams, headerBytes                  int
+	idle                                  time.Duration
+}
+
+func init() {
+	var f limitFlags
+	registerBrokerExtension(brokerExtension{
+		name:  "limits",
+		flags: f.register,
+		configure: func(o *broker.Options, _ io.Writer) error {
+			return f.apply(&o.Limits)
+		},
+	})
+}
+
+func (f *limitFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&f.conns, "max-conns", 0, "open HTTP/3 and TCP connections in all (0 = 1024); beyond it QUIC connections are refused, TCP ones answered 503")
+	fs.IntVar(&f.connsPerAddr, "max-conns-per-addr", 0, "open connections from one IP address (0 = 128)")
+	fs.IntVar(&f.connsPerIdentity, "max-conns-per-identity", 0, "open connections of one identity (0 = 128); beyond it 429")
+	fs.IntVar(&f.subsPerIdentity, "max-subscriptions-per-identity", 0, "live subscriptions of one identity, anonymous clients by IP address (0 = 1000); beyond it 429")
+	fs.IntVar(&f.subsTotal, "max-subscriptions-total", 0, "live HTTP subscriptions in all (0 = 10000); beyond it 503")
+	fs.IntVar(&f.streams, "max-streams", 0, "concurrent requests per connection (0 = the QUIC profile's stream limit; 100 on HTTP/2)")
+	fs.IntVar(&f.headerBytes, "max-header-bytes", 0, "bytes of a request's header section (0 = 64 KiB); beyond it 431")
+	fs.DurationVar(&f.idle, "idle-timeout", 0, "close a TCP (HTTP/1.1, HTTP/2) connection idle this long (0 = 2m)")
+}
+
+// apply sets the given limits; zero keeps the default, negative is an error.
+func (f *limitFlags) apply(l *broker.Limits) error {
+	for name, v := range map[string]int{"max-conns": f.conns, "max-conns-per-addr": f.connsPerAddr, "max-conns-per-identity": f.connsPerIdentity,
+		"max-subscriptions-per-identity": f.subsPerIdentity, "max-subscriptions-total": f.subsTotal, "max-streams": f.streams, "max-header-bytes": f.headerBytes} {
+		if v < 0 {
+			return fmt.Errorf("%w: --%s %d (want a positive number, or 0 for the default)", errUsage, name, v)
+		}
+	}
+	if f.idle < 0 {
+		return fmt.Errorf("%w: --idle-timeout %v is negative", errUsage, f.idle)
+	}
+	l.MaxConns, l.MaxConnsPerAddr, l.MaxConnsPerIdentity = f.conns, f.connsPerAddr, f.connsPerIdentity
+	l.MaxSubscriptionsPerIdentity, l.MaxSubscriptions = f.subsPerIdentity, f.subsTotal
+	l.MaxStreamsPerConn, l.MaxHeaderBytes, l.IdleTimeout = f.streams, f.headerBytes, f.idle
+	return nil
+}
