@@ -109,7 +109,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "\nfloor (no switch) p50 %.1f us\nmodel of %s: held-out R^2 %.3f, RMSE %.2f us; terms %v\nwrote %s/{conditions.csv,samples/,distributions/,model.json,report.md} in %v\n",
+	fmt.Fprintf(stdout, "\nfloor (no switch) p50 %.1f us\nmodel of %s: nested-CV held-out R^2 %.3f, RMSE %.2f us; terms %v\nwrote %s/{conditions.csv,samples/,distributions/,model.json,report.md} in %v\n",
 		sum.FloorUS, *response, sum.R2, sum.RMSEUS, sum.Terms, *out, sum.Elapsed.Round(time.Second))
 	for _, w := range sum.Warnings {
 		fmt.Fprintf(stdout, "warning: %s\n", w)

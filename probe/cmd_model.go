@@ -27,7 +27,10 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	out := fs.String("out", "", "model file to write (default DIR/model.json)")
 	response := fs.String("response", "p50_us", "statistic to model: "+strings.Join(lab.Responses, ", "))
 	seed := fs.Uint64("seed", 1, "seed of the cross-validation folds")
-	report := fs.Bool("report", false, "also rewrite DIR/report.md, the plots and distributions/index.csv")
+	report := fs.Bool("report", false, "also rewrite DIR/report.md, the plots, distributions/index.csv and simcheck.csv (simulator tables vs samples)")
+	resummarize := fs.Bool("resummarize", false, "recompute each condition's statistics and CIs from DIR/samples/ with the block bootstrap and rewrite conditions.csv (implies --report)")
+	resamples := fs.Int("resamples", 500, "bootstrap replicates per condition for --resummarize")
+	bootstrap := fs.Int("bootstrap", 0, "bootstrap replicates of the model selection for coefficient CIs (default 200; negative: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -38,8 +41,8 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		*out = filepath.Join(*in, "model.json")
 	}
 	var m *model.Model
-	if *report {
-		if err := lab.Analyze(*in, lab.AnalyzeOptions{Response: *response, Seed: *seed, ModelPath: *out}); err != nil {
+	if *report || *resummarize {
+		if err := lab.Analyze(*in, lab.AnalyzeOptions{Response: *response, Seed: *seed, ModelPath: *out, Resummarize: *resummarize, Resamples: *resamples, Bootstrap: *bootstrap}); err != nil {
 			return err
 		}
 		var err error
@@ -51,7 +54,7 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		m, _, err = lab.FitRows(rows, *response, *seed)
+		m, _, err = lab.FitRowsOptions(rows, model.FitOptions{Response: *response, Seed: *seed, Bootstrap: *bootstrap})
 		if err != nil {
 			return err
 		}
@@ -59,16 +62,21 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "model of %s over %d conditions (%d-fold cross-validation)\n", m.Response, m.NConditions, m.Folds)
+	fmt.Fprintf(stdout, "model of %s over %d conditions (terms chosen by %d-fold cross-validation)\n", m.Response, m.NConditions, m.Folds)
 	for _, t := range m.Terms {
+		sel := ""
+		if m.Bootstrap != nil && t != model.Intercept {
+			sel = fmt.Sprintf("  selected in %.0f%% of %d bootstrap replicates", 100*m.Bootstrap.Selected[t], m.Bootstrap.Replicates)
+		}
 		ci, ok := m.CI95[t]
 		if ok {
-			fmt.Fprintf(stdout, "  %-28s %12.5g  95%% CI [%.5g, %.5g]\n", t, m.Coefficients[t], ci[0], ci[1])
+			fmt.Fprintf(stdout, "  %-28s %12.5g  95%% CI [%.5g, %.5g]%s\n", t, m.Coefficients[t], ci[0], ci[1], sel)
 		} else {
-			fmt.Fprintf(stdout, "  %-28s %12.5g\n", t, m.Coefficients[t])
+			fmt.Fprintf(stdout, "  %-28s %12.5g%s\n", t, m.Coefficients[t], sel)
 		}
 	}
-	fmt.Fprintf(stdout, "held-out R^2 %.3f, RMSE %.2f us (in-sample R^2 %.3f); floor %.1f us\nwrote %s\n", m.R2, m.RMSEus, m.R2Train, m.FloorUS, *out)
+	fmt.Fprintln(stdout, heldOut(m))
+	fmt.Fprintf(stdout, "in-sample R^2 %.3f; floor %.1f us\nwrote %s\n", m.R2Train, m.FloorUS, *out)
 	for _, n := range m.Notes {
 		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
@@ -145,4 +153,14 @@ func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(stdout, "; no system ovs-vswitchd running")
 	}
 	return nil
+}
+
+// heldOut describes the model's held-out figures in one line.
+func heldOut(m *model.Model) string {
+	cv := m.CV
+	if cv == nil {
+		return fmt.Sprintf("held-out R^2 %.3f, RMSE %.2f us", m.R2, m.RMSEus)
+	}
+	return fmt.Sprintf("held-out R^2 %.3f (sd %.3f, %.3f..%.3f), RMSE %.2f us (sd %.2f) by nested CV (%d outer folds x %d repeats); un-nested CV would say R^2 %.3f, RMSE %.2f us (optimism %+.3f R^2)",
+		m.R2, cv.R2.SD, cv.R2.Min, cv.R2.Max, m.RMSEus, cv.RMSEus.SD, cv.OuterFolds, cv.Repeats, cv.InnerR2, cv.InnerRMSEus, cv.OptimismR2)
 }

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,8 +55,15 @@ func TestAnalyzeSynthetic(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "samples"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.MkdirAll(filepath.Join(dir, "distributions"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range []string{"floor", "c001"} {
-		if err := writeSamples(filepath.Join(dir, "samples", id+".csv"), []time.Duration{5 * time.Microsecond, 7 * time.Microsecond, 30 * time.Microsecond}); err != nil {
+		d := []time.Duration{5 * time.Microsecond, 7 * time.Microsecond, 30 * time.Microsecond}
+		if err := writeSamples(filepath.Join(dir, "samples", id+".csv"), d); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeDistribution(filepath.Join(dir, "distributions", id+".csv"), stats.Micros(d)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -79,8 +87,70 @@ func TestAnalyzeSynthetic(t *testing.T) {
 		}
 	}
 	rep, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	if !strings.Contains(string(rep), "Probe floor") || !strings.Contains(string(rep), "Held-out R^2") {
-		t.Errorf("report lacks floor or fit:\n%s", rep)
+	for _, want := range []string{"Probe floor", "nested cross-validation", "optimism", "How the delay depends on each factor",
+		"### Frame size", "### OpenFlow rules", "### Memory limit", "### Cold vs warm", "Simulator tables checked", "bootstrap mean"} {
+		if !strings.Contains(string(rep), want) {
+			t.Errorf("report lacks %q:\n%s", want, rep)
+		}
+	}
+	if m.CV == nil || m.Bootstrap == nil || m.CV.OptimismR2 == 0 {
+		t.Errorf("model.json lacks the nested CV or bootstrap report: %+v", m)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "simcheck.csv")); err != nil || st.Size() == 0 {
+		t.Errorf("simcheck.csv missing: %v", err)
+	}
+}
+
+// TestAnalyzeResummarize: --resummarize recomputes a row's statistics from
+// its samples with the block bootstrap (an autocorrelated sequence gets a
+// block longer than 1 and a wider interval than the independent
+// bootstrap's) and rewrites conditions.csv; rows without samples keep theirs.
+func TestAnalyzeResummarize(t *testing.T) {
+	dir := t.TempDir()
+	rows := synthRows(4)
+	writeRows(t, filepath.Join(dir, "conditions.csv"), rows)
+	if err := os.MkdirAll(filepath.Join(dir, "samples"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// c001: 3000 packets whose delay follows a slow AR(1) (queue episodes).
+	rng := rand.New(rand.NewPCG(9, 9))
+	d := make([]time.Duration, 3000)
+	v := 0.0
+	for i := range d {
+		v = 0.95*v + rng.NormFloat64()
+		d[i] = time.Duration((50 + 5*v) * float64(time.Microsecond))
+	}
+	if err := writeSamples(filepath.Join(dir, "samples", "c001.csv"), d); err != nil {
+		t.Fatal(err)
+	}
+	if err := Analyze(dir, AnalyzeOptions{Resummarize: true, Resamples: 200, NoPlots: true, Bootstrap: -1}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadRows(filepath.Join(dir, "conditions.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(rows) {
+		t.Fatalf("%d rows after resummarize, want %d", len(got), len(rows))
+	}
+	iid, err := stats.Summarize(stats.Micros(d), stats.Options{Resamples: 200, Block: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range got {
+		switch r.ID {
+		case "c001":
+			if r.Stats.N != 3000 || r.Stats.Block < 5 {
+				t.Fatalf("c001 not resummarized: n %d block %d", r.Stats.N, r.Stats.Block)
+			}
+			if w, wi := r.Stats.MeanCI.Hi-r.Stats.MeanCI.Lo, iid.MeanCI.Hi-iid.MeanCI.Lo; w < 2*wi {
+				t.Fatalf("block CI width %.3f not wider than twice the independent one %.3f", w, wi)
+			}
+		default:
+			if r.Stats.N != rows[i].Stats.N || r.Stats.Block != 0 {
+				t.Fatalf("row %s changed without samples: %+v", r.ID, r.Stats)
+			}
+		}
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/quiot/quiot/internal/htmlreport"
 	"github.com/quiot/quiot/probe/model"
+	"github.com/quiot/quiot/probe/stats"
 )
 
 // AnalyzeOptions configures Analyze.
@@ -34,14 +35,32 @@ type AnalyzeOptions struct {
 	Summary *Summary
 	// ModelPath is where model.json goes; "" = DIR/model.json.
 	ModelPath string
+	// Resummarize recomputes every row's statistics and confidence
+	// intervals from its samples (DIR/samples/ID.csv, packet sequence
+	// order) with the block bootstrap, and rewrites conditions.csv: for
+	// directories written before the block bootstrap. Rows without samples
+	// keep theirs.
+	Resummarize bool
+	// Resamples is the bootstrap replicate count of Resummarize; 0 = 500.
+	Resamples int
+	// Bootstrap is the model's bootstrap replicate count
+	// (model.FitOptions.Bootstrap; 0 = its default).
+	Bootstrap int
 }
 
 // Analyze reads DIR/conditions.csv, fits the model and writes
-// DIR/model.json, DIR/distributions/index.csv, DIR/report.md and the plots.
+// DIR/model.json, DIR/distributions/index.csv, DIR/report.md and the
+// plots; where samples and distribution tables are kept it checks the
+// tables against the samples (DIR/simcheck.csv, see SimCheck).
 func Analyze(dir string, o AnalyzeOptions) error {
 	rows, err := ReadRows(filepath.Join(dir, "conditions.csv"))
 	if err != nil {
 		return err
+	}
+	if o.Resummarize {
+		if rows, err = resummarize(dir, rows, o); err != nil {
+			return err
+		}
 	}
 	// Present in sweep order (floor first) whatever order they ran in.
 	sort.SliceStable(rows, func(i, j int) bool {
@@ -53,7 +72,7 @@ func Analyze(dir string, o AnalyzeOptions) error {
 		}
 		return rows[i].Repeat < rows[j].Repeat
 	})
-	m, obs, err := FitRows(rows, o.Response, o.Seed)
+	m, obs, err := FitRowsOptions(rows, model.FitOptions{Response: o.Response, Seed: o.Seed, Bootstrap: o.Bootstrap})
 	if err != nil {
 		return err
 	}
@@ -77,10 +96,57 @@ func Analyze(dir string, o AnalyzeOptions) error {
 			return err
 		}
 	}
-	if err := writeReport(filepath.Join(dir, "report.md"), rows, m, plots, o.Warnings); err != nil {
+	checks, err := SimCheck(dir, rows, max(o.Seed, 1))
+	if err != nil {
+		return err
+	}
+	if len(checks) > 0 {
+		if err := writeSimCheck(filepath.Join(dir, "simcheck.csv"), checks); err != nil {
+			return err
+		}
+	}
+	if err := writeReport(filepath.Join(dir, "report.md"), rows, m, plots, o.Warnings, checks); err != nil {
 		return err
 	}
 	return htmlreport.WriteDir(dir) // report.html beside report.md
+}
+
+// resummarize recomputes the statistics of the rows that have samples in
+// dir and rewrites dir/conditions.csv (through a temporary file).
+func resummarize(dir string, rows []Row, o AnalyzeOptions) ([]Row, error) {
+	resamples := o.Resamples
+	if resamples == 0 {
+		resamples = 500
+	}
+	for i := range rows {
+		delays, err := readSamplesUS(filepath.Join(dir, "samples", rows[i].FileID()+".csv"))
+		if err != nil || len(delays) == 0 {
+			continue
+		}
+		s, err := stats.Summarize(delays, stats.Options{Resamples: resamples, Seed: o.Seed})
+		if err != nil {
+			return nil, fmt.Errorf("condition %s: %w", rows[i].FileID(), err)
+		}
+		rows[i].Stats = s
+	}
+	path := filepath.Join(dir, "conditions.csv")
+	w, err := CreateRows(path + ".tmp")
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		if err := w.Write(r); err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("write conditions file: %w", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return nil, fmt.Errorf("replace conditions file: %w", err)
+	}
+	return rows, nil
 }
 
 func writeIndex(path string, rows []Row) error {
@@ -419,68 +485,6 @@ func fitPlot(path string, obs []model.Observation, pred []float64, m *model.Mode
 	p.Add(diag, s)
 	if err := p.Save(14*vg.Centimeter, 14*vg.Centimeter, path); err != nil {
 		return fmt.Errorf("save plot: %w", err)
-	}
-	return nil
-}
-
-func writeReport(path string, rows []Row, m *model.Model, plots, warnings []string) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# ovsprobe lab report\n\n")
-	fmt.Fprintf(&b, "Open vSwitch %s, %s datapath. Delays are per-packet, from kernel software timestamps at the switch's ingress and egress ports (microseconds); \"first pkt\" is the delay of a condition's very first packet (the upcall path on cold conditions).\n\n", m.OVSVersion, m.Datapath)
-	for _, r := range rows {
-		if r.Path == "floor" {
-			fmt.Fprintf(&b, "**Probe floor** (same capture points, no switch: veth pairs spliced by tc mirred), %s: min %.1f us, p50 %.1f us [%.1f, %.1f], p99 %.1f us, %d packets.\n\n",
-				r.Condition.Describe(), r.Stats.Min, r.Stats.P50, r.Stats.P50CI.Lo, r.Stats.P50CI.Hi, r.Stats.P99, r.Stats.N)
-		}
-	}
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, r := range rows {
-		lo, hi = math.Min(lo, r.HostLoad1), math.Max(hi, r.HostLoad1)
-	}
-	if len(rows) > 0 {
-		fmt.Fprintf(&b, "Host load average (1 min) during the run: %.1f to %.1f. The userspace datapath's threads share the CPUs with the probe and anything else running: a busy host lengthens and widens the delays.\n\n", lo, hi)
-	}
-	lhs := m.Response
-	if m.Transform == "log" {
-		lhs = "ln(" + m.Response + ")"
-	}
-	fmt.Fprintf(&b, "## Model\n\n%s = sum of the terms below (each coefficient times its term), chosen by %d-fold cross-validation over %d conditions (each condition's median repeat).\n\n", lhs, m.Folds, m.NConditions)
-	fmt.Fprintf(&b, "Held-out R^2 **%.3f**, RMSE **%.2f us** (in-sample R^2 %.3f, RMSE %.2f us).\n\n", m.R2, m.RMSEus, m.R2Train, m.RMSETrainUS)
-	fmt.Fprintf(&b, "| term | coefficient | 95 %% CI |\n|---|---|---|\n")
-	for _, t := range m.Terms {
-		ci, ok := m.CI95[t]
-		cis := "n/a"
-		if ok {
-			cis = fmt.Sprintf("[%.4g, %.4g]", ci[0], ci[1])
-		}
-		fmt.Fprintf(&b, "| `%s` | %.4g | %s |\n", t, m.Coefficients[t], cis)
-	}
-	fmt.Fprintf(&b, "\nFactor units: size_bytes (frame bytes), rate_kpps (1000 packets/s), flows, rules (filler OpenFlow rules), mem_mib (limit, 0 = unlimited), cpus (quota, 0 = unlimited), cold (1 = datapath flows flushed).\n")
-	for _, n := range m.Notes {
-		fmt.Fprintf(&b, "\nNote: %s\n", n)
-	}
-	if len(plots) > 0 {
-		fmt.Fprintf(&b, "\n## Plots\n\n")
-		for _, p := range plots {
-			fmt.Fprintf(&b, "![%s](%s)\n\n", strings.TrimSuffix(p, ".png"), p)
-		}
-	}
-	fmt.Fprintf(&b, "## Conditions\n\n| id | condition | n | first pkt | min | p50 [95 %% CI] | p99 | p99.9 | PDV | lost | ring drops | dp hit/missed | vswitchd CPU %% | RSS MiB | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range rows {
-		s := r.Stats
-		fmt.Fprintf(&b, "| %s | %s | %d | %.1f | %.1f | %.1f [%.1f, %.1f] | %.1f | %.1f | %.1f | %d | %d | %d/%d | %.0f | %d | %.1f |\n",
-			r.FileID(), r.Condition.Describe(), s.N, r.FirstDelayUS, s.Min, s.P50, s.P50CI.Lo, s.P50CI.Hi, s.P99, s.P999, s.PDV, r.Lost,
-			r.IngressRingDrops+r.EgressRingDrops, r.DPHit, r.DPMissed, r.VswitchdCPUPct, r.VswitchdRSSBytes>>20, r.HostLoad1)
-	}
-	if len(warnings) > 0 {
-		fmt.Fprintf(&b, "\n## Warnings\n\n")
-		for _, w := range warnings {
-			fmt.Fprintf(&b, "- %s\n", w)
-		}
-	}
-	fmt.Fprintf(&b, "\n## Files\n\n- `conditions.csv`: one row per condition (factors, statistics with 95 %% CIs, OVS counters, ovs-vswitchd CPU/RSS).\n- `samples/ID.csv`: per-packet delays (ns) in sequence order.\n- `distributions/ID.csv`: empirical CDF (delay_us, cdf) for simulators; `distributions/index.csv` maps IDs to conditions.\n- `model.json`: the fitted model (`ovsprobe predict --model model.json ...`).\n")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
 }

@@ -16,8 +16,11 @@ import (
 )
 
 // Row is one line of conditions.csv: a condition's factors, delay
-// statistics (microseconds, with bootstrap 95 % CIs), probe counters, OVS
-// counters over the condition and ovs-vswitchd's resource use.
+// statistics (microseconds, with bootstrap 95 % CIs; boot_block is the
+// block length in packets of the block bootstrap behind them, 1 = packets
+// treated as independent, 0 or absent = unknown, as in files written
+// before the block bootstrap), probe counters, OVS counters over the
+// condition and ovs-vswitchd's resource use.
 type Row struct {
 	Condition
 	// Repeat numbers the measurements of one condition from 1.
@@ -46,7 +49,7 @@ var columns = []string{
 	"p999_us", "p999_lo", "p999_hi", "pdv_us", "pdv_lo", "pdv_hi", "mean_us", "mean_lo", "mean_hi", "max_us",
 	"dp_hit", "dp_missed", "dp_lost", "dp_flows", "of_rules", "emc_hits", "smc_hits", "megaflow_hits", "upcalls",
 	"vswitchd_cpu_pct", "vswitchd_rss_bytes", "vswitchd_peak_rss_bytes", "cgroup_mem_bytes", "host_mem_avail_bytes",
-	"host_load1", "datapath", "ovs_version",
+	"host_load1", "datapath", "ovs_version", "boot_block",
 }
 
 func f64(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
@@ -70,7 +73,7 @@ func (r Row) record() []string {
 		r3(s.P999), r3(s.P999CI.Lo), r3(s.P999CI.Hi), r3(s.PDV), r3(s.PDVCI.Lo), r3(s.PDVCI.Hi), r3(s.Mean), r3(s.MeanCI.Lo), r3(s.MeanCI.Hi), r3(s.Max),
 		u64(r.DPHit), u64(r.DPMissed), u64(r.DPLost), u64(r.DPFlows), u64(r.OFRules), f64(r.EMCHits), f64(r.SMCHits), f64(r.MegaflowHits), f64(r.Upcalls),
 		r3(r.VswitchdCPUPct), i64(r.VswitchdRSSBytes), i64(r.VswitchdPeakRSS), i64(r.CgroupMemBytes), i64(r.HostMemAvailBytes),
-		f64(r.HostLoad1), r.Datapath, r.OVSVersion,
+		f64(r.HostLoad1), r.Datapath, r.OVSVersion, strconv.Itoa(s.Block),
 	}
 }
 
@@ -177,6 +180,7 @@ func ParseRows(rd io.Reader) ([]Row, error) {
 		s.PDV, s.PDVCI = p.float("pdv_us"), stats.CI{Lo: p.float("pdv_lo"), Hi: p.float("pdv_hi")}
 		s.Mean, s.MeanCI = p.float("mean_us"), stats.CI{Lo: p.float("mean_lo"), Hi: p.float("mean_hi")}
 		s.Max = p.float("max_us")
+		s.Block = int(p.float("boot_block"))
 		r.DPHit, r.DPMissed, r.DPLost = uint64(p.float("dp_hit")), uint64(p.float("dp_missed")), uint64(p.float("dp_lost"))
 		r.DPFlows, r.OFRules = uint64(p.float("dp_flows")), uint64(p.float("of_rules"))
 		r.EMCHits, r.SMCHits, r.MegaflowHits, r.Upcalls = p.float("emc_hits"), p.float("smc_hits"), p.float("megaflow_hits"), p.float("upcalls")
@@ -266,13 +270,24 @@ func response(r Row, name string) (float64, error) {
 	return 0, fmt.Errorf("unknown response %q (one of %v)", name, Responses)
 }
 
-// FitRows fits a model of the response ("" = p50_us) to the OVS rows; the
+// FitRows fits a model of the response ("" = p50_us) to the OVS rows with
+// the default fit options and the given seed; see FitRowsOptions.
+func FitRows(rows []Row, responseName string, seed uint64) (*model.Model, []model.Observation, error) {
+	return FitRowsOptions(rows, model.FitOptions{Response: responseName, Seed: seed})
+}
+
+// FitRowsOptions fits a model of opts.Response ("" = p50_us) to the OVS
+// rows (each condition's median repeat; opts.Factors nil = Factors); the
 // floor row, when present, gives floor_us; datapath and OVS version come
 // from the rows. Rows with no matched packets are skipped.
-func FitRows(rows []Row, responseName string, seed uint64) (*model.Model, []model.Observation, error) {
-	if responseName == "" {
-		responseName = "p50_us"
+func FitRowsOptions(rows []Row, opts model.FitOptions) (*model.Model, []model.Observation, error) {
+	if opts.Response == "" {
+		opts.Response = "p50_us"
 	}
+	if opts.Factors == nil {
+		opts.Factors = Factors
+	}
+	responseName := opts.Response
 	var obs []model.Observation
 	floor := -1.0
 	var dp, ver string
@@ -296,7 +311,7 @@ func FitRows(rows []Row, responseName string, seed uint64) (*model.Model, []mode
 	if len(obs) == 0 {
 		return nil, nil, errors.New("no OVS condition with measured packets to fit")
 	}
-	m, err := model.Fit(obs, model.FitOptions{Factors: Factors, Response: responseName, Seed: seed})
+	m, err := model.Fit(obs, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fit: %w", err)
 	}

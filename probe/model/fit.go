@@ -342,7 +342,13 @@ func (p *pipeline) bootstrap(opts FitOptions, final selection, m *Model) *BootRe
 		m.Notes = append(m.Notes, fmt.Sprintf("only %d of %d bootstrap replicates chose the %s transform: confidence intervals omitted", rep.Used, b, final.transform))
 		return rep
 	}
+	rep.Mean = map[string]float64{}
 	for k, d := range draws {
+		sum := 0.0
+		for _, v := range d {
+			sum += v
+		}
+		rep.Mean[m.Terms[k]] = sum / float64(len(d))
 		slices.Sort(d)
 		m.CI95[m.Terms[k]] = [2]float64{quantile(d, 0.025), quantile(d, 0.975)}
 	}

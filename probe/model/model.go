@@ -215,6 +215,11 @@ type BootReport struct {
 	// chose each response transform.
 	Selected   map[string]float64 `json:"selected"`
 	Transforms map[string]float64 `json:"transforms"`
+	// Mean is each final term's mean coefficient over the used replicates
+	// (0 where not selected): the bagged estimate. Far from the
+	// coefficient, or a CI that excludes the coefficient, means the
+	// selection is unstable on these data.
+	Mean map[string]float64 `json:"mean,omitempty"`
 }
 
 // Load reads a model.json file.
