@@ -92,11 +92,16 @@ type DirStats struct {
 	DroppedRandom uint64 `json:"dropped_random"`
 	DroppedBurst  uint64 `json:"dropped_burst"`
 	DroppedQueue  uint64 `json:"dropped_queue"`
-	SendErrors    uint64 `json:"send_errors"`
+	// DroppedBlackout counts datagrams dropped while the link was cut
+	// (Relay.SetBlackout).
+	DroppedBlackout uint64 `json:"dropped_blackout"`
+	SendErrors      uint64 `json:"send_errors"`
 }
 
 // Dropped returns all drops by the emulated link (not send errors).
-func (s DirStats) Dropped() uint64 { return s.DroppedRandom + s.DroppedBurst + s.DroppedQueue }
+func (s DirStats) Dropped() uint64 {
+	return s.DroppedRandom + s.DroppedBurst + s.DroppedQueue + s.DroppedBlackout
+}
 
 // Stats are the relay's counters.
 type Stats struct {
@@ -109,18 +114,19 @@ type Stats struct {
 
 // dirCounters are a direction's counters (atomic: safe on 32-bit ARM).
 type dirCounters struct {
-	received, forwarded, forwardedBytes, dropRandom, dropBurst, dropQueue, sendErr atomic.Uint64
+	received, forwarded, forwardedBytes, dropRandom, dropBurst, dropQueue, dropBlackout, sendErr atomic.Uint64
 }
 
 func (c *dirCounters) snapshot() DirStats {
 	return DirStats{
-		Received:       c.received.Load(),
-		Forwarded:      c.forwarded.Load(),
-		ForwardedBytes: c.forwardedBytes.Load(),
-		DroppedRandom:  c.dropRandom.Load(),
-		DroppedBurst:   c.dropBurst.Load(),
-		DroppedQueue:   c.dropQueue.Load(),
-		SendErrors:     c.sendErr.Load(),
+		Received:        c.received.Load(),
+		Forwarded:       c.forwarded.Load(),
+		ForwardedBytes:  c.forwardedBytes.Load(),
+		DroppedRandom:   c.dropRandom.Load(),
+		DroppedBurst:    c.dropBurst.Load(),
+		DroppedQueue:    c.dropQueue.Load(),
+		DroppedBlackout: c.dropBlackout.Load(),
+		SendErrors:      c.sendErr.Load(),
 	}
 }
 
@@ -132,6 +138,7 @@ type Relay struct {
 	upstream *net.UDPAddr
 
 	up, down *pipe
+	blackout atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[netip.AddrPort]*session
@@ -205,6 +212,15 @@ func setBuffers(c *net.UDPConn) {
 // Addr returns the address clients send to.
 func (r *Relay) Addr() *net.UDPAddr { return r.ln.LocalAddr().(*net.UDPAddr) }
 
+// SetBlackout cuts the link in both directions (on) or restores it
+// (off): while cut, every datagram arriving from either side is dropped
+// and counted as DroppedBlackout, as when a radio link drops out.
+// Datagrams already in the delay line still leave.
+func (r *Relay) SetBlackout(on bool) {
+	r.blackout.Store(on)
+	r.log.Debug("blackout", "on", on)
+}
+
 // Stats returns the counters so far.
 func (r *Relay) Stats() Stats {
 	r.mu.Lock()
@@ -250,6 +266,11 @@ func (r *Relay) readClients() {
 			continue
 		}
 		s.lastSeen.Store(time.Now().UnixNano())
+		if r.blackout.Load() {
+			r.up.c.received.Add(1)
+			r.up.c.dropBlackout.Add(1)
+			continue
+		}
 		r.up.admit(newBuf(rb[:n], s))
 	}
 }
@@ -301,6 +322,11 @@ func (r *Relay) readUpstream(s *session) {
 			continue
 		}
 		s.lastSeen.Store(time.Now().UnixNano())
+		if r.blackout.Load() {
+			r.down.c.received.Add(1)
+			r.down.c.dropBlackout.Add(1)
+			continue
+		}
 		r.down.admit(newBuf(rb[:n], s))
 	}
 }
