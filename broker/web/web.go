@@ -333,6 +333,10 @@ type sessionReply struct {
 	TTL      int64  `json:"ttl,omitempty"`     // seconds
 	Proto    string `json:"proto"`
 	Via      string `json:"via,omitempty"`
+	// Filter is a filter the identity may subscribe to, for the
+	// dashboard's live view: "#" when allowed, else the first level of a
+	// topic seen so far ("sensors/#").
+	Filter string `json:"filter"`
 }
 
 func (h *Handler) handleSession(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -351,7 +355,7 @@ func (h *Handler) handleSession(w http.ResponseWriter, r *http.Request, sess *se
 	if !ok {
 		return
 	}
-	rep := sessionReply{Identity: id, Proto: r.Proto, Via: "credentials"}
+	rep := sessionReply{Identity: id, Proto: r.Proto, Via: "credentials", Filter: h.defaultFilter(id)}
 	if sess != nil {
 		rep.Via = sess.via
 	}
@@ -366,6 +370,28 @@ func (h *Handler) handleSession(w http.ResponseWriter, r *http.Request, sess *se
 		w.Header().Set("Cache-Control", "no-store")
 	}
 	h.writeJSON(w, r, rep)
+}
+
+// defaultFilter picks a filter id may subscribe to: "#", or the first
+// level of a tracked topic followed by "/#".
+func (h *Handler) defaultFilter(id string) string {
+	a := h.be.Auth()
+	if a.Allow(id, auth.Subscribe, "#") {
+		return "#"
+	}
+	all, _ := h.topics.snapshot()
+	for _, t := range all {
+		first, _, _ := strings.Cut(t.Topic, "/")
+		if f := first + "/#"; a.Allow(id, auth.Subscribe, f) {
+			return f
+		}
+	}
+	for _, t := range all {
+		if a.Allow(id, auth.Subscribe, t.Topic) {
+			return t.Topic
+		}
+	}
+	return "#"
 }
 
 // statsReply is the body of /v1/stats.

@@ -70,6 +70,7 @@
       const s = await getJSON('/v1/session');
       $('who').textContent = s.identity ? 'logged in as ' + s.identity : 'anonymous';
       $('who').dataset.identity = s.identity;
+      if (s.filter && $('live-filter').value === '#') $('live-filter').value = s.filter;
       $('logout').hidden = !s.identity;
       $('login').hidden = !!s.identity;
     } catch (e) {
@@ -184,8 +185,17 @@
     es = new EventSource(topicURL(filter, 'proto=1'));
     es.addEventListener('proto', (e) => setProto('live-proto', e.data));
     es.addEventListener('open', () => { $('live-state').textContent = 'subscribed to ' + filter; });
-    es.addEventListener('error', () => {
-      $('live-state').textContent = es.readyState === EventSource.CLOSED ? 'closed (log in?)' : 'reconnecting…';
+    const mine = es;
+    es.addEventListener('error', async () => {
+      if (mine.readyState !== EventSource.CLOSED) { $('live-state').textContent = 'reconnecting…'; return; }
+      // EventSource hides why: ask again with fetch to show the broker's reason.
+      const ac = new AbortController();
+      try {
+        const r = await fetch(topicURL(filter, ''), { credentials: 'same-origin', signal: ac.signal, headers: { Accept: 'text/event-stream' } });
+        $('live-state').textContent = r.ok ? 'closed' : 'refused: ' + r.status + ' ' + (await r.text()).trim();
+      } catch (e) {
+        $('live-state').textContent = 'closed';
+      } finally { ac.abort(); }
     });
     es.addEventListener('gap', (e) => {
       const g = JSON.parse(e.data);
@@ -259,14 +269,21 @@
   }
 
   // --- publish -----------------------------------------------------------
+  // The protocol of a publish comes from its resource timing entry, which
+  // the browser adds once the response is complete.
+  const pubURLs = new Set();
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      if (pubURLs.has(e.name) && e.nextHopProtocol) { setProto('pub-proto', e.nextHopProtocol); pubURLs.delete(e.name); }
+    }
+  }).observe({ type: 'resource', buffered: true });
   $('pub-form').addEventListener('submit', async (ev) => {
     ev.preventDefault();
     const topic = $('pub-topic').value;
     if (!topic) { $('pub-result').textContent = 'topic?'; return; }
     const url = topicURL(topic, 'qos=' + $('pub-qos').value + ($('pub-retain').checked ? '&retain=1' : ''));
     const r = await fetch(url, { method: 'POST', body: $('pub-payload').value, credentials: 'same-origin', headers: { 'Quiot-Time': String(Date.now() * 1e6) } });
-    const entry = performance.getEntriesByType('resource').filter((e) => e.name.endsWith(url)).pop();
-    if (entry && entry.nextHopProtocol) setProto('pub-proto', entry.nextHopProtocol);
+    pubURLs.add(new URL(url, location.href).href);
     $('pub-result').textContent = r.ok ? 'accepted, seq ' + r.headers.get('Quiot-Seq') : r.status + ' ' + (await r.text()).trim();
   });
   $('live-form').addEventListener('submit', (ev) => { ev.preventDefault(); startLive(); });
