@@ -69,8 +69,14 @@ type PublishOptions struct {
 
 // Ack is the broker's acknowledgement of a publish.
 type Ack struct {
-	// Seq is the sequence number the broker gave the message (0 for MQTT).
+	// Seq is the sequence number the broker gave the message (0 for MQTT,
+	// and for a message that went to the spool).
 	Seq uint64
+	// Spooled is true when a Spooled client took the message into its
+	// on-disk spool: it is accepted and will be delivered in order later.
+	Spooled bool
+	// SpoolID is the message's ID in the spool (when Spooled).
+	SpoolID uint64
 }
 
 // Client is a connection to a broker that publishes and subscribes.

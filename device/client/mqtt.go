@@ -407,7 +407,7 @@ func (c *mqttClient) Publish(ctx context.Context, topic string, payload []byte, 
 			return Ack{}, nil
 		}
 		if pr != nil && pr.ReasonCode >= 0x80 {
-			return Ack{}, fmt.Errorf("%w: publish to %q: %s (reason 0x%02x)", ErrMQTTRefused, topic, mqttPubackReason(pr.ReasonCode, pr.Properties), pr.ReasonCode)
+			return Ack{}, &mqttRefusal{code: pr.ReasonCode, err: fmt.Errorf("%w: publish to %q: %s (reason 0x%02x)", ErrMQTTRefused, topic, mqttPubackReason(pr.ReasonCode, pr.Properties), pr.ReasonCode)}
 		}
 		if mqttRetryable(err) && c.opts.Reconnect && ctx.Err() == nil {
 			continue

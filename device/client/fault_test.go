@@ -1,0 +1,351 @@
+package client_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quiot/quiot/broker/mqttquic"
+	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/device/spool"
+	"github.com/quiot/quiot/internal/netimpair"
+	"github.com/quiot/quiot/internal/testutil"
+)
+
+// Fault tests of issue 11 for the publisher: a spooled publisher behind
+// the userspace link emulator (netimpair), a subscriber straight on the
+// broker that counts every message. Each run ends with every message the
+// publisher accepted delivered, in order per topic, with no gap, and
+// duplicates only as QoS 1 allows (recognised and removed by
+// client.Deduper).
+
+// faultRig is a broker of one protocol, a relay in front of it for the
+// publisher, and a counting subscriber.
+type faultRig struct {
+	t      *testing.T
+	pki    *testutil.PKI
+	relay  *netimpair.Relay
+	pubURL string // through the relay
+	count  *counter
+}
+
+// protoSetup starts a broker and returns its UDP address, the publisher
+// URL scheme and a subscriber client connected straight to it.
+type protoSetup func(t *testing.T, pki *testutil.PKI) (upstream net.Addr, scheme string, sub client.Client)
+
+func h3Broker(t *testing.T, pki *testutil.PKI) (net.Addr, string, client.Client) {
+	b := testutil.StartBroker(t, pki, nil)
+	sub, err := client.New(client.Options{Broker: b.URL, RootCAs: pki.Pool(), Reconnect: true, MaxBackoff: time.Second, Logger: testutil.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	return b.Addr(), "https", sub
+}
+
+func mqttBroker(t *testing.T, pki *testutil.PKI) (net.Addr, string, client.Client) {
+	s, err := mqttquic.New(mqttquic.Options{
+		QUICAddr: "127.0.0.1:0",
+		TLS:      &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}},
+		Logger:   testutil.DiscardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	sub, err := client.New(client.Options{Broker: "mqtt-quic://localhost:" + quicPort(s), RootCAs: pki.Pool(), Reconnect: true, MaxBackoff: time.Second, Logger: testutil.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	return s.QUICAddr(), "mqtt-quic", sub
+}
+
+var faultProtos = []struct {
+	name  string
+	setup protoSetup
+}{
+	{"h3", h3Broker},
+	{"mqtt-quic", mqttBroker},
+}
+
+// newFaultRig starts the broker, the relay with the given impairment and
+// the subscriber on fault/#; it returns once the subscription is live.
+func newFaultRig(t *testing.T, setup protoSetup, imp netimpair.Direction) *faultRig {
+	t.Helper()
+	pki := testutil.NewPKI(t)
+	up, scheme, sub := setup(t, pki)
+	relay, err := netimpair.New(netimpair.Options{Upstream: up.String(), Up: imp, Down: imp, Seed: 11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+	r := &faultRig{
+		t: t, pki: pki, relay: relay,
+		pubURL: fmt.Sprintf("%s://localhost:%d", scheme, relay.Addr().Port),
+		count:  newCounter(),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	subDone := make(chan error, 1)
+	t.Cleanup(func() { cancel(); <-subDone })
+	ready := make(chan struct{})
+	var once sync.Once
+	sctx := client.WithSubscribed(ctx, func() { once.Do(func() { close(ready) }) })
+	go func() { subDone <- sub.Subscribe(sctx, "fault/#", 0, r.count.handle) }()
+	select {
+	case <-ready:
+	case err := <-subDone:
+		t.Fatalf("subscribe: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("subscription not live after 30 s")
+	}
+	return r
+}
+
+// publisher returns a spooled publisher through the relay.
+func (r *faultRig) publisher(dir string) *client.Spooled {
+	r.t.Helper()
+	p, err := client.NewSpooled(client.Options{
+		Broker: r.pubURL, RootCAs: r.pki.Pool(),
+		Reconnect: true, MaxBackoff: time.Second,
+		Logger: testutil.DiscardLogger(),
+	}, spool.Options{Dir: dir})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// counter checks a subscriber's stream: messages "fault/<topic>" with
+// payloads 0, 1, 2, ... per topic.
+type counter struct {
+	mu      sync.Mutex
+	dedup   client.Deduper
+	next    map[string]int
+	total   int
+	dups    int
+	errs    []string
+	changed chan struct{}
+}
+
+func newCounter() *counter {
+	return &counter{next: map[string]int{}, changed: make(chan struct{})}
+}
+
+func (c *counter) handle(m client.Message) {
+	c.mu.Lock()
+	defer func() {
+		close(c.changed)
+		c.changed = make(chan struct{})
+		c.mu.Unlock()
+	}()
+	if m.Gap {
+		c.errs = append(c.errs, fmt.Sprintf("gap announced on %s before seq %d", m.Topic, m.Seq))
+		return
+	}
+	if c.dedup.Duplicate(&m) {
+		c.dups++
+		return
+	}
+	i, err := strconv.Atoi(string(m.Payload))
+	if err != nil {
+		c.errs = append(c.errs, fmt.Sprintf("%s: bad payload %q", m.Topic, m.Payload))
+		return
+	}
+	if want := c.next[m.Topic]; i != want {
+		c.errs = append(c.errs, fmt.Sprintf("%s: got #%d, want #%d (a gap, reordering or an unrecognisable duplicate)", m.Topic, i, want))
+		if i < want {
+			return
+		}
+	}
+	c.next[m.Topic] = i + 1
+	c.total++
+}
+
+// waitTotal waits until the subscriber has counted n distinct messages.
+func (c *counter) waitTotal(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		got, ch, errs := c.total, c.changed, c.errs
+		c.mu.Unlock()
+		if len(errs) > 0 {
+			t.Fatalf("subscriber: %s", strings.Join(errs, "; "))
+		}
+		if got >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("subscriber counted %d of %d messages in %v", got, n, timeout)
+		}
+	}
+}
+
+// check verifies the end state: published[topic] messages each, no more.
+func (c *counter) check(t *testing.T, published map[string]int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.errs) > 0 {
+		t.Fatalf("subscriber: %s", strings.Join(c.errs, "; "))
+	}
+	for tp, n := range published {
+		if c.next[tp] != n {
+			t.Errorf("%s: subscriber got %d messages, publisher accepted %d", tp, c.next[tp], n)
+		}
+	}
+	t.Logf("delivered %d distinct messages, %d duplicates removed", c.total, c.dups)
+}
+
+// publishLoop publishes to fault/a and fault/b alternately, one message
+// per tick, until stop is closed; it returns how many each topic got.
+func publishLoop(t *testing.T, p client.Client, tick time.Duration, stop <-chan struct{}, published chan<- map[string]int) {
+	n := map[string]int{}
+	tk := time.NewTicker(tick)
+	defer tk.Stop()
+	defer func() { published <- n }()
+	for i := 0; ; i++ {
+		tp := "fault/" + string(rune('a'+i%2))
+		if _, err := p.Publish(context.Background(), tp, []byte(strconv.Itoa(n[tp])), client.PublishOptions{QoS: 1}); err != nil {
+			t.Errorf("publish: %v", err)
+			return
+		}
+		n[tp]++
+		select {
+		case <-stop:
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+// TestFaultBlackout: the publisher's link is cut for 30 s while it keeps
+// publishing; the spool takes the messages and delivers them, in order,
+// once the link is back.
+func TestFaultBlackout(t *testing.T) {
+	for _, pr := range faultProtos {
+		t.Run(pr.name, func(t *testing.T) {
+			t.Parallel()
+			const blackout = 30 * time.Second
+			r := newFaultRig(t, pr.setup, netimpair.Direction{})
+			p := r.publisher(t.TempDir())
+			stop := make(chan struct{})
+			published := make(chan map[string]int, 1)
+			go publishLoop(t, p, 50*time.Millisecond, stop, published)
+			r.count.waitTotal(t, 10, 30*time.Second) // flowing
+			r.relay.SetBlackout(true)
+			cut := time.Now()
+			// The scenario: the link stays down for 30 s (a duration of the
+			// fault, not a synchronisation); publishing goes on.
+			<-time.After(blackout)
+			if st := p.SpoolStats(); st.Pending < 100 {
+				t.Errorf("only %d messages pending after a %v blackout at 20 msg/s", st.Pending, blackout)
+			}
+			r.relay.SetBlackout(false)
+			back := time.Now()
+			// Publish a little more after the link is back, then stop.
+			before := r.count.snapshot()
+			r.count.waitTotal(t, before+5, 30*time.Second)
+			close(stop)
+			n := <-published
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := p.Drain(ctx); err != nil {
+				t.Fatalf("drain: %v (stats %+v)", err, p.SpoolStats())
+			}
+			r.count.waitTotal(t, n["fault/a"]+n["fault/b"], 30*time.Second)
+			r.count.check(t, n)
+			st := p.SpoolStats()
+			rs := r.relay.Stats()
+			t.Logf("blackout %v; recovered %v after the link came back; spool %+v; relay dropped %d up, %d down",
+				back.Sub(cut).Round(time.Millisecond), time.Since(back).Round(time.Millisecond), st, rs.Up.DroppedBlackout, rs.Down.DroppedBlackout)
+			if st.Dropped+st.Expired+st.Rejected != 0 {
+				t.Fatalf("the spool lost messages: %+v", st)
+			}
+		})
+	}
+}
+
+func (c *counter) snapshot() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
+
+// TestFaultLoss: 20 % loss both ways for the whole run.
+func TestFaultLoss(t *testing.T) {
+	for _, pr := range faultProtos {
+		t.Run(pr.name, func(t *testing.T) {
+			t.Parallel()
+			const n = 100
+			r := newFaultRig(t, pr.setup, netimpair.Direction{LossPct: 20, Delay: 2 * time.Millisecond})
+			p := r.publisher(t.TempDir())
+			pub := map[string]int{}
+			for i := range n {
+				tp := "fault/" + string(rune('a'+i%2))
+				if _, err := p.Publish(context.Background(), tp, []byte(strconv.Itoa(pub[tp])), client.PublishOptions{QoS: 1}); err != nil {
+					t.Fatal(err)
+				}
+				pub[tp]++
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if err := p.Drain(ctx); err != nil {
+				t.Fatalf("drain: %v (stats %+v)", err, p.SpoolStats())
+			}
+			r.count.waitTotal(t, n, 30*time.Second)
+			r.count.check(t, pub)
+			rs := r.relay.Stats()
+			t.Logf("spool %+v; relay dropped %d of %d up, %d of %d down", p.SpoolStats(), rs.Up.Dropped(), rs.Up.Received, rs.Down.Dropped(), rs.Down.Received)
+			if rs.Up.DroppedRandom == 0 || rs.Down.DroppedRandom == 0 {
+				t.Fatal("the relay dropped nothing")
+			}
+		})
+	}
+}
+
+// TestSpooledRestart: messages spooled while the broker was unreachable
+// survive Close and are delivered by the next publisher on the directory.
+func TestSpooledRestart(t *testing.T) {
+	r := newFaultRig(t, h3Broker, netimpair.Direction{})
+	dir := t.TempDir()
+	r.relay.SetBlackout(true)
+	p := r.publisher(dir)
+	pub := map[string]int{}
+	for i := range 20 {
+		tp := "fault/" + string(rune('a'+i%2))
+		if _, err := p.Publish(context.Background(), tp, []byte(strconv.Itoa(pub[tp])), client.PublishOptions{QoS: 1}); err != nil {
+			t.Fatal(err)
+		}
+		pub[tp]++
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.relay.SetBlackout(false)
+	p = r.publisher(dir)
+	if st := p.SpoolStats(); st.Recovered != 20 {
+		t.Fatalf("recovered %d, want 20", st.Recovered)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.count.waitTotal(t, 20, 30*time.Second)
+	r.count.check(t, pub)
+}
