@@ -163,6 +163,22 @@ func TestRepresentative(t *testing.T) {
 	if len(got) != 2 || got[0].ID != "c1" || got[0].Stats.P50 != 60 || got[1].Stats.P50 != 10 {
 		t.Fatalf("Representative = %+v", got)
 	}
+	// A repeat that failed (ovs-vswitchd died: no packets) stands for its
+	// condition only when every repeat failed; the error survives the file.
+	failed := Row{Condition: Condition{ID: "c3"}, Repeat: 1, Error: "ovs-vswitchd died during the condition"}
+	ok := Row{Condition: Condition{ID: "c3"}, Repeat: 2, Stats: stats.Summary{N: 100, P50: 40}}
+	if got := Representative([]Row{failed, ok}, ""); len(got) != 1 || got[0].Stats.N != 100 {
+		t.Fatalf("Representative picked a failed repeat: %+v", got)
+	}
+	if got := Representative([]Row{failed}, ""); len(got) != 1 || got[0].Error == "" {
+		t.Fatalf("Representative of a failed condition: %+v", got)
+	}
+	path := filepath.Join(t.TempDir(), "conditions.csv")
+	writeRows(t, path, []Row{failed, ok})
+	back, err := ReadRows(path)
+	if err != nil || len(back) != 2 || back[0].Error != failed.Error || back[1].Error != "" {
+		t.Fatalf("error column round trip: %+v %v", back, err)
+	}
 	if mk("c1", 1, 0).FileID() != "c1" || mk("c1", 3, 0).FileID() != "c1-r3" {
 		t.Fatal("FileID")
 	}

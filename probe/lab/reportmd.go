@@ -29,6 +29,9 @@ func memLabel(b int64) string {
 // cell renders a condition's p50 with its CI, its p99, and the loss when
 // any (delays of lost packets are not in the statistics).
 func cell(r Row) string {
+	if r.Error != "" && r.Stats.N == 0 {
+		return "**failed**: " + r.Error
+	}
 	s := r.Stats
 	c := fmt.Sprintf("%s [%s, %s] / %s", us(s.P50), us(s.P50CI.Lo), us(s.P50CI.Hi), us(s.P99))
 	if r.Sent > 0 && r.Lost > 0 {
@@ -46,7 +49,7 @@ func effectTable(b *strings.Builder, rows []Row, base Row, factor, title string,
 	var levels, rates []float64
 	labels := map[float64]string{}
 	for _, r := range rows {
-		if r.Path != "ovs" || r.Stats.N == 0 || r.Cold != base.Cold || !isBaseline(r, base, factor, "rate") {
+		if r.Path != "ovs" || (r.Stats.N == 0 && r.Error == "") || r.Cold != base.Cold || !isBaseline(r, base, factor, "rate") {
 			continue
 		}
 		l := level(r)
@@ -273,8 +276,12 @@ func writeReport(path string, rows []Row, m *model.Model, plots, warnings []stri
 		if c, ok := ksOf[r.FileID()]; ok {
 			ks = fmt.Sprintf("%.4f/%.4f", c.KSInterp, c.KSStep)
 		}
+		desc := r.Condition.Describe()
+		if r.Error != "" {
+			desc += " **failed: " + r.Error + "**"
+		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s [%s, %s] | %s | %s | %s | %d | %d | %d/%d | %.0f | %d | %.1f | %s |\n",
-			r.FileID(), r.Condition.Describe(), s.N, us(r.FirstDelayUS), us(s.Min), us(s.P50), us(s.P50CI.Lo), us(s.P50CI.Hi), us(s.P99), us(s.P999), us(s.PDV), r.Lost,
+			r.FileID(), desc, s.N, us(r.FirstDelayUS), us(s.Min), us(s.P50), us(s.P50CI.Lo), us(s.P50CI.Hi), us(s.P99), us(s.P999), us(s.PDV), r.Lost,
 			r.IngressRingDrops+r.EgressRingDrops, r.DPHit, r.DPMissed, r.VswitchdCPUPct, r.VswitchdRSSBytes>>20, r.HostLoad1, ks)
 	}
 	if len(warnings) > 0 {

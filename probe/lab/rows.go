@@ -39,6 +39,9 @@ type Row struct {
 	CgroupMemBytes, HostMemAvailBytes         int64
 	HostLoad1                                 float64
 	Datapath, OVSVersion                      string
+	// Error says why the condition has no measurement (e.g. ovs-vswitchd
+	// died under its memory limit); "" for a measured condition.
+	Error string
 }
 
 // columns of conditions.csv, in order.
@@ -49,7 +52,7 @@ var columns = []string{
 	"p999_us", "p999_lo", "p999_hi", "pdv_us", "pdv_lo", "pdv_hi", "mean_us", "mean_lo", "mean_hi", "max_us",
 	"dp_hit", "dp_missed", "dp_lost", "dp_flows", "of_rules", "emc_hits", "smc_hits", "megaflow_hits", "upcalls",
 	"vswitchd_cpu_pct", "vswitchd_rss_bytes", "vswitchd_peak_rss_bytes", "cgroup_mem_bytes", "host_mem_avail_bytes",
-	"host_load1", "datapath", "ovs_version", "boot_block",
+	"host_load1", "datapath", "ovs_version", "boot_block", "error",
 }
 
 func f64(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
@@ -73,7 +76,7 @@ func (r Row) record() []string {
 		r3(s.P999), r3(s.P999CI.Lo), r3(s.P999CI.Hi), r3(s.PDV), r3(s.PDVCI.Lo), r3(s.PDVCI.Hi), r3(s.Mean), r3(s.MeanCI.Lo), r3(s.MeanCI.Hi), r3(s.Max),
 		u64(r.DPHit), u64(r.DPMissed), u64(r.DPLost), u64(r.DPFlows), u64(r.OFRules), f64(r.EMCHits), f64(r.SMCHits), f64(r.MegaflowHits), f64(r.Upcalls),
 		r3(r.VswitchdCPUPct), i64(r.VswitchdRSSBytes), i64(r.VswitchdPeakRSS), i64(r.CgroupMemBytes), i64(r.HostMemAvailBytes),
-		f64(r.HostLoad1), r.Datapath, r.OVSVersion, strconv.Itoa(s.Block),
+		f64(r.HostLoad1), r.Datapath, r.OVSVersion, strconv.Itoa(s.Block), r.Error,
 	}
 }
 
@@ -189,6 +192,7 @@ func ParseRows(rd io.Reader) ([]Row, error) {
 		r.CgroupMemBytes, r.HostMemAvailBytes = int64(p.float("cgroup_mem_bytes")), int64(p.float("host_mem_avail_bytes"))
 		r.HostLoad1 = p.float("host_load1")
 		r.Datapath, r.OVSVersion = p.str("datapath"), p.str("ovs_version")
+		r.Error = p.str("error")
 		if p.err != nil {
 			return nil, fmt.Errorf("conditions line %d: %w", line, p.err)
 		}
@@ -396,6 +400,17 @@ func Representative(rows []Row, responseName string) []Row {
 	out := make([]Row, 0, len(order))
 	for _, id := range order {
 		g := groups[id]
+		// A failed repeat (no packets) stands for its condition only when
+		// every repeat failed.
+		var ok []Row
+		for _, r := range g {
+			if r.Stats.N > 0 {
+				ok = append(ok, r)
+			}
+		}
+		if len(ok) > 0 {
+			g = ok
+		}
 		sort.SliceStable(g, func(i, j int) bool {
 			a, _ := response(g[i], responseName)
 			b, _ := response(g[j], responseName)

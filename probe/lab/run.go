@@ -141,9 +141,14 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("testbed: %w", err)
 	}
+	sum = &Summary{}
+	r := &runner{o: o, tb: tb, sum: sum}
 	defer func() {
-		fmt.Fprintf(o.Progress, "tearing down testbed %s\n", tb.ID)
-		if cerr := tb.Close(); cerr != nil {
+		if r.tb == nil {
+			return
+		}
+		fmt.Fprintf(o.Progress, "tearing down testbed %s\n", r.tb.ID)
+		if cerr := r.tb.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("testbed teardown: %w", cerr))
 		}
 	}()
@@ -154,8 +159,7 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 		return nil, err
 	}
 	defer rw.Close()
-	sum = &Summary{}
-	r := &runner{o: o, tb: tb, rw: rw, sum: sum}
+	r.rw = rw
 
 	conds := o.Sweep.Conditions()
 	rng := rand.New(rand.NewPCG(o.Seed, 0x0de7))
@@ -190,6 +194,15 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 					fmt.Fprintf(o.Progress, "  skipped: %v\n", err)
 					continue
 				}
+				if ctx.Err() == nil && !r.aliveAfterError() {
+					// ovs-vswitchd died (OOM-killed under a memory limit
+					// it cannot live in at this load): a result, not a
+					// broken run. Record it and go on with a new testbed.
+					if err := r.switchDied(ctx, c, rep, err); err != nil {
+						return sum, err
+					}
+					continue
+				}
 				return sum, fmt.Errorf("condition %s (%s): %w", c.ID, c.Describe(), err)
 			}
 		}
@@ -203,6 +216,47 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 }
 
 var errSkip = errors.New("condition cannot run here")
+
+// aliveAfterError reports whether ovs-vswitchd still runs after a
+// condition failed, giving a daemon that is being killed a moment to be
+// reaped (its exit is noticed by a goroutine).
+func (r *runner) aliveAfterError() bool {
+	for range 20 {
+		if !r.tb.Alive() {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return r.tb.Alive()
+}
+
+// switchDied records condition c as failed because ovs-vswitchd died
+// during it (cause), and replaces the testbed with a new one.
+func (r *runner) switchDied(ctx context.Context, c Condition, rep int, cause error) error {
+	msg := "ovs-vswitchd died during the condition"
+	if c.MemBytes > 0 {
+		msg += fmt.Sprintf(" (memory limit %d MiB: OOM-killed)", c.MemBytes>>20)
+	}
+	r.sum.Warnings = append(r.sum.Warnings, fmt.Sprintf("%s (%s) repeat %d: %s; testbed restarted", c.ID, c.Describe(), rep, msg))
+	fmt.Fprintf(r.o.Progress, "  FAILED: %s (%v); restarting the testbed\n", msg, cause)
+	row := Row{Condition: c, Repeat: rep, Error: msg, Datapath: r.tb.Datapath, OVSVersion: r.tb.Version}
+	if err := r.rw.Write(row); err != nil {
+		return err
+	}
+	r.sum.Rows = append(r.sum.Rows, row)
+	old := r.tb
+	r.tb = nil
+	if err := old.Close(); err != nil {
+		r.o.Logger.Warn("teardown of the dead testbed", "id", old.ID, "err", err)
+	}
+	tb, err := ovs.StartTestbed(ctx, r.o.Testbed)
+	if err != nil {
+		return fmt.Errorf("restart testbed after %s: %w", c.ID, err)
+	}
+	fmt.Fprintf(r.o.Progress, "testbed %s up\n", tb.ID)
+	r.tb, r.rules, r.lim = tb, 0, ovs.Limits{}
+	return nil
+}
 
 type runner struct {
 	o     Options
