@@ -46,7 +46,8 @@ type connState struct {
 	mu       sync.Mutex
 	authed   bool
 	identity string
-	counted  bool // holds a MaxConnsPerIdentity slot
+	gen      uint64 // the authenticator's generation when identity was bound
+	counted  bool   // holds a MaxConnsPerIdentity slot
 
 	subs atomic.Int32
 }
@@ -275,6 +276,9 @@ func isDotSegment(seg string) bool {
 // client certificate) must name that same identity, otherwise the request
 // is answered 403: one connection, one identity.
 func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok bool) {
+	if !b.admitted(w, r) {
+		return "", false
+	}
 	if id, ok := web.IdentityFrom(r.Context()); ok {
 		return id, true // a browser's session token, verified by broker/web
 	}
@@ -283,6 +287,7 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 		cs = &connState{}
 	}
 	a := b.opts.Auth
+	gen := a.Generation() // before authenticating: a reload after it is noticed
 	if h := r.Header.Get("Authorization"); h != "" {
 		var ok bool
 		scheme, cred, _ := strings.Cut(h, " ")
@@ -300,7 +305,7 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 			defer cs.mu.Unlock()
 			bound, was, err := cs.boundLocked(r)
 			if err != nil {
-				fail(w, http.StatusTooManyRequests, "%v", err)
+				fail(w, bindStatus(err), "%v", err)
 				return "", false
 			}
 			if bound && was != id {
@@ -312,6 +317,9 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 					fail(w, http.StatusTooManyRequests, "%v", err)
 					return "", false
 				}
+				cs.gen = gen
+			} else if b.revoked(w, r, id, cs.gen) {
+				return "", false
 			}
 			return id, true
 		case !a.IsOpen():
@@ -323,12 +331,18 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	wasBound := cs.authed
 	bound, id, err := cs.boundLocked(r)
 	if err != nil {
-		fail(w, http.StatusTooManyRequests, "%v", err)
+		fail(w, bindStatus(err), "%v", err)
 		return "", false
 	}
 	if bound {
+		if !wasBound {
+			cs.gen = gen
+		} else if b.revoked(w, r, id, cs.gen) {
+			return "", false
+		}
 		return id, true
 	}
 	if a.Anonymous() {
@@ -348,7 +362,13 @@ func (cs *connState) boundLocked(r *http.Request) (bound bool, id string, err er
 		return true, cs.identity, nil
 	}
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && len(r.TLS.VerifiedChains) > 0 {
-		if err := cs.bindLocked(r.TLS.PeerCertificates[0].Subject.CommonName); err != nil {
+		cn := r.TLS.PeerCertificates[0].Subject.CommonName
+		if err := auth.ValidIdentity(cn); err != nil {
+			// A CN that could act as a wildcard in %u patterns is
+			// refused, never bound (issue 9 finding 4).
+			return false, "", fmt.Errorf("%w: client certificate: %w", auth.ErrDenied, err)
+		}
+		if err := cs.bindLocked(cn); err != nil {
 			return false, "", err
 		}
 		return true, cs.identity, nil
@@ -473,6 +493,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 		fail(w, http.StatusBadRequest, "bad filter: %v", err)
 		return
 	}
+	authGen, authChanged := b.opts.Auth.Watch() // a reload may end the subscription
 	id, ok := b.identify(w, r)
 	if !ok {
 		return
@@ -610,6 +631,14 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 			}
 			beatTimer.Reset(heartbeat)
 			continue
+		case <-authChanged:
+			authChanged = b.opts.Auth.Changed()
+			if !b.opts.Auth.StillValid(id, authGen) || !b.opts.Auth.Allow(id, auth.Subscribe, filter) {
+				b.log.Info("subscription closed: the reloaded ACL removed its rights", "identity", id, "filter", filter, "remote", r.RemoteAddr)
+				closeConnOf(r)
+				return
+			}
+			continue
 		case <-ctx.Done():
 			return
 		}
@@ -665,6 +694,8 @@ func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusUnsupportedMediaType, "content type must be %s", wire.ContentType)
 		return
 	}
+	authGen := b.opts.Auth.Generation() // a reload may end the stream
+	lastGen := authGen
 	id, ok := b.identify(w, r)
 	if !ok {
 		return
@@ -710,6 +741,14 @@ func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 		in++
 		ack := wire.Ack{ID: p.ID}
+		if g := b.opts.Auth.Generation(); g != lastGen {
+			if !b.opts.Auth.StillValid(id, authGen) {
+				b.log.Info("publish stream closed: the reloaded ACL removed its rights", "identity", id, "remote", r.RemoteAddr)
+				closeConnOf(r)
+				return
+			}
+			lastGen, lastTopic = g, ""
+		}
 		if p.Topic != lastTopic || lastTopic == "" {
 			lastTopic = p.Topic
 			lastAllowed = b.opts.Auth.Allow(id, auth.Publish, p.Topic)
