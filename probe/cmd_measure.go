@@ -70,6 +70,10 @@ func runMeasure(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	ovsDB := fs.String("ovs-db", "", "OVSDB remote for ovs-vsctl (default: the system's)")
 	ovsTarget := fs.String("ovs-target", "", "ovs-appctl target of ovs-vswitchd (default: the system's)")
 	ovsRunDir := fs.String("ovs-rundir", "", "OVS run directory (default: the system's)")
+	rulesLabel := fs.Int("rules", 0, "record the condition's filler OpenFlow rule count in conditions.csv (set up by you; measure does not add rules)")
+	memLabel := fs.String("mem", "0", "record ovs-vswitchd's memory limit (K/M/G; 0 = unlimited) in conditions.csv (set up by you, e.g. in its cgroup)")
+	cpusLabel := fs.Float64("cpus", 0, "record ovs-vswitchd's CPU quota in cores (0 = unlimited) in conditions.csv (set up by you)")
+	coldLabel := fs.Bool("cold", false, "record the condition as cold (datapath flows flushed by you before it, no --warmup)")
 	resamples := fs.Int("resamples", 1000, "bootstrap replicates")
 	seed := fs.Uint64("seed", 1, "seed of the bootstrap and Poisson gaps")
 	logLevel := fs.String("log-level", "warn", "log level")
@@ -87,6 +91,10 @@ func runMeasure(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil || ap.Port() == 0 {
 		return fmt.Errorf("%w: --dst %q is not IP:PORT", errUsage, *dst)
 	}
+	memBytes, err := parseBytes(*memLabel)
+	if err != nil || memBytes < 0 || *rulesLabel < 0 || *cpusLabel < 0 {
+		return fmt.Errorf("%w: --rules, --mem and --cpus must be non-negative numbers", errUsage)
+	}
 	if err := needRoot("ovsprobe measure"); err != nil {
 		return err
 	}
@@ -97,7 +105,8 @@ func runMeasure(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	var oc *ovs.Client
-	row := lab.Row{Condition: lab.Condition{Path: "ovs", Size: *size, Rate: *rate, Flows: *flows}}
+	row := lab.Row{Condition: lab.Condition{Path: "ovs", Size: *size, Rate: *rate, Flows: *flows,
+		Rules: *rulesLabel, MemBytes: memBytes, CPUs: *cpusLabel, Cold: *coldLabel}}
 	var before ovs.Counters
 	var pb ovs.ProcSample
 	pid := 0

@@ -47,6 +47,8 @@ func TestUsageErrors(t *testing.T) {
 		{"predict missing model", []string{"predict", "--model", "/nonexistent.json", "--size", "64", "--rate", "1", "--flows", "1"}, 1, "read model"},
 		{"measure without dst", []string{"measure", "--ingress", "lo", "--egress", "lo"}, 2, "--dst IP:PORT is required"},
 		{"measure bad dst", []string{"measure", "--ingress", "lo", "--egress", "lo", "--dst", "10.0.0.1"}, 2, "is not IP:PORT"},
+		{"measure bad mem label", []string{"measure", "--ingress", "lo", "--egress", "lo", "--dst", "10.0.0.1:9", "--mem", "lots"}, 2, "--rules, --mem and --cpus"},
+		{"measure negative rules label", []string{"measure", "--ingress", "lo", "--egress", "lo", "--dst", "10.0.0.1:9", "--rules", "-1"}, 2, "--rules, --mem and --cpus"},
 		{"lab bad sizes", []string{"lab", "--sizes", "12,x"}, 2, "--sizes"},
 		{"lab size out of range", []string{"lab", "--sizes", "9000"}, 2, "out of range"},
 		{"lab bad log level", []string{"lab", "--log-level", "loud"}, 2, "bad --log-level"},
