@@ -121,8 +121,11 @@ type pubPlan struct {
 	count    int     // 0 = until ctx is done
 	inflight int     // publishes awaiting their ack at once (>= 1)
 	// next, when set, supplies each message's payload instead of payload
-	// (--sensor); it blocks until a reading is available.
+	// (--sensor, --stdin); it blocks until a reading is available and
+	// returns errEndOfInput when there will be no more.
 	next func(context.Context) ([]byte, error)
+	// source names what next reads, for errors ("sensor" when empty).
+	source string
 }
 
 // pubResult is what a publish run measured.
@@ -170,6 +173,10 @@ func publishLoop(ctx context.Context, c client.Client, p pubPlan, log *slog.Logg
 		if ack.Seq > res.LastSeq {
 			res.LastSeq = ack.Seq
 		}
+		if ack.Spooled {
+			log.Debug("spooled", "topic", p.topic, "id", ack.SpoolID)
+			return
+		}
 		log.Debug("published", "topic", p.topic, "seq", ack.Seq)
 	}
 	opts := client.PublishOptions{QoS: p.qos, Retain: p.retain}
@@ -193,10 +200,18 @@ loop:
 		payload := p.payload
 		if p.next != nil {
 			b, err := p.next(ctx)
+			if errors.Is(err, errEndOfInput) {
+				<-slots
+				break loop // --stdin: the input ended
+			}
 			if err != nil {
 				<-slots
 				if ctx.Err() == nil {
-					cancel(fmt.Errorf("sensor: %w", err))
+					src := p.source
+					if src == "" {
+						src = "sensor"
+					}
+					cancel(fmt.Errorf("%s: %w", src, err))
 				}
 				break loop
 			}
@@ -277,6 +292,8 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	mode := fs.String("mode", "request", "HTTP/3 publish mode: request (one request per message) or stream (one long-lived request)")
 	quiet := fs.Bool("quiet", false, "print no summary line")
 	sensor := fs.String("sensor", "", sensorFlagHelp)
+	var sf spoolFlags
+	sf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -298,7 +315,10 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			payloadSet = true
 		}
 	})
-	body, err := makePayload(*payload, payloadSet || *sensor != "", *payloadSize)
+	if err := sf.check(fs, *sensor); err != nil {
+		return err
+	}
+	body, err := makePayload(*payload, payloadSet || *sensor != "" || sf.stdin, *payloadSize)
 	if err != nil {
 		return err
 	}
@@ -312,9 +332,9 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer meter.close()
-	c, err := client.New(opts)
+	c, sc, err := sf.newClient(opts, log)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return err
 	}
 	plan := pubPlan{
 		topic: *topic, payload: body, qos: byte(*qos), retain: *retain,
@@ -326,12 +346,22 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer closeSensor()
+	if sf.stdin {
+		sf.applyStdin(ctx, fs, stdinReader, &plan)
+	}
 	res, err := publishLoop(ctx, c, plan, log)
+	if sc != nil {
+		err = drainSpool(ctx, sc, &res, err, log)
+	}
 	if cerr := c.Close(); cerr != nil {
 		log.Debug("close", "error", cerr)
 	}
 	if !*quiet {
-		fmt.Fprintln(stdout, pubSummary(&res, *topic, *qos))
+		if sc != nil {
+			fmt.Fprintln(stdout, spoolSummary(&res, *topic, *qos, sc.SpoolStats(), sf.dir))
+		} else {
+			fmt.Fprintln(stdout, pubSummary(&res, *topic, *qos))
+		}
 	}
 	merr := meter.finish(uint64(res.Sent), func(m *qmetrics.RoleMetrics) {
 		m.MessagesSent = uint64(res.Sent)

@@ -165,6 +165,11 @@ func TestPubSubUsageErrors(t *testing.T) {
 		{"pub insecure and ca", runPub, []string{"--topic", "a", "--payload", "x", "--insecure", "--ca", "x.pem"}, "exclude"},
 		{"pub bad scheme", runPub, []string{"--topic", "a", "--payload", "x", "--broker", "ftp://h"}, "unsupported broker URL scheme"},
 		{"pub bad tuning", runPub, []string{"--topic", "a", "--payload", "x", "--tuning", "/nonexistent.toml"}, "tuning"},
+		{"pub stdin and payload", runPub, []string{"--topic", "a", "--payload", "x", "--stdin"}, "--stdin replaces"},
+		{"pub stdin and sensor", runPub, []string{"--topic", "a", "--stdin", "--sensor", "thermal"}, "--stdin replaces"},
+		{"pub spool flag without spool", runPub, []string{"--topic", "a", "--payload", "x", "--spool-fsync", "always"}, "needs --spool"},
+		{"pub bad spool fsync", runPub, []string{"--topic", "a", "--payload", "x", "--spool", "d", "--spool-fsync", "sometimes"}, "--spool-fsync"},
+		{"pub bad spool size", runPub, []string{"--topic", "a", "--payload", "x", "--spool", "d", "--spool-max-bytes", "0"}, "--spool-max-bytes"},
 		{"sub no topic", runSub, nil, "--topic is required"},
 		{"sub bad format", runSub, []string{"--topic", "a", "--format", "xml"}, "--format"},
 		{"sub negative count", runSub, []string{"--topic", "a", "--count", "-1"}, "--count"},
@@ -315,5 +320,90 @@ func TestSubStopsOnSignal(t *testing.T) {
 	}
 	if _, err := qmetrics.ReadFile(metrics); err != nil {
 		t.Fatalf("metrics not written on a signal: %v", err)
+	}
+}
+
+// TestPubStdinSpool: `pub --stdin --spool` publishes one message a line
+// (blank lines skipped) in order and ends once the spool has drained; a
+// second run on the same spool with empty input has nothing left to do.
+func TestPubStdinSpool(t *testing.T) {
+	b := testutil.StartBroker(t, nil, nil)
+	ca := writeCA(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sub, err := client.New(client.Options{Broker: b.URL, RootCAs: b.PKI.Pool(), Logger: testutil.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	got := make(chan string, 10)
+	ready := make(chan struct{})
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go sub.Subscribe(client.WithSubscribed(sctx, func() { close(ready) }), "lines/x", 0, func(m client.Message) { got <- string(m.Payload) })
+	<-ready
+	dir := filepath.Join(t.TempDir(), "spool")
+	args := []string{"--config", "", "--broker", b.URL, "--ca", ca, "--topic", "lines/x", "--stdin", "--spool", dir, "--spool-fsync", "always"}
+	defer func(r io.Reader) { stdinReader = r }(stdinReader)
+	stdinReader = strings.NewReader("one\n\ntwo\r\nthree")
+	var out, errOut bytes.Buffer
+	if err := runPub(ctx, args, &out, &errOut); err != nil {
+		t.Fatalf("pub: %v\n%s", err, errOut.String())
+	}
+	if want := "spooled 3 message(s) to lines/x (qos 1); spool " + dir + ": delivered 3; 0 pending"; strings.TrimSpace(out.String()) != want {
+		t.Fatalf("summary %q, want %q", out.String(), want)
+	}
+	for _, w := range []string{"one", "two", "three"} {
+		select {
+		case m := <-got:
+			if m != w {
+				t.Fatalf("got %q, want %q", m, w)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%q not delivered", w)
+		}
+	}
+	stdinReader = strings.NewReader("")
+	out.Reset()
+	if err := runPub(ctx, args, &out, &errOut); err != nil {
+		t.Fatalf("second pub: %v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "spooled 0 message(s)") || !strings.Contains(out.String(), "delivered 0; 0 pending") {
+		t.Fatalf("second run summary %q", out.String())
+	}
+}
+
+func TestLineSource(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+		err  string
+	}{
+		{"a\nb\n", []string{"a", "b"}, ""},
+		{"a\r\n\n\nb", []string{"a", "b"}, ""},
+		{"", nil, ""},
+		{strings.Repeat("x", maxLineBytes+1), nil, "longer than"},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%.10q", tt.in), func(t *testing.T) {
+			next := lineSource(context.Background(), strings.NewReader(tt.in))
+			var got []string
+			for {
+				b, err := next(context.Background())
+				if errors.Is(err, errEndOfInput) {
+					break
+				}
+				if err != nil {
+					if tt.err == "" || !strings.Contains(err.Error(), tt.err) {
+						t.Fatalf("error %v, want %q", err, tt.err)
+					}
+					return
+				}
+				got = append(got, string(b))
+			}
+			if tt.err != "" || fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("got %q, want %q (error %q)", got, tt.want, tt.err)
+			}
+		})
 	}
 }

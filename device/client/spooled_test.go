@@ -61,7 +61,9 @@ func TestDeduper(t *testing.T) {
 	}
 	// The window forgets the oldest.
 	d = Deduper{Window: 2}
-	m := func(i int) *Message { return &Message{Topic: "w", Sent: at.Add(time.Duration(i)), Payload: []byte("p")} }
+	m := func(i int) *Message {
+		return &Message{Topic: "w", Sent: at.Add(time.Duration(i)), Payload: []byte("p")}
+	}
 	for i := range 3 {
 		d.Duplicate(m(i))
 	}
