@@ -62,6 +62,7 @@ type brokerFlags struct {
 	cert, key     string
 	clientCA      string
 	authFile      string
+	allowAnon     bool
 	tuning        string
 	logLevel      string
 	maxPayload    int
@@ -80,7 +81,8 @@ func (f *brokerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cert, "cert", "", "server certificate PEM file (with --key)")
 	fs.StringVar(&f.key, "key", "", "server key PEM file (with --cert)")
 	fs.StringVar(&f.clientCA, "client-ca", "", "CA PEM file to verify client certificates (mTLS; identity = certificate CN)")
-	fs.StringVar(&f.authFile, "auth", "", "ACL file (TOML: users, tokens, passwords, publish/subscribe patterns, [anonymous]); empty = open broker")
+	fs.StringVar(&f.authFile, "auth", "", "ACL file (TOML: users, hashed tokens and passwords, publish/subscribe patterns, [anonymous]; quiot token/passwd add credentials; SIGHUP reloads it); empty = no ACL: loopback clients only")
+	fs.BoolVar(&f.allowAnon, "allow-anonymous", false, "without --auth: serve everyone from anywhere, no authentication (an open broker; --dev implies it)")
 	fs.StringVar(&f.tuning, "tuning", "default", "QUIC tuning profile: default, lean or a TOML file")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.IntVar(&f.maxPayload, "max-payload", 256<<10, "largest payload in bytes")
@@ -117,15 +119,11 @@ func (f *brokerFlags) options(stdout io.Writer, log *slog.Logger) (*broker.Optio
 		return nil, fmt.Errorf("%w: --tuning: %v", errUsage, err)
 	}
 	o.Tuning = prof
-	if f.authFile != "" {
-		a, err := auth.Load(f.authFile)
-		if err != nil {
-			return nil, err
-		}
-		o.Auth = a
-	} else {
-		log.Warn("no --auth file: open broker, anyone may publish and subscribe everywhere")
+	a, err := f.authenticator(log)
+	if err != nil {
+		return nil, err
 	}
+	o.Auth = a
 	if f.maxPayload <= 0 || f.queue <= 0 || f.maxSubs <= 0 || f.historyBytes <= 0 || f.retainedBytes <= 0 || f.history < 0 {
 		return nil, fmt.Errorf("%w: limits must be positive (--history may be 0)", errUsage)
 	}
@@ -148,6 +146,35 @@ func (f *brokerFlags) options(stdout io.Writer, log *slog.Logger) (*broker.Optio
 		return nil, fmt.Errorf("%w: --queue-policy %q (want drop-oldest or disconnect)", errUsage, f.queuePolicy)
 	}
 	return o, nil
+}
+
+// authenticator picks who may connect (issue 9 finding 5, deny by
+// default as mosquitto 2.x): the ACL file of --auth; without one, loopback
+// clients only, unless --dev or --allow-anonymous open the broker.
+func (f *brokerFlags) authenticator(log *slog.Logger) (*auth.Authenticator, error) {
+	switch {
+	case f.authFile != "" && f.allowAnon:
+		return nil, fmt.Errorf("%w: --allow-anonymous is for brokers without --auth; with an ACL file, give anonymous clients rights in its [anonymous] table", errUsage)
+	case f.authFile != "":
+		a, err := auth.Load(f.authFile)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range a.Warnings() {
+			log.Warn("ACL: "+w, "file", f.authFile)
+		}
+		return a, nil
+	case f.dev || f.allowAnon:
+		why := "--allow-anonymous"
+		if !f.allowAnon {
+			why = "--dev"
+		}
+		log.Warn("OPEN BROKER ("+why+"): no ACL, anyone who can reach it may publish and subscribe to every topic; for a deployment give --auth FILE (docs/security.md)", "listen", f.listen)
+		return auth.Open(), nil
+	default:
+		log.Warn("no ACL (--auth): serving loopback clients only, others are refused; to serve the network make an ACL (quiot token --acl FILE NAME) and start with --auth FILE (docs/security.md)")
+		return auth.LoopbackOnly(), nil
+	}
 }
 
 func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/auth"
+)
+
+// SIGHUP reloads the ACL file of `quiot broker --auth` (issue 9 finding
+// 6): the rules change in place, connections whose rights the new file
+// removed are closed (broker/auth StillValid; the HTTP/3 and MQTT sides
+// watch the authenticator), the others stay. A credential's expiry is
+// applied the same way, at the moment it expires. Without --auth, SIGHUP
+// is logged and ignored (it does not end the broker).
+
+func init() {
+	registerBrokerExtension(brokerExtension{name: "acl-reload", start: startACLReload})
+}
+
+func startACLReload(ctx context.Context, _ *broker.Broker, opts *broker.Options, log *slog.Logger, _ io.Writer) (func(context.Context) error, error) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		aclReloader(ctx, opts.Auth, hup, done, log)
+	}()
+	return func(context.Context) error {
+		signal.Stop(hup)
+		close(done)
+		<-stopped
+		return nil
+	}, nil
+}
+
+// aclReloader reloads a on each value from hup and refreshes it when a
+// credential expires, until done is closed or ctx ends.
+func aclReloader(ctx context.Context, a *auth.Authenticator, hup <-chan os.Signal, done <-chan struct{}, log *slog.Logger) {
+	expiry := time.NewTimer(time.Hour)
+	expiry.Stop()
+	defer expiry.Stop()
+	arm := func() {
+		expiry.Stop()
+		if next := a.NextExpiry(); !next.IsZero() {
+			expiry.Reset(time.Until(next))
+		}
+	}
+	arm()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-hup:
+			err := a.Reload()
+			switch {
+			case errors.Is(err, auth.ErrNoFile):
+				log.Info("SIGHUP: no ACL file to reload (no --auth)")
+				continue
+			case err != nil:
+				log.Error("ACL reload failed: the previous rules stay", "err", err)
+				continue
+			}
+			log.Info("ACL reloaded", "generation", a.Generation())
+			for _, w := range a.Warnings() {
+				log.Warn("ACL: " + w)
+			}
+			arm()
+		case <-expiry.C:
+			if err := a.Refresh(); err != nil {
+				log.Error("ACL refresh at a credential's expiry failed", "err", err)
+			} else {
+				log.Info("a credential expired: connections that may have used it are closed", "generation", a.Generation())
+			}
+			arm()
+		}
+	}
+}
