@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode"
+	"unicode/utf8"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -129,31 +132,48 @@ func (b *bridge) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	if _, err := b.core.Publish(context.Background(), m); err != nil {
 		b.Refused.Add(1)
 		b.log.Debug("broker refused mqtt publish", "client", cl.ID, "topic", pk.TopicName, "error", err)
-		if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 {
-			return pk, refusalCode(err)
-		}
+		answerRefusal(cl, pk, refusalCode(err)) // server.go
 		return pk, packets.ErrRejectPacket
 	}
 	return pk, nil
 }
 
-// refusalCode maps a broker error to an MQTT 5 PUBACK reason.
+// refusalCode maps a broker error to the reason code of the MQTT 5 PUBACK
+// or PUBREC that refuses the publish: only codes both packets' tables
+// (MQTT 5 3.4.2.1, 3.5.2.1) allow, with the error as reason string. A
+// payload over the broker's limit but within the Maximum Packet Size is
+// "quota exceeded" (0x97: "an implementation or administrative imposed
+// limit has been exceeded"); 0x95 "packet too large" is a DISCONNECT code.
 func refusalCode(err error) packets.Code {
+	code := packets.ErrImplementationSpecificError.Code // 0x83
 	switch {
 	case errors.Is(err, broker.ErrBadTopic):
-		return packets.Code{Code: packets.ErrTopicNameInvalid.Code, Reason: truncReason(err)}
-	case errors.Is(err, broker.ErrTooLarge):
-		return packets.Code{Code: packets.ErrPacketTooLarge.Code, Reason: truncReason(err)}
-	case errors.Is(err, broker.ErrShuttingDown):
-		return packets.ErrServerShuttingDown
+		code = packets.ErrTopicNameInvalid.Code // 0x90
+	case errors.Is(err, broker.ErrTooLarge), errors.Is(err, broker.ErrRetainedFull):
+		code = packets.ErrQuotaExceeded.Code // 0x97
+	case errors.Is(err, auth.ErrDenied):
+		code = packets.ErrNotAuthorized.Code // 0x87
 	}
-	return packets.Code{Code: packets.ErrImplementationSpecificError.Code, Reason: truncReason(err)}
+	return packets.Code{Code: code, Reason: truncReason(err)}
 }
 
+// truncReason makes err's text a reason string: valid UTF-8 without
+// control characters (MQTT 5 1.5.4 forbids U+0000 and discourages the
+// others; the text may quote a client's topic) and at most 200 bytes, cut
+// at a character boundary.
 func truncReason(err error) string {
-	s := err.Error()
+	s := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(err.Error(), "?"))
 	if len(s) > 200 {
-		s = s[:200]
+		i := 200
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s = s[:i]
 	}
 	return s
 }

@@ -11,6 +11,7 @@
 package mqttquic
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -19,8 +20,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -82,6 +85,10 @@ type Options struct {
 	// 16 KiB (mochi's default, 2 KiB, makes twice the write system calls
 	// in a fan-out).
 	WriteBufferSize int
+	// TopicAliasMaximum is the highest topic alias an MQTT 5 client may
+	// use (announced in CONNACK); zero means 64. Each alias holds a topic
+	// name for the connection's life, so this bounds that memory.
+	TopicAliasMaximum uint16
 	// DataDir, when set, keeps persistent sessions (their subscriptions
 	// and queued QoS 1 messages) across restarts in DataDir/mqtt-sessions.db
 	// (broker/store); empty means sessions live in memory only.
@@ -112,6 +119,9 @@ func (o *Options) ensureDefaults() {
 	if o.MaxSessionExpiry == 0 {
 		o.MaxSessionExpiry = 24 * 3600
 	}
+	if o.TopicAliasMaximum == 0 {
+		o.TopicAliasMaximum = 64
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -126,6 +136,8 @@ type Server struct {
 	tcp  *listeners.TCP
 	tlsl *listeners.TCP // MQTT over TLS (tls.go)
 	br   *bridge
+	// compat is kept for tests (CONNACK marks left over).
+	compat *compatHook
 
 	closeOnce sync.Once
 }
@@ -146,6 +158,11 @@ func New(opts Options) (*Server, error) {
 	// client (a clock read and a property per delivery) and drop MQTT's
 	// copy of a retained message after a day while HTTP/3 keeps it.
 	caps.MaximumMessageExpiryInterval = 0
+	caps.TopicAliasMaximum = opts.TopicAliasMaximum
+	// Acknowledgements carry no properties of the publish they answer
+	// (mochi copies them, user properties included, by default; MQTT 5
+	// allows a PUBACK only a reason string and user properties of its own).
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	mq := mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
 		ClientNetWriteBufferSize: opts.WriteBufferSize,
@@ -154,7 +171,8 @@ func New(opts Options) (*Server, error) {
 		// wasteful on a Pi).
 		SysTopicResendInterval: 60,
 	})
-	s := &Server{opts: opts, mq: mq}
+	compat := &compatHook{mq: mq, maxPacketSize: opts.MaxPacketSize, topicAliasMaximum: opts.TopicAliasMaximum}
+	s := &Server{opts: opts, mq: mq, compat: compat}
 	if opts.DataDir != "" {
 		so := store.SessionOptions{Dir: opts.DataDir, Server: mq, Logger: opts.Logger}
 		if c, ok := opts.Broker.(store.SessionCore); ok {
@@ -168,7 +186,7 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("mqtt server: add session hook: %w", err)
 		}
 	}
-	if err := mq.AddHook(new(compatHook), nil); err != nil {
+	if err := mq.AddHook(compat, nil); err != nil {
 		return nil, fmt.Errorf("mqtt server: add compat hook: %w", err)
 	}
 	if opts.Broker != nil {
@@ -290,17 +308,68 @@ func (h *allowHook) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { r
 // OnACLCheck allows every topic.
 func (h *allowHook) OnACLCheck(*mqtt.Client, string, bool) bool { return true }
 
-// compatHook keeps user properties on PUBLISH packets for clients that
-// asked for no problem information: MQTT 5 (3.1.2.11.7) restricts that flag
-// to other packet types, but mochi strips user properties from every packet,
-// which would lose the "quiot-time" send stamp.
+// mochi acknowledges a successful QoS 1 publish with the reason code it
+// finds in packets.QosCodes[1], which is 0x01 ("Granted QoS 1", a SUBACK
+// code). A PUBACK's success code is 0x00 (MQTT 5 3.4.2.1); paho-mqtt
+// (Python) fails on 0x01 and hangs every later publish. The only hook that
+// could change the acknowledgement is OnPacketEncode, which mochi runs for
+// every packet written, each delivery included; the table's one use in
+// mochi v2.7.9 is that acknowledgement (server.go, processPublish), so the
+// entry is set here instead, before any server exists.
+func init() {
+	packets.QosCodes[1] = packets.CodeSuccess
+}
+
+// compatHook mends what clients observe of mochi where MQTT 3.1.1 or 5.0
+// asks for something else (docs/mqtt.md's conformance table lists them):
+//
+//   - a PUBLISH mochi would drop without a word (a topic name under $SYS or
+//     $share; mochi answers neither PUBACK nor PUBREC, and the publisher
+//     waits for ever) is refused as every other refused publish is
+//     (answerRefusal);
+//   - a QoS 2 PUBLISH re-sent while its PUBREC is outstanding is answered
+//     with PUBREC 0x00 and not delivered again (MQTT-4.3.3-10; mochi
+//     answers 0x91, which fails the message at the client);
+//   - CONNACK announces the Maximum Packet Size and the Topic Alias Maximum
+//     the server enforces (mochi enforces both but announces neither, so a
+//     client could not know them);
+//   - a QoS 1 or 2 message larger than a client's Maximum Packet Size is
+//     dropped for that client as if it had been delivered (MQTT-3.1.2-25);
+//     mochi does not send it either, but keeps it in flight for ever, so
+//     it took one of the client's Receive Maximum slots each time;
+//   - a QoS 1 or 2 message that waited for flow-control credit (the
+//     client's Receive Maximum) stays in flight once sent: mochi removes it
+//     from the session when it sends it, so the client's PUBACK returned
+//     no credit (after Receive Maximum such messages the client got
+//     nothing more, MQTT-4.9.0-2/3) and a reconnect would not resend it
+//     (MQTT-4.4.0-1); the hook puts it back (OnPacketSent, then the
+//     client's next packet or its disconnect);
+//   - messages waiting in a session go out in the order they were
+//     published (MQTT-4.6.0-6), after waiting for credit and on a
+//     reconnect: mochi orders them by uint16(Created), Created being a
+//     time in seconds, so within a second in any order; the hook renumbers
+//     Created in packet identifier order (identifiers are handed out in
+//     publish order) before mochi picks the next one (orderInflight);
+//   - PUBLISH packets keep their user properties for clients that asked for
+//     no problem information: MQTT 5 (3.1.2.11.7) restricts that flag to
+//     other packet types, but mochi strips user properties from every
+//     packet, which would lose the "quiot-time" send stamp.
 //
 // mochi runs OnPacketEncode for every packet written (each delivery), so
-// the hook provides it only once a client has asked for no problem
-// information (sticky: most clients never do).
+// the hook provides it only while a CONNACK is due or once a client has
+// asked for no problem information or announced a Maximum Packet Size
+// (sticky: most clients never do; quiot's does neither).
 type compatHook struct {
 	mqtt.HookBase
-	needed atomic.Bool
+	mq                *mqtt.Server
+	maxPacketSize     uint32
+	topicAliasMaximum uint16
+
+	needed     atomic.Bool  // a client asked for no problem information or has a maximum packet size
+	flowed     atomic.Bool  // a client announced a Receive Maximum
+	sentHeld   sync.Map     // *mqtt.Client -> *[]packets.Packet: held messages sent, to put back in flight
+	connacking atomic.Int32 // MQTT 5 CONNACKs due (entries in pending)
+	pending    sync.Map     // *mqtt.Client -> struct{}: CONNACK due
 }
 
 // ID names the hook.
@@ -308,52 +377,333 @@ func (h *compatHook) ID() string { return "quiot-compat" }
 
 // Provides reports the events the hook handles.
 func (h *compatHook) Provides(b byte) bool {
-	return b == mqtt.OnConnect || b == mqtt.OnPacketEncode && h.needed.Load()
+	switch b {
+	case mqtt.OnConnect, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnPacketRead, mqtt.OnDisconnect:
+		return true
+	case mqtt.OnPacketEncode:
+		return h.needed.Load() || h.connacking.Load() > 0
+	case mqtt.OnPacketSent:
+		return h.flowed.Load()
+	}
+	return false
 }
 
 // OnConnect turns the encoding fix on when a client asks for no problem
 // information (before anything is written to it).
 func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
-	if p := cl.Properties.Props; p.RequestProblemInfoFlag && p.RequestProblemInfo == 0 {
+	if p := cl.Properties.Props; p.RequestProblemInfoFlag && p.RequestProblemInfo == 0 || p.MaximumPacketSize > 0 {
 		h.needed.Store(true)
+	}
+	if cl.Properties.Props.ReceiveMaximum > 0 {
+		h.flowed.Store(true)
 	}
 	return nil
 }
 
-// OnPacketEncode re-allows properties on outgoing PUBLISH packets.
-func (h *compatHook) OnPacketEncode(_ *mqtt.Client, pk packets.Packet) packets.Packet {
-	if pk.FixedHeader.Type == packets.Publish {
+// OnPacketSent notes a QoS 1 or 2 message that had waited for credit
+// (mochi marks it with Expiry -1, sends it from the client's reading
+// goroutine and then deletes it from the session).
+func (h *compatHook) OnPacketSent(cl *mqtt.Client, pk packets.Packet, _ []byte) {
+	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 || pk.Expiry >= 0 {
+		return
+	}
+	v, _ := h.sentHeld.LoadOrStore(cl, new([]packets.Packet))
+	l := v.(*[]packets.Packet)
+	*l = append(*l, pk)
+}
+
+// restoreHeld puts the held messages sent to cl back in flight.
+func (h *compatHook) restoreHeld(cl *mqtt.Client) {
+	v, ok := h.sentHeld.LoadAndDelete(cl)
+	if !ok {
+		return
+	}
+	for _, pk := range *v.(*[]packets.Packet) {
+		pk.Expiry = 0
+		if cl.State.Inflight.Set(pk) {
+			atomic.AddInt64(&h.mq.Info.Inflight, 1)
+		}
+	}
+}
+
+// OnDisconnect keeps held messages sent in the session (resent when the
+// client returns).
+func (h *compatHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	h.restoreHeld(cl)
+	h.unmark(cl)
+}
+
+// OnSessionEstablish (authenticated, CONNACK next) marks an MQTT 5
+// client's CONNACK for the limits' properties.
+func (h *compatHook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+	if _, loaded := h.pending.LoadOrStore(cl, struct{}{}); !loaded {
+		h.connacking.Add(1)
+	}
+}
+
+// OnSessionEstablished (CONNACK written) forgets a mark its CONNACK did not
+// consume.
+func (h *compatHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) { h.unmark(cl) }
+
+func (h *compatHook) unmark(cl *mqtt.Client) bool {
+	if _, ok := h.pending.LoadAndDelete(cl); ok {
+		h.connacking.Add(-1)
+		return true
+	}
+	return false
+}
+
+// OnPacketEncode adds the limits to a marked CONNACK and re-allows
+// properties on outgoing PUBLISH packets.
+func (h *compatHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	switch pk.FixedHeader.Type {
+	case packets.Publish:
 		pk.Mods.DisallowProblemInfo = false
+		if pk.FixedHeader.Qos > 0 && pk.Mods.MaxSize > 0 && publishSizeBound(pk) > pk.Mods.MaxSize && tooLarge(pk) {
+			// mochi will not write it (WritePacket checks the size after
+			// this hook) and would keep it in flight: complete it here.
+			if cl.State.Inflight.Delete(pk.PacketID) {
+				atomic.AddInt64(&h.mq.Info.Inflight, -1)
+				cl.State.Inflight.IncreaseSendQuota()
+			}
+			atomic.AddInt64(&h.mq.Info.MessagesDropped, 1)
+		}
+	case packets.Connack:
+		if h.unmark(cl) && pk.ReasonCode == packets.CodeSuccess.Code {
+			if cl.Properties.ProtocolVersion == 5 {
+				pk.Properties.MaximumPacketSize = h.maxPacketSize
+				pk.Properties.TopicAliasMaximum = h.topicAliasMaximum
+			}
+			// The session's messages are resent right after CONNACK.
+			orderInflight(cl, false)
+		}
 	}
 	return pk
 }
 
-// quietHandler demotes mochi's chatty Info records (hooks added, listeners
-// attached, every client connecting) to Debug; warnings stay.
-type quietHandler struct{ slog.Handler }
-
-// Enabled reports whether records at level l (after demotion) are logged.
-func (h quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	if l == slog.LevelInfo {
-		l = slog.LevelDebug
+// orderInflight renumbers the Created field of cl's QoS 1 and 2 messages in
+// flight (only those waiting for credit if held) so that mochi's order,
+// uint16(Created), is the order they were published in. That is packet
+// identifier order, read on the circle of identifiers: mochi hands them out
+// increasing and wrapping, and those in flight span less than half of it
+// (at most Capabilities.MaximumInflight), so the first one follows the
+// widest gap. With MaximumMessageExpiryInterval 0 (New) mochi uses Created
+// for nothing else.
+func orderInflight(cl *mqtt.Client, held bool) {
+	all := cl.State.Inflight.GetAll(held)
+	pubs := all[:0]
+	for _, pk := range all {
+		if pk.FixedHeader.Type == packets.Publish {
+			pubs = append(pubs, pk)
+		}
 	}
-	return h.Handler.Enabled(ctx, l)
+	if len(pubs) < 2 {
+		return
+	}
+	sort.Slice(pubs, func(i, j int) bool { return pubs[i].PacketID < pubs[j].PacketID })
+	start, gap := 0, int(pubs[0].PacketID)+65536-int(pubs[len(pubs)-1].PacketID)
+	for i := 1; i < len(pubs); i++ {
+		if g := int(pubs[i].PacketID) - int(pubs[i-1].PacketID); g > gap {
+			start, gap = i, g
+		}
+	}
+	for i := range pubs {
+		pk := pubs[(start+i)%len(pubs)]
+		if want := int64(i + 1); pk.Created != want {
+			pk.Created = want
+			cl.State.Inflight.Set(pk)
+		}
+	}
 }
 
-// Handle logs r, Info demoted to Debug.
+// publishSizeBound is at least the encoded size of pk (cheap: no
+// encoding).
+func publishSizeBound(pk packets.Packet) uint32 {
+	n := 5 + 2 + len(pk.TopicName) + 2 + len(pk.Payload) + 64 // fixed header, topic, id, payload, fixed-size properties
+	p := pk.Properties
+	n += len(p.ContentType) + len(p.ResponseTopic) + len(p.CorrelationData) + 5*len(p.SubscriptionIdentifier) + 12
+	for _, u := range p.User {
+		n += 5 + len(u.Key) + len(u.Val)
+	}
+	return uint32(n)
+}
+
+// tooLarge reports whether pk, encoded as mochi will encode it, exceeds
+// pk.Mods.MaxSize.
+func tooLarge(pk packets.Packet) bool {
+	var buf bytes.Buffer
+	if err := pk.PublishEncode(&buf); err != nil {
+		return false
+	}
+	return uint32(buf.Len()) > pk.Mods.MaxSize
+}
+
+// OnPacketRead answers the PUBLISH packets mochi would leave unanswered.
+// It never refuses a packet itself (a refusal here would close the
+// connection): mochi then processes it as usual.
+func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if h.flowed.Load() {
+		h.restoreHeld(cl) // before this packet (perhaps their PUBACK) is processed
+		if t := pk.FixedHeader.Type; cl.Properties.Props.ReceiveMaximum > 0 && (t == packets.Puback || t == packets.Pubcomp) {
+			orderInflight(cl, true) // mochi may send the next held message after this one
+		}
+	}
+	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline || pk.FixedHeader.Qos == 0 {
+		return pk, nil
+	}
+	if pk.PublishValidate(h.topicAliasMaximum) != packets.CodeSuccess {
+		return pk, nil // mochi disconnects for the protocol error
+	}
+	if !mqtt.IsValidFilter(pk.TopicName, true) {
+		// mochi ignores the packet (processPublish returns before any
+		// acknowledgement); answer it here.
+		answerRefusal(cl, pk, packets.Code{Code: packets.ErrNotAuthorized.Code, Reason: "topic name reserved for the broker"})
+		return pk, nil
+	}
+	if pk.FixedHeader.Qos == 2 {
+		if in, ok := cl.State.Inflight.Get(pk.PacketID); ok && in.FixedHeader.Type == packets.Pubrec && in.ReasonCode < packets.ErrUnspecifiedError.Code {
+			// A re-sent QoS 2 PUBLISH (its PUBREC was lost): acknowledge
+			// again and let mochi ignore it (a $SYS topic name is the one
+			// thing processPublish drops before any acknowledgement).
+			_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: pk.PacketID})
+			pk.TopicName = mqtt.SysPrefix + "/quiot/duplicate"
+			pk.Properties.TopicAlias, pk.Properties.TopicAliasFlag = 0, false
+		}
+	}
+	return pk, nil
+}
+
+// answerRefusal tells the publisher of pk that it was not accepted, as the
+// protocol version allows:
+//
+//   - MQTT 5, QoS 1: PUBACK with code; QoS 2: PUBREC with code (MQTT 5
+//     3.4.2.1 and 3.5.2.1: a reason of 0x80 or above ends the exchange);
+//   - MQTT 3.1.1, QoS 1 or 2: it has no way to say no, and the server must
+//     either acknowledge or close the network connection (MQTT-3.3.5-2).
+//     The connection is closed: a positive acknowledgement would lose the
+//     message without the publisher ever knowing (mochi does the same
+//     for a publish the ACL denies);
+//   - QoS 0: nothing (there is no acknowledgement to carry a refusal).
+func answerRefusal(cl *mqtt.Client, pk packets.Packet, code packets.Code) {
+	switch {
+	case pk.FixedHeader.Qos == 0:
+	case cl.Properties.ProtocolVersion == 5:
+		_ = cl.WritePacket(refusalAck(pk, code))
+	default:
+		cl.Stop(code)
+	}
+}
+
+// refusalAck is the MQTT 5 PUBACK (QoS 1) or PUBREC (QoS 2) refusing pk
+// with code, its reason string the code's reason and no other property.
+func refusalAck(pk packets.Packet, code packets.Code) packets.Packet {
+	t := packets.Puback
+	if pk.FixedHeader.Qos == 2 {
+		t = packets.Pubrec
+	}
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: t}, PacketID: pk.PacketID, ReasonCode: code.Code}
+	ack.Properties.ReasonString = code.Reason
+	return ack
+}
+
+// quietHandler fits mochi's log records to quiot's levels: what a client
+// does (connecting, leaving, a malformed packet, a refused publish) is
+// Debug or Info, never a warning or an error, and every record has a
+// message. mochi's Info records (hooks added, listeners attached, every
+// client connecting) become Debug; packet attributes become a one-line
+// summary instead of the whole packet with its payload.
+type quietHandler struct{ slog.Handler }
+
+// Enabled reports whether records at level l might be logged (the level
+// of a rewritten record is decided in Handle).
+func (h quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug) || h.Handler.Enabled(ctx, l)
+}
+
+// Handle logs r with its level and message rewritten.
 func (h quietHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level == slog.LevelInfo {
-		r.Level = slog.LevelDebug
+	r = rewriteRecord(r)
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
 	}
 	return h.Handler.Handle(ctx, r)
 }
 
-// WithAttrs keeps the demotion on derived handlers.
+// WithAttrs keeps the rewriting on derived handlers.
 func (h quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return quietHandler{h.Handler.WithAttrs(as)}
 }
 
-// WithGroup keeps the demotion on derived handlers.
+// WithGroup keeps the rewriting on derived handlers.
 func (h quietHandler) WithGroup(name string) slog.Handler {
 	return quietHandler{h.Handler.WithGroup(name)}
+}
+
+// mochiClientRecords are mochi's records about a client's doing, with the
+// message and level quiot logs them at.
+var mochiClientRecords = map[string]struct {
+	msg   string
+	level slog.Level
+}{
+	// processPacket failed: the client sent a packet MQTT does not allow.
+	"error processing packet": {"mqtt client sent a packet that breaks the protocol", slog.LevelInfo},
+	// A hook returned an error for a publish (quiot's hooks answer
+	// refusals themselves, see answerRefusal).
+	"publish packet error":    {"mqtt publish refused", slog.LevelInfo},
+	"publish packet rejected": {"mqtt publish refused", slog.LevelDebug},
+	"packet rejected":         {"mqtt packet refused", slog.LevelDebug},
+}
+
+// rewriteRecord returns r with quiot's level and message and without
+// whole packets.
+func rewriteRecord(r slog.Record) slog.Record {
+	level, msg := r.Level, r.Message
+	if level == slog.LevelInfo {
+		level = slog.LevelDebug
+	}
+	var errv error
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "error" {
+			errv, _ = a.Value.Any().(error)
+		}
+		return true
+	})
+	if m, ok := mochiClientRecords[msg]; ok {
+		level, msg = m.level, m.msg
+	} else if msg == "" {
+		// mochi's TCP listener logs the end of every connection as a
+		// warning without a message.
+		level, msg = connEndLevel(errv), "mqtt connection ended"
+	}
+	out := slog.NewRecord(r.Time, level, msg, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		if pk, ok := a.Value.Any().(packets.Packet); ok {
+			a = slog.String(a.Key, packetSummary(pk))
+		}
+		out.AddAttrs(a)
+		return true
+	})
+	return out
+}
+
+// connEndLevel is Debug for a connection that ended as connections do (the
+// client left, the server closed it), Info for one that ended in an error
+// the client caused (a malformed packet, refused credentials, keep-alive
+// expired).
+func connEndLevel(err error) slog.Level {
+	switch {
+	case err == nil, errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, mqtt.ErrConnectionClosed):
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
+// packetSummary describes pk in one line without its payload.
+func packetSummary(pk packets.Packet) string {
+	s := fmt.Sprintf("type=%d qos=%d id=%d", pk.FixedHeader.Type, pk.FixedHeader.Qos, pk.PacketID)
+	if pk.FixedHeader.Type == packets.Publish {
+		s += fmt.Sprintf(" topic=%q payload_bytes=%d", pk.TopicName, len(pk.Payload))
+	}
+	return s
 }

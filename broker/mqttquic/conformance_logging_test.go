@@ -1,0 +1,142 @@
+package mqttquic
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/internal/testutil"
+)
+
+// syncBuffer is a bytes.Buffer safe for concurrent log writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// records returns the JSON log records written so far.
+func (s *syncBuffer) records(t *testing.T) []map[string]any {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestClientMistakesAreNotWarnings: what clients do (leave without
+// DISCONNECT, close before CONNECT, publish to a bad topic, send a packet
+// MQTT forbids) is logged at Debug or Info with a message, never as a
+// warning or an error, and no record carries a whole packet with its
+// payload (issue 10 finding 7: every MQTT/TCP disconnect logged
+// `level=WARN msg="" error=EOF`, a bad topic was an ERROR).
+func TestClientMistakesAreNotWarnings(t *testing.T) {
+	var logs syncBuffer
+	p := newPKI(t)
+	h3 := testutil.StartBroker(t, p, &broker.Options{ClientCAs: p.Pool()})
+	s := startServer(t, p, func(o *Options) {
+		o.Broker = h3.Broker
+		o.TCPAddr = "127.0.0.1:0"
+		o.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	b := &bridged{pki: p, h3: h3, mqtt: s}
+	secret := strings.Repeat("S", 300000) // a refused payload that must not reach the log
+
+	// Closed before CONNECT.
+	c := dialTransport(t, b, "tcp", 5)
+	_ = c.c.Close()
+	for _, tr := range transports {
+		// A session that ends without DISCONNECT, after refused publishes
+		// (bad topic, payload too large) at MQTT 5.
+		r := dialTransport(t, b, tr, 5)
+		r.connect("log-v5-"+tr, true, nil)
+		r.publish(1, 1, deepTopic, []byte("x"), nil)
+		checkAck(t, r.read(), 1, 1, 0x90)
+		r.publish(2, 2, "log/big", []byte(secret), nil)
+		checkAck(t, r.read(), 2, 2, 0x97)
+		_ = r.c.Close()
+		// MQTT 3.1.1: a refused publish closes the connection.
+		r = dialTransport(t, b, tr, 4)
+		r.connect("log-v311-"+tr, true, nil)
+		r.publish(1, 1, deepTopic, []byte("x"), nil)
+		r.closed()
+		// A packet MQTT forbids: a wildcard in a topic name.
+		r = dialTransport(t, b, tr, 5)
+		r.connect("log-proto-"+tr, true, nil)
+		r.publish(1, 1, "log/+", []byte("x"), nil)
+		r.closed()
+	}
+
+	// Every session's end is logged ("client disconnected"), and so is
+	// the connection closed before CONNECT ("mqtt connection ended", from
+	// mochi's TCP listener).
+	count := func(msg string) int {
+		n := 0
+		for _, r := range logs.records(t) {
+			if r["msg"] == msg {
+				n++
+			}
+		}
+		return n
+	}
+	waitUntil(t, func() bool { return count("client disconnected") >= 6 && count("mqtt connection ended") >= 1 }, "log records of the 7 connections' ends")
+
+	var refused, protocol bool
+	for _, r := range logs.records(t) {
+		level, msg := r["level"].(string), r["msg"].(string)
+		line, _ := json.Marshal(r)
+		if level != "DEBUG" && level != "INFO" {
+			t.Errorf("a client's doing logged at %s: %s", level, line)
+		}
+		if msg == "" {
+			t.Errorf("record without a message: %s", line)
+		}
+		if strings.Contains(string(line), "SSSSSSSS") {
+			t.Errorf("record carries the payload: %.300s", line)
+		}
+		refused = refused || msg == "broker refused mqtt publish"
+		protocol = protocol || strings.Contains(msg, "breaks the protocol")
+	}
+	if !refused || !protocol {
+		t.Errorf("missing records: refused publish %v, protocol error %v", refused, protocol)
+	}
+}
+
+// TestConnEndLevel: how the end of a connection is logged.
+func TestConnEndLevel(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want slog.Level
+	}{
+		{nil, slog.LevelDebug},
+		{net.ErrClosed, slog.LevelDebug},
+		{packets.ErrProtocolViolationRequireFirstConnect, slog.LevelInfo},
+		{packets.ErrPacketTooLarge, slog.LevelInfo},
+	} {
+		if got := connEndLevel(c.err); got != c.want {
+			t.Errorf("connEndLevel(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
