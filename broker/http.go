@@ -717,6 +717,7 @@ func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {
 	var lastTopic string
 	var lastAllowed bool
 	in := 0
+	inflight := streamInflight{b: b}
 	for {
 		p, err := dec.Publish()
 		if err != nil {
@@ -761,7 +762,7 @@ func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {
 			ack.Status, ack.Reason = uint64(errStatus(err)), err.Error()
 		} else if !lastAllowed {
 			ack.Status, ack.Reason = http.StatusForbidden, b.opts.Auth.Check(id, auth.Publish, p.Topic).Error()
-		} else if seq, err := b.hub.publish(r.Context(), m); err != nil {
+		} else if seq, err := b.hub.publish(inflight.ctx(r.Context(), &m), m); err != nil {
 			ack.Status, ack.Reason = uint64(errStatus(err)), err.Error()
 		} else {
 			ack.Seq = seq

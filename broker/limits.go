@@ -268,3 +268,48 @@ func (b *Broker) admitSubscription(r *http.Request, id string) (release func(), 
 	}
 	return func() { b.lim.subs.release(key) }, 0, nil
 }
+
+// commitWaitKey marks a publish context whose QoS 0 message must be stored
+// before publish returns (a QoS 1 message always is).
+type commitWaitKey struct{}
+
+// withCommitWait makes publish wait for the commit of a QoS 0 message too.
+func withCommitWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, commitWaitKey{}, true)
+}
+
+// waitCommit reports whether ctx asks publish to wait for the commit.
+func waitCommit(ctx context.Context) bool {
+	v, _ := ctx.Value(commitWaitKey{}).(bool)
+	return v
+}
+
+// streamInflight bounds the QoS 0 frames of one publish stream that the
+// store has not yet committed (Limits.StreamInflight): with a store, a QoS 0
+// publish returns once queued for the next commit, so a fast stream could
+// queue without end while commits are slow. Every StreamInflight-th such
+// frame waits for its commit; commits are in sequence order, so the frames
+// before it are then stored too. Without a store a publish is applied before
+// it returns and nothing is in flight.
+type streamInflight struct {
+	b *Broker
+	n int // QoS 0 frames published since the last wait
+}
+
+// ctx returns the context to publish m with.
+func (s *streamInflight) ctx(ctx context.Context, m *Message) context.Context {
+	if s.b.opts.Store == nil {
+		return ctx
+	}
+	if m.QoS > 0 {
+		s.n = 0 // waits for its commit, and so for the frames before it
+		return ctx
+	}
+	s.n++
+	if s.n < s.b.opts.Limits.StreamInflight {
+		return ctx
+	}
+	s.n = 0
+	s.b.stats.inflightWaits.Add(1)
+	return withCommitWait(ctx)
+}

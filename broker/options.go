@@ -96,6 +96,13 @@ type Limits struct {
 	// keep-alive, HTTP/2 without streams); zero means 2 minutes. HTTP/3
 	// connections end by the QUIC idle timeout.
 	IdleTimeout time.Duration
+	// StreamInflight bounds the QoS 0 frames of one publish stream
+	// (POST /v1/publish) that the Store has accepted but not yet committed;
+	// the stream reads its next frame once they are stored (backpressure,
+	// counted in Stats.StreamInflightWaits). Zero means 64. Without a Store
+	// nothing is in flight (a publish is applied before it returns), and a
+	// QoS 1 frame always waits for its commit.
+	StreamInflight int
 }
 
 const (
@@ -194,7 +201,7 @@ func (o *Options) ensureDefaults() Options {
 		c.QUIC = c.QUIC.Clone()
 	}
 	if c.Auth == nil {
-		c.Auth = auth.Open()
+		c.Auth = auth.LoopbackOnly()
 	}
 	l := &c.Limits
 	if l.MaxPayload <= 0 {

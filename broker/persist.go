@@ -96,7 +96,7 @@ type ForgetOp struct {
 func (h *hub) persistPublish(ctx context.Context, msg *Message) (uint64, error) {
 	c := h.persist.Append(msg)
 	h.mu.Unlock()
-	if msg.QoS == 0 {
+	if msg.QoS == 0 && !waitCommit(ctx) { // waitCommit: Limits.StreamInflight (limits.go)
 		return msg.Seq, nil
 	}
 	select {

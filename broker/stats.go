@@ -50,6 +50,9 @@ type Stats struct {
 	// Requests is the number of HTTP requests being handled now
 	// (subscriptions and publish streams included).
 	Requests int
+	// StreamInflightWaits counts the times a publish stream waited for its
+	// QoS 0 frames to be stored before reading more (Limits.StreamInflight).
+	StreamInflightWaits uint64
 }
 
 type protoCounters struct {
@@ -62,8 +65,10 @@ type protoCounters struct {
 type counters struct {
 	protos  sync.Map // string -> *protoCounters
 	refused sync.Map // limit name -> *atomic.Uint64
-	dropped atomic.Uint64
-	cutOff  atomic.Uint64
+	// inflightWaits counts Limits.StreamInflight waits.
+	inflightWaits atomic.Uint64
+	dropped       atomic.Uint64
+	cutOff        atomic.Uint64
 }
 
 func (c *counters) proto(name string) *protoCounters {
@@ -109,6 +114,7 @@ func (b *Broker) Stats() Stats {
 		return true
 	})
 	s.Requests = b.active.running()
+	s.StreamInflightWaits = b.stats.inflightWaits.Load()
 	s.Dropped = b.stats.dropped.Load()
 	s.CutOff = b.stats.cutOff.Load()
 	h := b.hub

@@ -17,7 +17,7 @@ import (
 type limitFlags struct {
 	conns, connsPerAddr, connsPerIdentity int
 	subsPerIdentity, subsTotal            int
-	streams, headerBytes                  int
+	streams, headerBytes, inflight        int
 	idle                                  time.Duration
 }
 
@@ -40,13 +40,14 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.subsTotal, "max-subscriptions-total", 0, "live HTTP subscriptions in all (0 = 10000); beyond it 503")
 	fs.IntVar(&f.streams, "max-streams", 0, "concurrent requests per connection (0 = the QUIC profile's stream limit; 100 on HTTP/2)")
 	fs.IntVar(&f.headerBytes, "max-header-bytes", 0, "bytes of a request's header section (0 = 64 KiB); beyond it 431")
+	fs.IntVar(&f.inflight, "stream-inflight", 0, "QoS 0 frames of one publish stream the store may hold uncommitted (0 = 64); then the stream waits")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "close a TCP (HTTP/1.1, HTTP/2) connection idle this long (0 = 2m)")
 }
 
 // apply sets the given limits; zero keeps the default, negative is an error.
 func (f *limitFlags) apply(l *broker.Limits) error {
 	for name, v := range map[string]int{"max-conns": f.conns, "max-conns-per-addr": f.connsPerAddr, "max-conns-per-identity": f.connsPerIdentity,
-		"max-subscriptions-per-identity": f.subsPerIdentity, "max-subscriptions-total": f.subsTotal, "max-streams": f.streams, "max-header-bytes": f.headerBytes} {
+		"max-subscriptions-per-identity": f.subsPerIdentity, "max-subscriptions-total": f.subsTotal, "max-streams": f.streams, "max-header-bytes": f.headerBytes, "stream-inflight": f.inflight} {
 		if v < 0 {
 			return fmt.Errorf("%w: --%s %d (want a positive number, or 0 for the default)", errUsage, name, v)
 		}
@@ -56,6 +57,6 @@ func (f *limitFlags) apply(l *broker.Limits) error {
 	}
 	l.MaxConns, l.MaxConnsPerAddr, l.MaxConnsPerIdentity = f.conns, f.connsPerAddr, f.connsPerIdentity
 	l.MaxSubscriptionsPerIdentity, l.MaxSubscriptions = f.subsPerIdentity, f.subsTotal
-	l.MaxStreamsPerConn, l.MaxHeaderBytes, l.IdleTimeout = f.streams, f.headerBytes, f.idle
+	l.MaxStreamsPerConn, l.MaxHeaderBytes, l.IdleTimeout, l.StreamInflight = f.streams, f.headerBytes, f.idle, f.inflight
 	return nil
 }

@@ -104,6 +104,7 @@ func (c *BrokerCollector) WritePrometheus(w io.Writer) {
 	e.single("history_messages", gauge, "Messages held for resume.", i(s.HistoryMessages))
 	e.single("history_bytes", gauge, "Payload bytes held for resume.", strconv.FormatInt(s.HistoryBytes, 10))
 	e.single("last_sequence", gauge, "Last sequence number assigned.", u(s.LastSeq))
+	e.single("stream_inflight_waits_total", counter, "Times a publish stream waited for its QoS 0 frames to be stored (Limits.StreamInflight).", u(s.StreamInflightWaits))
 	e.single("http_requests", gauge, "HTTP requests being handled (subscriptions and publish streams included).", i(s.Requests))
 	if len(s.Refused) > 0 {
 		limits := slices.Sorted(maps.Keys(s.Refused))

@@ -38,7 +38,7 @@ func TestBrokerCollectorStats(t *testing.T) {
 		},
 		Subscriptions: 3, Dropped: 7, CutOff: 1, QueueDepthSum: 12, QueueDepthMax: 9,
 		Topics: 4, HistoryMessages: 30, HistoryBytes: 3000, LastSeq: 16777216,
-		Requests: 2, Refused: map[string]uint64{broker.RefusedConnsPerAddr: 5, broker.RefusedConns: 1},
+		Requests: 2, StreamInflightWaits: 3, Refused: map[string]uint64{broker.RefusedConnsPerAddr: 5, broker.RefusedConns: 1},
 	}
 	got := collect(NewBrokerCollector(func() broker.Stats { return st }))
 	want := `# HELP quiot_broker_connections Open client connections.
@@ -84,6 +84,9 @@ quiot_broker_history_bytes 3000
 # HELP quiot_broker_last_sequence Last sequence number assigned.
 # TYPE quiot_broker_last_sequence gauge
 quiot_broker_last_sequence 16777216
+# HELP quiot_broker_stream_inflight_waits_total Times a publish stream waited for its QoS 0 frames to be stored (Limits.StreamInflight).
+# TYPE quiot_broker_stream_inflight_waits_total counter
+quiot_broker_stream_inflight_waits_total 3
 # HELP quiot_broker_http_requests HTTP requests being handled (subscriptions and publish streams included).
 # TYPE quiot_broker_http_requests gauge
 quiot_broker_http_requests 2
@@ -107,8 +110,8 @@ func TestBrokerCollectorNoProtocols(t *testing.T) {
 	if strings.Contains(got, "{proto=") || strings.Contains(got, "quiot_broker_connections ") {
 		t.Errorf("per-protocol families without protocols:\n%s", got)
 	}
-	if n := samples(got); n != 10 {
-		t.Errorf("%d samples, want 10:\n%s", n, got)
+	if n := samples(got); n != 11 {
+		t.Errorf("%d samples, want 11:\n%s", n, got)
 	}
 	if err := checkExposition(got); err != nil {
 		t.Error(err)
