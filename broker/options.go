@@ -263,6 +263,9 @@ func (o *Options) ensureDefaults() Options {
 	if l.IdleTimeout <= 0 {
 		l.IdleTimeout = 2 * time.Minute
 	}
+	if l.StreamInflight <= 0 {
+		l.StreamInflight = 64
+	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 5 * time.Second
 	}
