@@ -22,6 +22,8 @@ type rawConn struct {
 	c   net.Conn
 	br  *bufio.Reader
 	ver byte // protocol version: 4 (3.1.1) or 5
+	// keepalive is the CONNECT's keep-alive in seconds; zero means 60.
+	keepalive uint16
 }
 
 // rawTimeout bounds every wait of a rawConn; it only bounds a hang.
@@ -127,6 +129,9 @@ func (r *rawConn) connect(id string, clean bool, props func(*packets.Properties)
 	}
 	conn.Connect.Clean = clean
 	conn.Connect.Keepalive = 60
+	if r.keepalive != 0 {
+		conn.Connect.Keepalive = r.keepalive
+	}
 	conn.Connect.ClientIdentifier = id
 	if props != nil {
 		props(&conn.Properties)

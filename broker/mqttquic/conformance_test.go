@@ -510,6 +510,23 @@ func TestSessionExpiry(t *testing.T) {
 	}
 }
 
+// TestSessionExpires: a session whose expiry interval has passed since its
+// connection ended is gone (MQTT 5 4.1, MQTT-4.1.0-2): waited for as the
+// event of mochi dropping the client, then CONNACK says so.
+func TestSessionExpires(t *testing.T) {
+	b := startBridged(t, nil)
+	r := dialTransport(t, b, "tcp", 5)
+	expiry := func(p *packets.Properties) { p.SessionExpiryInterval, p.SessionExpiryIntervalFlag = 1, true }
+	r.connect("expires", false, expiry)
+	r.subscribe(1, 1, "exp/t")
+	disconnect(r)
+	waitUntil(t, func() bool { _, ok := b.mqtt.MQTT().Clients.Get("expires"); return !ok }, "session expiry")
+	r = dialTransport(t, b, "tcp", 5)
+	if ack := r.connect("expires", false, expiry); ack.SessionPresent {
+		t.Fatal("an expired session was still present")
+	}
+}
+
 // disconnect ends r's connection with DISCONNECT and waits for the server
 // to close it.
 func disconnect(r *rawConn) {

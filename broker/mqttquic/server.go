@@ -330,6 +330,8 @@ func init() {
 //   - a QoS 2 PUBLISH re-sent while its PUBREC is outstanding is answered
 //     with PUBREC 0x00 and not delivered again (MQTT-4.3.3-10; mochi
 //     answers 0x91, which fails the message at the client);
+//   - a client that reconnects right after a session that ended with its
+//     connection gets a new session, not that one (awaitSessionEnd);
 //   - CONNACK announces the Maximum Packet Size and the Topic Alias Maximum
 //     the server enforces (mochi enforces both but announces neither, so a
 //     client could not know them);
@@ -370,6 +372,7 @@ type compatHook struct {
 	sentHeld   sync.Map     // *mqtt.Client -> *[]packets.Packet: held messages sent, to put back in flight
 	connacking atomic.Int32 // MQTT 5 CONNACKs due (entries in pending)
 	pending    sync.Map     // *mqtt.Client -> struct{}: CONNACK due
+	ending     sync.Map     // *mqtt.Client -> struct{}: sent DISCONNECT, its session ends with the connection
 }
 
 // ID names the hook.
@@ -431,14 +434,48 @@ func (h *compatHook) restoreHeld(cl *mqtt.Client) {
 func (h *compatHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	h.restoreHeld(cl)
 	h.unmark(cl)
+	h.ending.Delete(cl) // Closed() holds from here on
 }
 
 // OnSessionEstablish (authenticated, CONNACK next) marks an MQTT 5
 // client's CONNACK for the limits' properties.
 func (h *compatHook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+	h.awaitSessionEnd(cl.ID)
 	if _, loaded := h.pending.LoadOrStore(cl, struct{}{}); !loaded {
 		h.connacking.Add(1)
 	}
+}
+
+// awaitSessionEnd waits until a session of client id that ended with its
+// connection (MQTT 5 Session Expiry 0, 3.1.1 Clean Session 1) is gone.
+// mochi closes the connection first and forgets the session a moment
+// later; a client reconnecting in between would get that session back
+// (Session Present 1, its subscriptions) instead of a new one
+// (MQTT-3.1.2-23). The wait is for mochi's own clean-up, bounded in case
+// it never comes.
+func (h *compatHook) awaitSessionEnd(id string) {
+	old, ok := h.mq.Clients.Get(id)
+	if !ok {
+		return
+	}
+	if _, disconnecting := h.ending.Load(old); !disconnecting && !(old.Closed() && endsWithConnection(old)) {
+		return
+	}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		if cur, ok := h.mq.Clients.Get(id); !ok || cur != old {
+			return
+		}
+		time.Sleep(time.Millisecond) // polling mochi's clean-up, not synchronising on time
+	}
+}
+
+// endsWithConnection reports whether cl's session ends when its connection
+// does (mochi's rule in attachClient).
+func endsWithConnection(cl *mqtt.Client) bool {
+	if cl.Properties.ProtocolVersion == 5 {
+		return cl.Properties.Props.SessionExpiryInterval == 0
+	}
+	return cl.Properties.Clean
 }
 
 // OnSessionEstablished (CONNACK written) forgets a mark its CONNACK did not
@@ -548,6 +585,21 @@ func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 			orderInflight(cl, true) // mochi may send the next held message after this one
 		}
 	}
+	if pk.FixedHeader.Type == packets.Disconnect {
+		// mochi closes the connection before it forgets the session;
+		// awaitSessionEnd needs to know from the start.
+		ends := cl.Properties.Clean
+		if cl.Properties.ProtocolVersion == 5 {
+			ends = cl.Properties.Props.SessionExpiryInterval == 0
+			if pk.Properties.SessionExpiryIntervalFlag {
+				ends = pk.Properties.SessionExpiryInterval == 0
+			}
+		}
+		if ends {
+			h.ending.Store(cl, struct{}{})
+		}
+		return pk, nil
+	}
 	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline || pk.FixedHeader.Qos == 0 {
 		return pk, nil
 	}
@@ -652,6 +704,8 @@ var mochiClientRecords = map[string]struct {
 	"publish packet error":    {"mqtt publish refused", slog.LevelInfo},
 	"publish packet rejected": {"mqtt publish refused", slog.LevelDebug},
 	"packet rejected":         {"mqtt packet refused", slog.LevelDebug},
+	// A client chose a keep-alive mochi finds short (it is allowed).
+	mqtt.ErrMinimumKeepalive.Error(): {"mqtt client keep-alive is short", slog.LevelDebug},
 }
 
 // rewriteRecord returns r with quiot's level and message and without
