@@ -123,8 +123,15 @@ func TestAnalyzeResummarize(t *testing.T) {
 	if err := writeSamples(filepath.Join(dir, "samples", "c001.csv"), d); err != nil {
 		t.Fatal(err)
 	}
+	// A run's warnings (warnings.txt) reach a report redrawn later.
+	if err := writeWarnings(filepath.Join(dir, "warnings.txt"), []string{"c009 skipped: memory limit 20 MiB is not above what ovs-vswitchd uses"}); err != nil {
+		t.Fatal(err)
+	}
 	if err := Analyze(dir, AnalyzeOptions{Resummarize: true, Resamples: 200, NoPlots: true, Bootstrap: -1}); err != nil {
 		t.Fatal(err)
+	}
+	if rep, err := os.ReadFile(filepath.Join(dir, "report.md")); err != nil || !strings.Contains(string(rep), "- c009 skipped: memory limit 20 MiB") {
+		t.Fatalf("report lacks the run's warning (%v)", err)
 	}
 	got, err := ReadRows(filepath.Join(dir, "conditions.csv"))
 	if err != nil {

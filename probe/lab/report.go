@@ -29,7 +29,8 @@ type AnalyzeOptions struct {
 	Seed uint64
 	// NoPlots skips PNG plots.
 	NoPlots bool
-	// Warnings are added to the report.
+	// Warnings are added to the report; nil means those of DIR/warnings.txt
+	// (written by Run), if any.
 	Warnings []string
 	// Summary, when set, receives the fit figures.
 	Summary *Summary
@@ -59,6 +60,11 @@ func Analyze(dir string, o AnalyzeOptions) error {
 	}
 	if o.Resummarize {
 		if rows, err = resummarize(dir, rows, o); err != nil {
+			return err
+		}
+	}
+	if o.Warnings == nil {
+		if o.Warnings, err = readWarnings(filepath.Join(dir, "warnings.txt")); err != nil {
 			return err
 		}
 	}

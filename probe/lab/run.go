@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quiot/quiot/probe/measure"
@@ -206,6 +207,9 @@ func Run(ctx context.Context, o Options) (sum *Summary, err error) {
 				return sum, fmt.Errorf("condition %s (%s): %w", c.ID, c.Describe(), err)
 			}
 		}
+	}
+	if err := writeWarnings(filepath.Join(o.Out, "warnings.txt"), sum.Warnings); err != nil {
+		return sum, err
 	}
 	fmt.Fprintf(o.Progress, "fitting model\n")
 	if err := Analyze(o.Out, AnalyzeOptions{Response: o.Response, Seed: o.Seed, NoPlots: o.NoPlots, Warnings: sum.Warnings, Summary: sum}); err != nil {
@@ -411,6 +415,38 @@ func (r *runner) measure(ctx context.Context, c Condition, rep int) (Row, error)
 	}
 	fmt.Fprintln(o.Progress, msg)
 	return row, nil
+}
+
+// writeWarnings writes the run's warnings (skipped and failed conditions),
+// one per line, so that a later `ovsprobe fit --report` keeps them.
+func writeWarnings(path string, w []string) error {
+	var b strings.Builder
+	for _, s := range w {
+		b.WriteString(strings.ReplaceAll(s, "\n", " "))
+		b.WriteByte('\n')
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("write warnings: %w", err)
+	}
+	return nil
+}
+
+// readWarnings reads warnings.txt; a missing file means none.
+func readWarnings(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read warnings: %w", err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out, nil
 }
 
 // writeSamples writes one delay per line in nanoseconds, in sequence order.
