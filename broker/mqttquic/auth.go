@@ -2,8 +2,10 @@ package mqttquic
 
 import (
 	"crypto/tls"
+	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -11,33 +13,70 @@ import (
 	"github.com/quiot/quiot/broker/auth"
 )
 
-// authHook authenticates MQTT clients and checks the ACL with the broker's
-// authenticator, the same rules as HTTP/3: credentials first (the password
-// as a token, else user name and password), then a verified client
+// authHook authenticates MQTT clients and checks every message path with
+// the broker's authenticator (allow, the MQTT side's one authorization
+// decision), the same rules as HTTP/3: credentials first (the password as
+// a token, else user name and password), then a verified client
 // certificate (identity = CN), then anonymous access if configured.
+//
+// It also owns the sessions: a client id belongs to the identity that
+// holds its session (connected or offline), and the hook bounds sessions
+// and queued messages (Limits). See security.go for the rules.
 type authHook struct {
 	mqtt.HookBase
-	core Core
-	// ids maps an MQTT client id to its session's identity; it outlives the
-	// network connection as long as the session does, so QoS 1 messages
-	// queued for an offline session pass the ACL check.
+	core   Core
+	mq     *mqtt.Server
+	limits Limits
+	log    *slog.Logger
+
+	// ids maps an MQTT client id to its session's identity; it outlives
+	// the network connection as long as the session does, so messages
+	// queued for an offline session pass the ACL check, and a client of
+	// another identity cannot claim the id. Written under mu.
 	ids sync.Map // string -> *identity
+
+	mu       sync.Mutex     // serialises session bookkeeping
+	perID    map[string]int // sessions per identity
+	sessions int            // entries in ids
+
+	// queued is the bytes of the messages all sessions hold.
+	queued atomic.Int64
+	stats  securityCounters
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	swept    chan struct{} // closed when the sweeper has ended
 }
 
+// identity is one session's owner and its per-session state.
 type identity struct {
-	cl *mqtt.Client
-	id string
+	cl *mqtt.Client // the latest connection of the session
+	id string       // "" = anonymous
 	// lastRead and lastWrite remember the last ACL decision for a
 	// delivery or subscription (read) and for a publish (write): a
-	// subscriber gets the same topic over and over, and the ACL (fixed for
-	// the broker's life) would match its patterns again for every message.
+	// subscriber gets the same topic over and over, and the ACL would
+	// match its patterns again for every message.
 	lastRead, lastWrite atomic.Pointer[aclDecision]
+	// subscribing is non-zero while a SUBSCRIBE of the session is
+	// processed (its ACL checks are for filters, not deliveries, and do
+	// not count against the queue quota).
+	subscribing atomic.Int32
+	q           queueAcct
 }
 
-// aclDecision is one cached ACL answer for a topic (immutable).
+// aclDecision is one cached ACL answer for a topic (immutable), valid for
+// the authenticator that gave it (a reloaded ACL is a new one).
 type aclDecision struct {
+	a     *auth.Authenticator
+	gen   uint64 // a.Generation(): Reload swaps the rules in place
 	topic string
 	ok    bool
+}
+
+func newAuthHook(mq *mqtt.Server, core Core, l Limits, log *slog.Logger) *authHook {
+	h := &authHook{core: core, mq: mq, limits: l, log: log, perID: map[string]int{}, stop: make(chan struct{}), swept: make(chan struct{})}
+	go h.sweeper()
+	return h
 }
 
 // ID names the hook.
@@ -46,7 +85,10 @@ func (h *authHook) ID() string { return "quiot-auth" }
 // Provides reports the events the hook handles.
 func (h *authHook) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnDisconnect, mqtt.OnClientExpired:
+	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished,
+		mqtt.OnACLCheck, mqtt.OnWill, mqtt.OnDisconnect, mqtt.OnClientExpired,
+		mqtt.OnSubscribe, mqtt.OnSubscribed,
+		mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnStopped:
 		return true
 	}
 	return false
@@ -59,6 +101,9 @@ type tlsState interface {
 
 // authenticate returns the identity of a CONNECT, or ok false.
 func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id string, ok bool) {
+	if a.Admit(cl.Net.Remote) != nil {
+		return "", false // no ACL: loopback clients only
+	}
 	user, pass := string(pk.Connect.Username), string(pk.Connect.Password)
 	if pk.Connect.PasswordFlag && pass != "" {
 		if id, ok = a.Token(pass); !ok {
@@ -72,7 +117,8 @@ func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id
 	if ts, isTLS := cl.Net.Conn.(tlsState); isTLS {
 		cs := ts.ConnectionState()
 		if len(cs.PeerCertificates) > 0 && len(cs.VerifiedChains) > 0 {
-			return cs.PeerCertificates[0].Subject.CommonName, true
+			// A CN that is no identity (a wildcard, '/', NUL) is refused.
+			return a.Certificate(cs.PeerCertificates[0].Subject.CommonName)
 		}
 	}
 	if a.Anonymous() {
@@ -81,14 +127,46 @@ func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id
 	return "", false
 }
 
-// OnConnectAuthenticate admits a client and records its identity.
-func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
-	id, ok := authenticate(h.core.Auth(), cl, pk)
-	if !ok {
-		return false
+// OnConnect authenticates a client, checks its will against the ACL, its
+// client id against the owner of an existing session, and the session
+// limits, and records the session's identity. A refusal is answered here
+// with a CONNACK (mochi would not send one for an OnConnect error): Not
+// authorized (0x87; 3.1.1: 5) for a will or a client id the identity may
+// not use, Quota exceeded (0x97; 3.1.1: 3 Server unavailable) for a limit.
+// Bad credentials are left to OnConnectAuthenticate (mochi's answer).
+func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	a := h.core.Auth()
+	if err := a.Admit(cl.Net.Remote); err != nil {
+		h.log.Debug("mqtt connect refused", "client", cl.ID, "remote", cl.Net.Remote, "reason", err)
+		return h.refuse(cl, packets.ErrNotAuthorized, packets.Err3NotAuthorized)
 	}
-	h.ids.Store(cl.ID, &identity{cl: cl, id: id})
-	return true
+	id, ok := authenticate(a, cl, pk)
+	if !ok {
+		return nil
+	}
+	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 && !allow(a, id, auth.Publish, cl.Properties.Will.TopicName) {
+		h.stats.refusedWills.Add(1)
+		h.log.Debug("mqtt connect refused: will topic not allowed", "client", cl.ID, "identity", id, "topic", cl.Properties.Will.TopicName)
+		return h.refuse(cl, packets.ErrNotAuthorized, packets.Err3NotAuthorized)
+	}
+	return h.claim(cl, id)
+}
+
+// refuse answers a CONNECT with code (MQTT 5) or v3 (3.1.1) and returns
+// the error that ends the connection.
+func (h *authHook) refuse(cl *mqtt.Client, code, v3 packets.Code) error {
+	if cl.Properties.ProtocolVersion < 5 {
+		_ = h.mq.SendConnack(cl, v3, false, nil)
+	} else {
+		_ = h.mq.SendConnack(cl, code, false, nil)
+	}
+	return code
+}
+
+// OnConnectAuthenticate admits the clients OnConnect recorded.
+func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, _ packets.Packet) bool {
+	v, ok := h.ids.Load(cl.ID)
+	return ok && v.(*identity).cl == cl
 }
 
 // identityOf returns the identity of client id cid ("" when anonymous or
@@ -101,55 +179,123 @@ func (h *authHook) identityOf(cid string) (string, bool) {
 	return v.(*identity).id, true
 }
 
+// owner returns the session state whose latest connection is cl, or nil
+// (cl was taken over or its session ended).
+func (h *authHook) owner(cl *mqtt.Client) *identity {
+	v, ok := h.ids.Load(cl.ID)
+	if !ok || v.(*identity).cl != cl {
+		return nil
+	}
+	return v.(*identity)
+}
+
 // OnACLCheck allows a publish (write) or a subscription or delivery (read)
-// when the broker's ACL does. Topic is a name or, on subscribe, a filter.
+// when allow does; a delivery also needs room in the session's queue
+// (Limits.MaxQueuedBytes, MaxQueuedBytesTotal). Topic is a name or, on
+// subscribe, a filter.
 //
-// mochi asks for every delivery to every subscriber, so the answer is
-// cheap: an open broker (no ACL file) allows everything without a lookup,
-// and each session remembers its last decision per direction.
+// mochi asks for every delivery to every subscriber (retained replay
+// included), so the answer is cheap: each session remembers its last
+// decision per direction.
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if cl.Net.Inline {
 		return true
 	}
-	a := h.core.Auth()
-	if a.IsOpen() {
-		return true
-	}
-	v, ok := h.ids.Load(cl.ID)
-	if !ok {
+	var ident *identity
+	if v, ok := h.ids.Load(cl.ID); ok {
+		ident = v.(*identity)
+	} else if ident = h.adopt(cl); ident == nil {
 		return false
 	}
-	ident := v.(*identity)
+	if !write && ident.subscribing.Load() == 0 &&
+		(ident.q.bytes.Load() >= h.limits.MaxQueuedBytes || h.queued.Load() >= h.limits.MaxQueuedBytesTotal) {
+		if n := h.stats.droppedQueueFull.Add(1); n&(n-1) == 0 {
+			h.log.Warn("mqtt session queue full: messages not queued", "client", cl.ID, "queued_bytes", ident.q.bytes.Load(), "dropped", n)
+		}
+		return false
+	}
+	a := h.core.Auth()
 	last, action := &ident.lastRead, auth.Subscribe
 	if write {
 		last, action = &ident.lastWrite, auth.Publish
 	}
-	if d := last.Load(); d != nil && d.topic == topic {
+	gen := a.Generation()
+	if d := last.Load(); d != nil && d.a == a && d.gen == gen && d.topic == topic {
 		return d.ok
 	}
-	ok = a.Allow(ident.id, action, mqttShareStrip(topic))
-	last.Store(&aclDecision{topic: topic, ok: ok})
+	ok := allow(a, ident.id, action, topic)
+	last.Store(&aclDecision{a: a, gen: gen, topic: topic, ok: ok})
 	return ok
 }
 
-// forget drops the identity of cl's session unless a newer connection
-// of the same client id has replaced it.
-func (h *authHook) forget(cl *mqtt.Client) {
-	if v, ok := h.ids.Load(cl.ID); ok && v.(*identity).cl == cl {
-		h.ids.CompareAndDelete(cl.ID, v)
+// OnSubscribe marks the session as subscribing (see identity.subscribing).
+func (h *authHook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if ident := h.owner(cl); ident != nil {
+		ident.subscribing.Add(1)
+	}
+	return pk
+}
+
+// OnSubscribed ends what OnSubscribe began.
+func (h *authHook) OnSubscribed(cl *mqtt.Client, _ packets.Packet, _ []byte) {
+	if ident := h.owner(cl); ident != nil {
+		ident.subscribing.Add(-1)
 	}
 }
 
-// OnDisconnect forgets the identity when the session ends with the
-// connection.
+// OnWill checks a will again when mochi is about to send it (the ACL may
+// have been reloaded since CONNECT): a will its identity may not publish is
+// replaced by an empty one, which mochi delivers to nobody and the bridge
+// does not forward.
+func (h *authHook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
+	id, known := h.identityOf(cl.ID)
+	if known && allow(h.core.Auth(), id, auth.Publish, will.TopicName) {
+		return will, nil
+	}
+	h.stats.droppedWills.Add(1)
+	h.log.Info("mqtt will dropped: topic not allowed", "client", cl.ID, "identity", id, "topic", will.TopicName)
+	return mqtt.Will{}, nil
+}
+
+// OnDisconnect ends the session when it ends with the connection.
 func (h *authHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	if expire {
-		h.forget(cl)
+		h.endSession(cl)
 	}
 }
 
-// OnClientExpired forgets the identity of an expired session.
-func (h *authHook) OnClientExpired(cl *mqtt.Client) { h.forget(cl) }
+// OnClientExpired ends an expired offline session. mochi only forgets the
+// client; its subscriptions and queued messages are released here.
+func (h *authHook) OnClientExpired(cl *mqtt.Client) {
+	if h.owner(cl) != nil {
+		h.mq.UnsubscribeClient(cl)
+		cl.ClearInflights()
+	}
+	h.endSession(cl)
+}
+
+// OnStopped ends the sweeper.
+func (h *authHook) OnStopped() {
+	h.stopOnce.Do(func() { close(h.stop) })
+	<-h.swept
+}
+
+// sweeper expires anonymous offline sessions (Limits.AnonymousSessionExpiry)
+// and forgets claims of connections that never became sessions.
+func (h *authHook) sweeper() {
+	defer close(h.swept)
+	every := min(max(h.limits.AnonymousSessionExpiry/4, time.Second), 30*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case now := <-t.C:
+			h.sweep(now)
+		}
+	}
+}
 
 // mqttShareStrip removes a shared-subscription prefix ($share/group/) so
 // the ACL sees the plain filter.

@@ -20,6 +20,14 @@ func (c aclCore) ConnOpened(string)                                       {}
 func (c aclCore) ConnClosed(string)                                       {}
 func (c aclCore) CountOut(string, int)                                    {}
 
+// testAuthHook is an auth hook without a server (no sweeper), with the
+// default limits.
+func testAuthHook(a *auth.Authenticator) *authHook {
+	var l Limits
+	l.ensureDefaults()
+	return &authHook{core: aclCore{a}, mq: mqtt.New(nil), limits: l, log: discard(), perID: map[string]int{}}
+}
+
 // TestACLCheckCache: the per-session memory of the last decision answers
 // exactly as the ACL does, whatever the order of topics and directions,
 // and per session (identity).
@@ -28,7 +36,7 @@ func TestACLCheckCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &authHook{core: aclCore{a}}
+	h := testAuthHook(a)
 	alice := &mqtt.Client{ID: "c-alice"}
 	anon := &mqtt.Client{ID: "c-anon"}
 	h.ids.Store(alice.ID, &identity{cl: alice, id: "alice"})
@@ -66,7 +74,8 @@ func TestACLCheckCache(t *testing.T) {
 		t.Error("decision of the previous identity reused")
 	}
 	// An open broker allows everything (no identity needed).
-	ho := &authHook{core: aclCore{auth.Open()}}
+	ho := testAuthHook(auth.Open())
+	ho.ids.Store("x", &identity{id: ""})
 	if !ho.OnACLCheck(&mqtt.Client{ID: "x"}, "any/topic", true) {
 		t.Error("open broker refused")
 	}

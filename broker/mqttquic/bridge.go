@@ -48,8 +48,6 @@ const (
 	// bridgeClientID is the inline mochi client that injects HTTP/3
 	// publishes.
 	bridgeClientID = "quiot-bridge"
-	// maxBridgeQueue bounds messages waiting to go from HTTP/3 into mochi.
-	maxBridgeQueue = 1 << 16
 )
 
 // bridge joins mochi's topic space to the broker's.
@@ -64,6 +62,18 @@ const (
 // keeping QoS (mochi delivers min(publish, subscription)), retain and the
 // send time. Messages injected by the bridge are not handed back (OnPublish
 // ignores inline clients), so nothing loops or arrives twice.
+//
+// Wills: mochi publishes a will itself (no OnPublish); OnWillSent hands it
+// to the broker as well, so HTTP/3 subscribers and the broker's retained
+// store see it as MQTT ones do.
+//
+// The bridge keeps the rules of security.go: the queue is bounded in
+// messages and bytes (Limits.BridgeQueueMessages, BridgeQueueBytes); a
+// message whose topic starts with `$` (the broker's), or whose publisher
+// may not publish to its topic, is never injected (the inline client is
+// exempt from mochi's checks, so the bridge checks with allow); each MQTT
+// subscriber then gets it only if the ACL lets it read the topic (mochi's
+// per-delivery check).
 type bridge struct {
 	mqtt.HookBase
 	mq   *mqtt.Server
@@ -72,15 +82,19 @@ type bridge struct {
 	log  *slog.Logger
 	cl   *mqtt.Client
 
-	mu     sync.Mutex
-	cond   *sync.Cond
-	queue  []*broker.Message
-	closed bool
-	done   chan struct{}
+	mu         sync.Mutex
+	cond       *sync.Cond
+	queue      []*broker.Message
+	queueBytes int64 // topic and payload bytes in queue
+	closed     bool
+	done       chan struct{}
 
 	// Dropped counts broker messages not injected because the queue was
 	// full.
 	Dropped atomic.Uint64
+	// Denied counts broker messages not injected because of a `$` topic
+	// or a publisher not allowed to publish to the topic.
+	Denied atomic.Uint64
 	// Injected counts broker messages injected into mochi.
 	Injected atomic.Uint64
 	// Refused counts MQTT publishes the broker refused.
@@ -103,7 +117,7 @@ func (b *bridge) ID() string { return "quiot-bridge" }
 // Provides reports the events the hook handles.
 func (b *bridge) Provides(e byte) bool {
 	switch e {
-	case mqtt.OnPublish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPacketSent, mqtt.OnStopped:
+	case mqtt.OnPublish, mqtt.OnWillSent, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPacketSent, mqtt.OnStopped:
 		return true
 	}
 	return false
@@ -178,6 +192,28 @@ func truncReason(err error) string {
 	return s
 }
 
+// OnWillSent hands a will mochi has just published (checked by the auth
+// hook at CONNECT and again in OnWill) to the broker, so that HTTP/3
+// subscribers get it and a retained will is retained for both protocols.
+// A will the auth hook emptied has no topic and goes nowhere.
+func (b *bridge) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
+	if cl.Net.Inline || pk.TopicName == "" || strings.HasPrefix(pk.TopicName, "$") {
+		return
+	}
+	m := broker.Message{
+		Topic:   pk.TopicName,
+		Payload: pk.Payload,
+		QoS:     pk.FixedHeader.Qos,
+		Retain:  pk.FixedHeader.Retain,
+		Origin:  Origin,
+	}
+	m.Identity, _ = b.auth.identityOf(cl.ID)
+	if _, err := b.core.Publish(context.Background(), m); err != nil {
+		b.Refused.Add(1)
+		b.log.Debug("broker refused mqtt will", "client", cl.ID, "topic", pk.TopicName, "error", err)
+	}
+}
+
 // OnSessionEstablished counts an MQTT connection.
 func (b *bridge) OnSessionEstablished(*mqtt.Client, packets.Packet) { b.core.ConnOpened(Origin) }
 
@@ -196,12 +232,18 @@ func (b *bridge) tap(m *broker.Message) {
 	if m.Origin == Origin {
 		return
 	}
+	if strings.HasPrefix(m.Topic, "$") {
+		b.deny(m)
+		return
+	}
+	size := bridgeSize(m)
+	l := &b.auth.limits
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return
 	}
-	if len(b.queue) >= maxBridgeQueue {
+	if len(b.queue) >= l.BridgeQueueMessages || b.queueBytes+size > l.BridgeQueueBytes {
 		b.mu.Unlock()
 		if n := b.Dropped.Add(1); n&(n-1) == 0 { // log at powers of two
 			b.log.Warn("mqtt bridge queue full: dropping broker messages", "dropped", n)
@@ -209,8 +251,18 @@ func (b *bridge) tap(m *broker.Message) {
 		return
 	}
 	b.queue = append(b.queue, m)
+	b.queueBytes += size
 	b.mu.Unlock()
 	b.cond.Signal()
+}
+
+func bridgeSize(m *broker.Message) int64 { return int64(len(m.Topic) + len(m.Payload)) }
+
+// deny counts (and logs at powers of two) a message the bridge refuses.
+func (b *bridge) deny(m *broker.Message) {
+	if n := b.Denied.Add(1); n&(n-1) == 0 {
+		b.log.Warn("mqtt bridge: message not allowed into mqtt", "topic", m.Topic, "identity", m.Identity, "denied", n)
+	}
 }
 
 func (b *bridge) run() {
@@ -230,12 +282,20 @@ func (b *bridge) run() {
 		for i, m := range batch {
 			b.inject(m)
 			batch[i] = nil
+			b.mu.Lock()
+			b.queueBytes -= bridgeSize(m)
+			b.mu.Unlock()
 		}
 	}
 }
 
-// inject publishes m into mochi as the inline bridge client.
+// inject publishes m into mochi as the inline bridge client, if its
+// publisher may publish to its topic.
 func (b *bridge) inject(m *broker.Message) {
+	if !allow(b.core.Auth(), m.Identity, auth.Publish, m.Topic) {
+		b.deny(m)
+		return
+	}
 	qos := m.QoS
 	if qos > 1 {
 		qos = 1
@@ -269,5 +329,5 @@ func (b *bridge) stop() {
 
 // String describes the bridge's counters.
 func (b *bridge) String() string {
-	return fmt.Sprintf("injected=%d dropped=%d refused=%d", b.Injected.Load(), b.Dropped.Load(), b.Refused.Load())
+	return fmt.Sprintf("injected=%d dropped=%d denied=%d refused=%d", b.Injected.Load(), b.Dropped.Load(), b.Denied.Load(), b.Refused.Load())
 }

@@ -1,0 +1,390 @@
+package mqttquic
+
+// The rules every MQTT message path follows (issue 9):
+//
+//   - One decision: allow (below) wraps auth.Authenticator.Allow, the
+//     broker's one authorization check, and every path calls it: PUBLISH
+//     (OnACLCheck write), SUBSCRIBE and every delivery, retained replay
+//     included (OnACLCheck read), the will at CONNECT and again when mochi
+//     sends it (OnConnect, OnWill), the messages an inherited session
+//     resends (OnSessionEstablish), and the bridge both ways (mochi's
+//     checks for MQTT -> HTTP/3; bridge.inject for HTTP/3 -> MQTT).
+//   - `$` topics belong to the broker: no client publishes to them, wills
+//     included, over either protocol; the bridge drops them.
+//   - A client id belongs to the identity holding its session (connected
+//     or offline). A CONNECT by another identity with that id is refused
+//     with Not authorized (MQTT 5 0x87, 3.1.1 return code 5); the session
+//     is neither inherited nor disconnected. The same identity takes its
+//     session over as MQTT says. All anonymous clients are one identity.
+//   - Every resource is bounded (Limits), with a counter (Server.Security).
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/quiot/quiot/broker/auth"
+)
+
+// allow is the MQTT side's one authorization decision: may identity id
+// ("" = anonymous) do action on topic (a name for Publish, a name or
+// filter for Subscribe)? `$` topics are the broker's: nobody publishes to
+// them. A shared subscription's filter is checked without its
+// $share/group/ prefix.
+func allow(a *auth.Authenticator, id string, action auth.Action, topic string) bool {
+	if action == auth.Publish && strings.HasPrefix(topic, "$") {
+		return false
+	}
+	return a.Allow(id, action, mqttShareStrip(topic))
+}
+
+// SecurityStats counts what the MQTT server refused or dropped to keep its
+// rules and limits, and what it holds.
+type SecurityStats struct {
+	// RefusedClients counts CONNECTs refused because Limits.MaxClients
+	// clients were connected.
+	RefusedClients uint64
+	// RefusedSessions counts CONNECTs refused by Limits.MaxSessions or
+	// Limits.MaxSessionsPerIdentity.
+	RefusedSessions uint64
+	// RefusedTakeovers counts CONNECTs refused because the client id's
+	// session belongs to another identity.
+	RefusedTakeovers uint64
+	// RefusedWills counts CONNECTs refused because the identity may not
+	// publish to the will topic.
+	RefusedWills uint64
+	// DroppedWills counts wills not sent because the identity could no
+	// longer publish to the topic when the will was due.
+	DroppedWills uint64
+	// DroppedResends counts queued messages of an inherited session not
+	// resent because the identity may no longer receive them.
+	DroppedResends uint64
+	// DroppedQueueFull counts deliveries not queued for a session because
+	// Limits.MaxQueuedBytes or MaxQueuedBytesTotal was reached.
+	DroppedQueueFull uint64
+	// DroppedInflight counts deliveries not queued because a session held
+	// Limits.MaxQueuedMessages (mochi's count).
+	DroppedInflight uint64
+	// ExpiredSessions counts anonymous offline sessions ended by
+	// Limits.AnonymousSessionExpiry.
+	ExpiredSessions uint64
+	// BridgeDroppedFull counts HTTP/3 messages not injected into MQTT
+	// because the bridge queue was full (Limits.BridgeQueueBytes,
+	// BridgeQueueMessages).
+	BridgeDroppedFull uint64
+	// BridgeDroppedDenied counts HTTP/3 messages not injected into MQTT
+	// because of a `$` topic or a publisher not allowed to publish there.
+	BridgeDroppedDenied uint64
+	// Clients is the number of connected MQTT clients.
+	Clients int64
+	// Sessions is the number of sessions (connected and offline) of
+	// identified clients (with a broker).
+	Sessions int
+	// QueuedBytes is the bytes of the messages all sessions hold.
+	QueuedBytes int64
+	// BridgeQueueBytes is the bytes waiting in the bridge queue.
+	BridgeQueueBytes int64
+}
+
+type securityCounters struct {
+	refusedClients, refusedSessions, refusedTakeovers, refusedWills atomic.Uint64
+	droppedWills, droppedResends, droppedQueueFull, expiredSessions atomic.Uint64
+}
+
+// Security returns the server's security counters (for metrics).
+func (s *Server) Security() SecurityStats {
+	st := SecurityStats{
+		Clients:         atomic.LoadInt64(&s.mq.Info.ClientsConnected),
+		DroppedInflight: uint64(atomic.LoadInt64(&s.mq.Info.InflightDropped)),
+	}
+	if s.br == nil {
+		return st
+	}
+	h := s.br.auth
+	st.RefusedClients = h.stats.refusedClients.Load()
+	st.RefusedSessions = h.stats.refusedSessions.Load()
+	st.RefusedTakeovers = h.stats.refusedTakeovers.Load()
+	st.RefusedWills = h.stats.refusedWills.Load()
+	st.DroppedWills = h.stats.droppedWills.Load()
+	st.DroppedResends = h.stats.droppedResends.Load()
+	st.DroppedQueueFull = h.stats.droppedQueueFull.Load()
+	st.ExpiredSessions = h.stats.expiredSessions.Load()
+	st.QueuedBytes = h.queued.Load()
+	h.mu.Lock()
+	st.Sessions = h.sessions
+	h.mu.Unlock()
+	st.BridgeDroppedFull = s.br.Dropped.Load()
+	st.BridgeDroppedDenied = s.br.Denied.Load()
+	s.br.mu.Lock()
+	st.BridgeQueueBytes = s.br.queueBytes
+	s.br.mu.Unlock()
+	return st
+}
+
+// live reports whether the recorded session state of client id cid is a
+// session mochi holds or a connection still in progress (a claim of a
+// connection that failed before its session began is not).
+func (h *authHook) live(cid string, ident *identity) bool {
+	if _, ok := h.mq.Clients.Get(cid); ok {
+		return true
+	}
+	return !ident.cl.Closed()
+}
+
+// claim records cl's session under identity id, or refuses the CONNECT
+// (answered after the lock is released): its client id's session belongs
+// to another identity, or a limit is reached.
+func (h *authHook) claim(cl *mqtt.Client, id string) error {
+	code, v3, refused := h.claimLocked(cl, id)
+	if refused {
+		return h.refuse(cl, code, v3)
+	}
+	return nil
+}
+
+func (h *authHook) claimLocked(cl *mqtt.Client, id string) (code, v3 packets.Code, refused bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if atomic.LoadInt64(&h.mq.Info.ClientsConnected) >= int64(h.limits.MaxClients) {
+		h.stats.refusedClients.Add(1)
+		h.log.Warn("mqtt connect refused: too many clients", "client", cl.ID, "limit", h.limits.MaxClients)
+		return packets.ErrQuotaExceeded, packets.Err3ServerUnavailable, true
+	}
+	var prev *identity
+	if v, ok := h.ids.Load(cl.ID); ok {
+		prev = v.(*identity)
+		if !h.live(cl.ID, prev) {
+			h.dropLocked(cl.ID, prev)
+			prev = nil
+		}
+	}
+	if existing, ok := h.mq.Clients.Get(cl.ID); ok && prev == nil {
+		prev = h.adoptLocked(existing)
+	}
+	if prev != nil && prev.id != id {
+		h.stats.refusedTakeovers.Add(1)
+		h.log.Info("mqtt connect refused: client id belongs to another identity", "client", cl.ID, "identity", id)
+		return packets.ErrNotAuthorized, packets.Err3NotAuthorized, true
+	}
+	if prev == nil {
+		if h.perID[id] >= h.limits.MaxSessionsPerIdentity || h.sessions >= h.limits.MaxSessions {
+			h.stats.refusedSessions.Add(1)
+			h.log.Warn("mqtt connect refused: too many sessions", "client", cl.ID, "identity", id,
+				"identity_sessions", h.perID[id], "sessions", h.sessions)
+			return packets.ErrQuotaExceeded, packets.Err3ServerUnavailable, true
+		}
+		h.perID[id]++
+		h.sessions++
+	} else {
+		// The new connection's queue is counted afresh once its
+		// session is established.
+		h.queued.Add(prev.q.reset(nil))
+	}
+	h.ids.Store(cl.ID, &identity{cl: cl, id: id})
+	// The session store keeps the user name: a session restored after a
+	// restart keeps its owner (adoptLocked).
+	cl.Properties.Username = []byte(id)
+	return packets.Code{}, packets.Code{}, false
+}
+
+// adoptLocked records a session mochi holds that no CONNECT of this
+// server claimed (restored from the session store after a restart): its
+// owner is the identity its connection had, kept as the user name
+// (h.mu held).
+func (h *authHook) adoptLocked(cl *mqtt.Client) *identity {
+	ident := &identity{cl: cl, id: string(cl.Properties.Username)}
+	if _, loaded := h.ids.LoadOrStore(cl.ID, ident); loaded {
+		v, _ := h.ids.Load(cl.ID)
+		return v.(*identity)
+	}
+	h.queued.Add(ident.q.reset(cl.State.Inflight.GetAll(false)))
+	h.perID[ident.id]++
+	h.sessions++
+	return ident
+}
+
+// adopt is adoptLocked for a client mochi holds, or nil.
+func (h *authHook) adopt(cl *mqtt.Client) *identity {
+	if held, ok := h.mq.Clients.Get(cl.ID); !ok || held != cl {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.adoptLocked(cl)
+}
+
+// dropLocked forgets the session state ident of cid (h.mu held).
+func (h *authHook) dropLocked(cid string, ident *identity) {
+	if !h.ids.CompareAndDelete(cid, ident) {
+		return
+	}
+	h.queued.Add(ident.q.reset(nil))
+	if h.perID[ident.id]--; h.perID[ident.id] <= 0 {
+		delete(h.perID, ident.id)
+	}
+	h.sessions--
+}
+
+// endSession forgets the session of cl unless a newer connection of the
+// same client id has replaced it.
+func (h *authHook) endSession(cl *mqtt.Client) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ident := h.owner(cl); ident != nil {
+		h.dropLocked(cl.ID, ident)
+	}
+}
+
+// sweep ends the anonymous offline sessions older than
+// Limits.AnonymousSessionExpiry at now, and forgets claims of connections
+// that never became sessions.
+func (h *authHook) sweep(now time.Time) {
+	limit := now.Add(-h.limits.AnonymousSessionExpiry).Unix()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for cid, cl := range h.mq.Clients.GetAll() {
+		if _, ok := h.ids.Load(cid); !ok {
+			h.adoptLocked(cl)
+		}
+	}
+	h.ids.Range(func(k, v any) bool {
+		cid, ident := k.(string), v.(*identity)
+		cl, ok := h.mq.Clients.Get(cid)
+		if !ok {
+			if ident.cl.Closed() {
+				h.dropLocked(cid, ident)
+			}
+			return true
+		}
+		if ident.id != "" || cl != ident.cl {
+			return true
+		}
+		if st := cl.StopTime(); st == 0 || st > limit || !cl.Closed() {
+			return true
+		}
+		h.mq.UnsubscribeClient(cl)
+		cl.ClearInflights()
+		h.mq.Clients.Delete(cid)
+		h.dropLocked(cid, ident)
+		h.stats.expiredSessions.Add(1)
+		return true
+	})
+}
+
+// OnSessionEstablish drops, before mochi hands an existing session to the
+// new connection, the queued messages the connecting identity may not
+// receive (the ACL may have changed since they were queued): mochi resends
+// an inherited session's queue without asking the ACL.
+func (h *authHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
+	if pk.Connect.Clean {
+		return
+	}
+	existing, ok := h.mq.Clients.Get(cl.ID)
+	ident := h.owner(cl)
+	if !ok || existing == cl || ident == nil {
+		return
+	}
+	a := h.core.Auth()
+	for _, m := range existing.State.Inflight.GetAll(false) {
+		if m.FixedHeader.Type != packets.Publish || allow(a, ident.id, auth.Subscribe, m.TopicName) {
+			continue
+		}
+		if existing.State.Inflight.Delete(m.PacketID) {
+			atomic.AddInt64(&h.mq.Info.Inflight, -1)
+			h.stats.droppedResends.Add(1)
+		}
+	}
+}
+
+// OnSessionEstablished counts the queue the session holds now (inherited
+// messages included).
+func (h *authHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	if ident := h.owner(cl); ident != nil {
+		h.queued.Add(ident.q.reset(cl.State.Inflight.GetAll(false)))
+	}
+}
+
+// OnQosPublish counts a message queued for a session.
+func (h *authHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
+	if pk.FixedHeader.Type != packets.Publish {
+		return
+	}
+	if ident := h.owner(cl); ident != nil {
+		h.queued.Add(ident.q.add(pk.PacketID, msgSize(pk)))
+	}
+}
+
+// OnQosComplete uncounts an acknowledged message.
+func (h *authHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	if ident := h.owner(cl); ident != nil {
+		h.queued.Add(ident.q.remove(pk.PacketID))
+	}
+}
+
+// OnQosDropped uncounts an abandoned message.
+func (h *authHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	h.OnQosComplete(cl, pk)
+}
+
+func msgSize(pk packets.Packet) int64 { return int64(len(pk.TopicName) + len(pk.Payload)) }
+
+// queueAcct counts the bytes of the messages one session holds, by packet
+// id (mochi announces a message again when it resends it).
+type queueAcct struct {
+	mu    sync.Mutex
+	sizes map[uint16]int64
+	bytes atomic.Int64
+}
+
+// add counts message id of n bytes and returns the change in bytes.
+func (q *queueAcct) add(id uint16, n int64) int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.sizes == nil {
+		q.sizes = map[uint16]int64{}
+	}
+	d := n - q.sizes[id]
+	q.sizes[id] = n
+	q.bytes.Add(d)
+	return d
+}
+
+// remove uncounts message id and returns the change in bytes.
+func (q *queueAcct) remove(id uint16) int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n, ok := q.sizes[id]
+	if !ok {
+		return 0
+	}
+	delete(q.sizes, id)
+	q.bytes.Add(-n)
+	return -n
+}
+
+// reset counts exactly the publishes in held and returns the change in
+// bytes.
+func (q *queueAcct) reset(held []packets.Packet) int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	old := q.bytes.Load()
+	q.sizes = nil
+	var total int64
+	for _, pk := range held {
+		if pk.FixedHeader.Type != packets.Publish {
+			continue
+		}
+		if q.sizes == nil {
+			q.sizes = map[uint16]int64{}
+		}
+		n := msgSize(pk)
+		total += n - q.sizes[pk.PacketID]
+		q.sizes[pk.PacketID] = n
+	}
+	q.bytes.Store(total)
+	return total - old
+}
