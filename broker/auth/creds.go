@@ -16,9 +16,10 @@ import (
 	"golang.org/x/crypto/bcrypt"
 )
 
-// DefaultCost is the bcrypt cost of new passwords: about 5 ms on an x86-64
-// host core and an estimated 50-60 ms on a Raspberry Pi Zero (ARMv6,
-// 1 GHz), under the ~100 ms a device may spend on one authentication.
+// DefaultCost is the bcrypt cost of new passwords: about 5-7 ms on an
+// x86-64 host core and an estimated 40-75 ms on a Raspberry Pi Zero
+// (ARMv6, 1 GHz), under the ~100 ms a device may spend on one
+// authentication.
 // Passwords that `quiot passwd` makes are random (144 bits), so the cost
 // only matters for passwords people choose; docs/security.md has the
 // measurements.
