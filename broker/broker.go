@@ -265,7 +265,7 @@ func (b *Broker) Start() error {
 		}
 		b.ownPC, pc, tln = udp, udp, t
 	}
-	b.tr = &quic.Transport{Conn: pc, ConnContext: b.quicAdmit}
+	b.tr = &quic.Transport{Conn: pc, ConnContext: b.quicAdmit, StatelessResetKey: b.opts.StatelessResetKey}
 	var ln http3.QUICListener
 	var err error
 	if b.opts.QUIC.Allow0RTT {

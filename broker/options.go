@@ -168,6 +168,13 @@ type Options struct {
 	// 30 s); negative disables heartbeats.
 	Heartbeat time.Duration
 
+	// StatelessResetKey, when set, makes the QUIC transport answer packets
+	// of connections it does not know with stateless resets; kept across
+	// restarts (broker/store.ResetKey), it lets clients of the previous run
+	// reconnect at once instead of waiting for their idle timeout. Nil
+	// means no stateless resets (quic-go's default).
+	StatelessResetKey *quic.StatelessResetKey
+
 	// Store keeps history, retained messages, the epoch and the sequence
 	// counter across restarts (broker/store opens one on a data
 	// directory); nil means memory only. The broker loads it in New and

@@ -70,7 +70,13 @@ func (f *dataFlags) configure(opts *broker.Options, _ io.Writer) error {
 		}
 		return nil
 	}
+	key, err := store.ResetKey(f.dir)
+	if err != nil {
+		_ = st.Close()
+		return fmt.Errorf("--data-dir %s: %w", f.dir, err)
+	}
 	opts.Store = st
+	opts.StatelessResetKey = key // clients of the last run reconnect at once
 	brokerDataDir = f.dir
 	return nil
 }

@@ -27,6 +27,10 @@ const ALPN = "mqtt"
 type ListenerConfig struct {
 	// ID names the listener in mochi; empty means "mqtt-quic".
 	ID string
+	// StatelessResetKey, when set, makes the transport answer packets of
+	// unknown connections with stateless resets (see broker/store.ResetKey);
+	// nil means none.
+	StatelessResetKey *quic.StatelessResetKey
 	// Address is the UDP address to bind when PacketConn is nil; empty
 	// means ":14567".
 	Address string
@@ -128,9 +132,9 @@ func (l *QUICListener) Init(log *slog.Logger) error {
 			return fmt.Errorf("mqtt-quic listener: %w", err)
 		}
 		pc = u
-		l.tr = &quic.Transport{Conn: u}
+		l.tr = &quic.Transport{Conn: u, StatelessResetKey: l.cfg.StatelessResetKey}
 	} else {
-		l.tr = &quic.Transport{Conn: pc}
+		l.tr = &quic.Transport{Conn: pc, StatelessResetKey: l.cfg.StatelessResetKey}
 	}
 	qc := l.cfg.QUIC
 	if qc == nil {

@@ -96,9 +96,6 @@ type Options struct {
 	// StreamTimeout bounds the wait for a client's MQTT stream after the
 	// QUIC handshake; zero means 10 s.
 	StreamTimeout time.Duration
-	// Limits bound clients, sessions and queued messages (limits.go);
-	// each zero field has its documented default.
-	Limits Limits
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -128,7 +125,6 @@ func (o *Options) ensureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	o.Limits.ensureDefaults()
 }
 
 // Server is an MQTT broker with a QUIC listener and an optional TCP
@@ -144,6 +140,7 @@ type Server struct {
 	compat *compatHook
 
 	closeOnce sync.Once
+	resetKey  *quic.StatelessResetKey // from DataDir
 }
 
 // New builds the server; Start opens the listeners.
@@ -162,7 +159,6 @@ func New(opts Options) (*Server, error) {
 	// client (a clock read and a property per delivery) and drop MQTT's
 	// copy of a retained message after a day while HTTP/3 keeps it.
 	caps.MaximumMessageExpiryInterval = 0
-	opts.Limits.apply(caps, opts.Broker == nil)
 	caps.TopicAliasMaximum = opts.TopicAliasMaximum
 	// Acknowledgements carry no properties of the publish they answer
 	// (mochi copies them, user properties included, by default; MQTT 5
@@ -190,12 +186,15 @@ func New(opts Options) (*Server, error) {
 		if err := mq.AddHook(h, nil); err != nil {
 			return nil, fmt.Errorf("mqtt server: add session hook: %w", err)
 		}
+		if s.resetKey, err = store.ResetKey(opts.DataDir); err != nil {
+			return nil, fmt.Errorf("mqtt server: %w", err)
+		}
 	}
 	if err := mq.AddHook(compat, nil); err != nil {
 		return nil, fmt.Errorf("mqtt server: add compat hook: %w", err)
 	}
 	if opts.Broker != nil {
-		ah := newAuthHook(mq, opts.Broker, opts.Limits, opts.Logger)
+		ah := &authHook{core: opts.Broker}
 		if err := mq.AddHook(ah, nil); err != nil {
 			return nil, fmt.Errorf("mqtt server: add auth hook: %w", err)
 		}
@@ -228,6 +227,8 @@ func (s *Server) Start() error {
 			TLS:           tc,
 			QUIC:          qc,
 			StreamTimeout: s.opts.StreamTimeout,
+
+			StatelessResetKey: s.resetKey,
 		})
 		if err := s.mq.AddListener(s.quic); err != nil {
 			return fmt.Errorf("mqtt server: %w", err)

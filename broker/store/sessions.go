@@ -94,8 +94,10 @@ type Sessions struct {
 	ready     bool   // the start-up replay has run
 
 	// order numbers queued messages (storage.Message.Sent), so that they
-	// are sent again in their order after a restart.
+	// are sent again in their order after a restart; place is each
+	// persistent session's last queue place (see OnQosPublish), under mu.
 	order atomic.Int64
+	place map[string]uint16
 }
 
 type sessOp struct {
@@ -145,7 +147,7 @@ func OpenSessions(o SessionOptions) (*Sessions, error) {
 	case err != nil:
 		return nil, fmt.Errorf("%w: %s: %v; move it away to start without MQTT sessions", ErrCorrupt, path, err)
 	}
-	s := &Sessions{opts: o, db: db, log: o.Logger, done: make(chan struct{}), byKey: map[msgKey][]uint64{}, floor: ^uint64(0)}
+	s := &Sessions{opts: o, db: db, log: o.Logger, done: make(chan struct{}), byKey: map[msgKey][]uint64{}, floor: ^uint64(0), place: map[string]uint16{}}
 	s.cond = sync.NewCond(&s.mu)
 	s.order.Store(time.Now().UnixNano()) // above the last run's
 	if err := s.check(); err != nil {
@@ -250,6 +252,9 @@ func marshal(v storage.Serializable) []byte {
 
 // deleteClient removes a session and everything it holds.
 func (s *Sessions) deleteClient(id string) {
+	s.mu.Lock()
+	delete(s.place, id)
+	s.mu.Unlock()
 	s.queue(sessOp{key: clientKey(id)}, sessOp{key: clientPrefix("s", id), pfx: true}, sessOp{key: clientPrefix("i", id), pfx: true})
 }
 
@@ -345,9 +350,24 @@ func (s *Sessions) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 
 // OnQosPublish records a message queued for (or in flight to) a
 // persistent session.
+//
+// mochi sends a session's queue again (on reconnect) in the order of
+// uint16(Created), which is the publish time in seconds, so messages of
+// one second would go out in any order: Created becomes the message's
+// place in the session's queue (in memory too), which keeps the order
+// (up to a wrap at 65536 messages).
 func (s *Sessions) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
 	if !persistent(cl) || pk.FixedHeader.Type != packets.Publish {
 		return
+	}
+	s.mu.Lock()
+	place := s.place[cl.ID] + 1
+	s.place[cl.ID] = place
+	s.mu.Unlock()
+	pk.Created = int64(place)
+	if cur, ok := cl.State.Inflight.Get(pk.PacketID); ok && cur.FixedHeader.Type == packets.Publish {
+		cur.Created = pk.Created
+		cl.State.Inflight.Set(cur)
 	}
 	props := pk.Properties.Copy(false)
 	in := &storage.Message{
@@ -431,13 +451,16 @@ func (s *Sessions) StoredInflightMessages() ([]storage.Message, error) {
 	slices.SortStableFunc(out, func(a, b storage.Message) int {
 		return cmp.Or(strings.Compare(a.Client, b.Client), cmp.Compare(a.Sent, b.Sent))
 	})
-	place := 0
+	place := uint16(0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for i := range out {
 		if i > 0 && out[i].Client != out[i-1].Client {
 			place = 0
 		}
 		place++
 		out[i].Created = int64(place)
+		s.place[out[i].Client] = place
 	}
 	return out, err
 }

@@ -4,11 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/mqttquic"
+	"github.com/quiot/quiot/broker/store"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/testutil"
 )
@@ -48,7 +54,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // TestMQTTSessionSurvivesRestart: a persistent MQTT session's subscription
 // and the QoS 1 messages queued for it while it was away survive a broker
-// restart and are delivered when the client comes back.
+// restart and are delivered when the client comes back, with those
+// published after the restart.
 func TestMQTTSessionSurvivesRestart(t *testing.T) {
 	pki := testutil.NewPKI(t)
 	dir := t.TempDir()
@@ -126,11 +133,16 @@ func TestMQTTSessionSurvivesRestart(t *testing.T) {
 
 	b2 := startOn(t, pki, dir, "127.0.0.1:0")
 	m2 := startMQTT(t, pki, b2.Broker, dir)
+	// Published after the restart, before the client is back: queued for
+	// the restored session too.
+	for i := 5; i < 7; i++ {
+		mustPublish(t, b2.Broker, broker.Message{Topic: "q/x", Payload: fmt.Appendf(nil, "m%d", i), QoS: 1})
+	}
 	sub2, got2, cancel2 := newSub(m2.QUICAddr().String())
 	defer cancel2()
 	defer sub2.Close()
 	var payloads []string
-	for len(payloads) < 5 {
+	for len(payloads) < 7 {
 		m := next(got2)
 		if m.Topic == "q/x" {
 			payloads = append(payloads, string(m.Payload))
@@ -138,7 +150,114 @@ func TestMQTTSessionSurvivesRestart(t *testing.T) {
 	}
 	for i, p := range payloads {
 		if p != fmt.Sprintf("m%d", i) {
-			t.Fatalf("payloads %q, want m0..m4 in order", payloads)
+			t.Fatalf("payloads %q, want m0..m6 in order", payloads)
 		}
 	}
+}
+
+// copyDir copies the regular files of src into a new directory (a crash
+// image: what the files held at that moment).
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// TestMQTTSessionAfterCrash: a connected persistent session is restored
+// from the state files as a crash left them, and gets what is published
+// after the restart once it is back.
+func TestMQTTSessionAfterCrash(t *testing.T) {
+	pki := testutil.NewPKI(t)
+	dir := t.TempDir()
+	b := startOn(t, pki, dir, "127.0.0.1:0")
+	m := startMQTT(t, pki, b.Broker, dir)
+	const id = "crash-sub"
+	c, err := client.New(client.Options{Broker: "mqtt-quic://" + m.QUICAddr().String(), RootCAs: pki.Pool(), ClientID: id, Logger: testutil.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	got := make(chan client.Message, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = c.Subscribe(ctx, "q/#", 0, func(m client.Message) { got <- m }) }()
+	waitFor(t, "the subscription", func() bool {
+		mustPublish(t, b.Broker, broker.Message{Topic: "q/probe", Payload: []byte("p"), QoS: 1})
+		select {
+		case <-got:
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	})
+	waitFor(t, "the session on disk", func() bool {
+		_, err := os.Stat(filepath.Join(dir, store.SessionsFileName))
+		return err == nil && countSessionKeys(t, dir, "s/") == 1
+	})
+	crashed := copyDir(t, dir)
+	b2 := startOn(t, pki, crashed, "127.0.0.1:0")
+	m2 := startMQTT(t, pki, b2.Broker, crashed)
+	for i := range 3 {
+		mustPublish(t, b2.Broker, broker.Message{Topic: "q/x", Payload: fmt.Appendf(nil, "m%d", i), QoS: 1})
+	}
+	c2, err := client.New(client.Options{Broker: "mqtt-quic://" + m2.QUICAddr().String(), RootCAs: pki.Pool(), ClientID: id, Logger: testutil.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c2.Close() })
+	got2 := make(chan client.Message, 100)
+	go func() { _ = c2.Subscribe(ctx, "q/#", 0, func(m client.Message) { got2 <- m }) }()
+	var payloads []string
+	for len(payloads) < 3 {
+		select {
+		case m := <-got2:
+			if m.Topic == "q/x" {
+				payloads = append(payloads, string(m.Payload))
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("got %q within 30 s, want m0..m2", payloads)
+		}
+	}
+}
+
+// countSessionKeys counts the keys with prefix in the session file (opened
+// read-only while the broker holds it: bbolt allows one writer, and a
+// read-only open waits for its lock, so copy the file first).
+func countSessionKeys(t *testing.T, dir, prefix string) int {
+	t.Helper()
+	tmp := copyDir(t, dir)
+	db, err := bolt.Open(filepath.Join(tmp, store.SessionsFileName), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return 0
+	}
+	defer db.Close()
+	n := 0
+	_ = db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("sessions"))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, _ := c.Seek([]byte(prefix)); k != nil && strings.HasPrefix(string(k), prefix); k, _ = c.Next() {
+			n++
+		}
+		return nil
+	})
+	return n
 }

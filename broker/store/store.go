@@ -405,10 +405,10 @@ func (s *Store) write(msgs []*broker.Message, fo []broker.ForgetOp, final bool) 
 		meta, hist := tx.Bucket(bucketMeta), tx.Bucket(bucketHistory)
 		ret, ev := tx.Bucket(bucketRetained), tx.Bucket(bucketEvicted)
 		hist.FillPercent = 1 // keys only grow: pack the pages
-		var buf []byte
 		var last uint64
 		for _, m := range msgs {
-			buf = encodeMessage(buf[:0], m)
+			// bbolt keeps the value slice until the commit: one each.
+			buf := encodeMessage(nil, m)
 			if err := hist.Put(u64(m.Seq), buf); err != nil {
 				return err
 			}

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/quictune"
+)
+
+// faultChildEnv carries the arguments of a `quiot` run by the test binary
+// itself (TestFaultChild), so that the fault test can kill -9 a real broker
+// process without building one.
+const faultChildEnv = "QUIOT_FAULT_CHILD_ARGS"
+
+// TestFaultChild is not a test: run with faultChildEnv set, it is the
+// quiot command (the args are separated by U+001F).
+func TestFaultChild(t *testing.T) {
+	args := os.Getenv(faultChildEnv)
+	if args == "" {
+		t.Skip("helper process for TestBrokerKill9 (runs only when re-executed by it)")
+	}
+	os.Exit(run(strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
+}
+
+// freePort returns a port free on 127.0.0.1 for both UDP and TCP now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		u, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := u.LocalAddr().(*net.UDPAddr).Port
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		_ = u.Close()
+		if err == nil {
+			_ = l.Close()
+			return p
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// brokerProc is a `quiot broker` process.
+type brokerProc struct {
+	cmd    *exec.Cmd
+	stdout *lineWaiter
+	stderr *lineWaiter
+	done   chan struct{}
+}
+
+func startBrokerProc(t *testing.T, args ...string) *brokerProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFaultChild$")
+	cmd.Env = append(os.Environ(), faultChildEnv+"="+strings.Join(append([]string{"broker"}, args...), "\x1f"))
+	p := &brokerProc{cmd: cmd, stdout: newLineWaiter(`^mqtt listening: (.*)`), stderr: newLineWaiter(`^$^`), done: make(chan struct{})}
+	so, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	se, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { p.stdout.consume(so) })
+	wg.Go(func() { p.stderr.consume(se) })
+	go func() { wg.Wait(); _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { p.kill() })
+	select {
+	case <-p.stdout.match:
+	case <-p.done:
+		t.Fatalf("broker exited before listening\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("broker not listening within 30 s\nstderr:\n%s", p.stderr)
+	}
+	return p
+}
+
+// kill sends SIGKILL and waits for the process to end.
+func (p *brokerProc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// received is what one subscriber got, per topic, in arrival order.
+type received struct {
+	mu   sync.Mutex
+	msgs map[string][]client.Message
+	gaps []client.Message
+}
+
+func (r *received) add(m client.Message) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m.Gap {
+		r.gaps = append(r.gaps, m)
+		return
+	}
+	r.msgs[m.Topic] = append(r.msgs[m.Topic], m)
+}
+
+// counters returns the payload counters received on topic, in order.
+func (r *received) counters(topic string) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []int
+	for _, m := range r.msgs[topic] {
+		n, err := strconv.Atoi(string(m.Payload))
+		if err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func logLevel() string {
+	if os.Getenv("QUIOT_FAULT_DEBUG") != "" {
+		return "debug"
+	}
+	return "warn"
+}
+
+// TestBrokerKill9 kills a real `quiot broker` process with SIGKILL while
+// two publishers (HTTP/3 and MQTT over QUIC, QoS 1) stream to it, and
+// starts it again on the same data directory and ports. Every message
+// acknowledged to a publisher reaches both subscribers (HTTP/3 with
+// resume, MQTT with a persistent session), in order per topic, with no
+// gap; duplicates appear only as QoS 1 allows (a publisher's retry of a
+// message whose acknowledgement the kill cut off, or an MQTT redelivery).
+func TestBrokerKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the broker kill -9 fault test runs two broker processes")
+	}
+	dir := t.TempDir()
+	ca, err := certs.NewCA("fault test CA", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ca.Issue("localhost", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "broker.crt"), filepath.Join(dir, "broker.key")
+	if err := certs.WriteFiles(certFile, srv.CertPEM, keyFile, srv.KeyPEM); err != nil {
+		t.Fatal(err)
+	}
+	h3Port, mqPort := freePort(t), freePort(t)
+	args := []string{"--config", "", "--cert", certFile, "--key", keyFile,
+		"--listen", fmt.Sprintf("127.0.0.1:%d", h3Port), "--mqtt-quic", fmt.Sprintf("127.0.0.1:%d", mqPort),
+		"--mqtt-tcp", "", "--metrics-listen", "", "--data-dir", filepath.Join(dir, "state"), "--log-level", logLevel()}
+	p := startBrokerProc(t, args...)
+
+	h3URL := fmt.Sprintf("https://127.0.0.1:%d", h3Port)
+	mqURL := fmt.Sprintf("mqtt-quic://127.0.0.1:%d", mqPort)
+	newClient := func(url, id string) client.Client {
+		// A client that sends a request after the kill gets a stateless
+		// reset from the restarted broker (the data directory keeps the
+		// key) and reconnects at once. An idle subscriber sends nothing
+		// but keep-alive PINGs, too small for a stateless reset: a short
+		// idle timeout ends its dead connection (30 s by default).
+		prof := &quictune.Profile{Name: "fault", MaxIdleTimeout: quictune.Duration(4 * time.Second), KeepAlivePeriod: quictune.Duration(2 * time.Second)}
+		c, err := client.New(client.Options{Broker: url, RootCAs: ca.Pool(), ClientID: id, Reconnect: true, MaxBackoff: 250 * time.Millisecond, Profile: prof, Logger: clientLog(t, id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+
+	subs := map[string]*received{"h3": {msgs: map[string][]client.Message{}}, "mqtt": {msgs: map[string][]client.Message{}}}
+	for name, url := range map[string]string{"h3": h3URL, "mqtt": mqURL} {
+		c := newClient(url, "fault-sub-"+name)
+		r := subs[name]
+		go func() { _ = c.Subscribe(ctx, "fault/#", 0, r.add) }()
+	}
+	// Both subscriptions are live once a probe reaches them.
+	probe := newClient(h3URL, "")
+	for live := false; !live; {
+		if _, err := probe.Publish(ctx, "fault/probe", []byte("-1"), client.PublishOptions{QoS: 1}); err != nil {
+			t.Fatal(err)
+		}
+		live = len(subs["h3"].counters("fault/probe")) > 0 && len(subs["mqtt"].counters("fault/probe")) > 0
+		if ctx.Err() != nil {
+			t.Fatal("subscriptions not live")
+		}
+		time.Sleep(20 * time.Millisecond) // probe interval while the subscriptions start
+	}
+
+	start := time.Now()
+	const total, killAt = 300, 100
+	var acked sync.Map // topic -> []int acknowledged counters (in order)
+	var wg sync.WaitGroup
+	var killOnce sync.Once
+	killed := make(chan struct{})
+	ackCount := make(chan struct{}, 2*total)
+	for _, pub := range []struct{ name, url string }{{"h3", h3URL}, {"mqtt", mqURL}} {
+		c := newClient(pub.url, "fault-pub-"+pub.name)
+		topic := "fault/" + pub.name
+		wg.Go(func() {
+			var mine []int
+			defer func() { acked.Store(topic, mine) }()
+			for i := range total {
+				for {
+					actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+					_, err := c.Publish(actx, topic, []byte(strconv.Itoa(i)), client.PublishOptions{QoS: 1})
+					acancel()
+					if err == nil {
+						break
+					}
+					if ctx.Err() != nil {
+						t.Errorf("%s publisher: message %d never acknowledged: %v", pub.name, i, err)
+						return
+					}
+					// Not acknowledged (the broker was killed): publish it again.
+				}
+				mine = append(mine, i)
+				ackCount <- struct{}{}
+			}
+		})
+	}
+	// Kill mid-stream, once killAt messages are acknowledged in all.
+	go func() {
+		for range killAt {
+			select {
+			case <-ackCount:
+			case <-ctx.Done():
+				return
+			}
+		}
+		killOnce.Do(func() {
+			p.kill()
+			close(killed)
+		})
+	}()
+	select {
+	case <-killed:
+	case <-ctx.Done():
+		t.Fatal("the publishers did not reach the kill point")
+	}
+	t.Logf("killed after %v", time.Since(start))
+	p2 := startBrokerProc(t, args...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("restarted broker's log:\n%s", p2.stderr)
+		}
+	})
+	t.Logf("restarted after %v", time.Since(start))
+	wg.Wait()
+	t.Logf("all acknowledged after %v", time.Since(start))
+	if t.Failed() {
+		return
+	}
+
+	// Every acknowledged message reaches both subscribers.
+	for _, topic := range []string{"fault/h3", "fault/mqtt"} {
+		v, _ := acked.Load(topic)
+		want := v.([]int)
+		if len(want) != total {
+			t.Fatalf("%s: %d acknowledged, want %d", topic, len(want), total)
+		}
+		for name, r := range subs {
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				got := r.counters(topic)
+				seen := map[int]bool{}
+				for _, n := range got {
+					seen[n] = true
+				}
+				if len(seen) >= total {
+					t.Logf("%s subscriber, %s: all delivered after %v", name, topic, time.Since(start))
+					checkOrder(t, name, topic, got, total)
+					break
+				}
+				if time.Now().After(deadline) {
+					var missing []int
+					for _, n := range want {
+						if !seen[n] {
+							missing = append(missing, n)
+						}
+					}
+					t.Fatalf("%s subscriber, %s: %d of %d acknowledged messages delivered; missing %v", name, topic, len(seen), total, missing)
+				}
+				time.Sleep(20 * time.Millisecond) // polling for deliveries, bounded by the deadline
+			}
+		}
+	}
+	t.Logf("all delivered after %v", time.Since(start))
+	for name, r := range subs {
+		r.mu.Lock()
+		if len(r.gaps) > 0 {
+			t.Errorf("%s subscriber was told of gaps after an intact restart: %+v", name, r.gaps)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// clientLog logs a client's warnings and errors through t (QUIOT_FAULT_DEBUG=1: everything).
+func clientLog(t *testing.T, id string) *slog.Logger {
+	lvl := slog.LevelWarn
+	if os.Getenv("QUIOT_FAULT_DEBUG") != "" {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: lvl})).With("client", id)
+}
+
+// tWriter writes to t.Log.
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
+}
+
+// checkOrder checks that the counters got (with QoS 1 duplicates) are in
+// order: each first arrival of a counter comes after the first arrival of
+// every smaller one, and every duplicate is a counter seen before.
+func checkOrder(t *testing.T, sub, topic string, got []int, total int) {
+	t.Helper()
+	seen := map[int]bool{}
+	next, dups := 0, 0
+	for _, n := range got {
+		if seen[n] {
+			dups++
+			continue
+		}
+		if n != next {
+			t.Errorf("%s subscriber, %s: %d arrived first while %d was due (out of order or a gap): %v", sub, topic, n, next, got)
+			return
+		}
+		seen[n] = true
+		next++
+	}
+	if next != total {
+		t.Errorf("%s subscriber, %s: %d distinct, want %d", sub, topic, next, total)
+	}
+	t.Logf("%s subscriber, %s: %d messages, %d duplicates", sub, topic, len(got), dups)
+}
