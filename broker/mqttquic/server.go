@@ -96,6 +96,9 @@ type Options struct {
 	// StreamTimeout bounds the wait for a client's MQTT stream after the
 	// QUIC handshake; zero means 10 s.
 	StreamTimeout time.Duration
+	// Limits bound clients, sessions and queued messages (limits.go);
+	// each zero field has its documented default.
+	Limits Limits
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -125,6 +128,7 @@ func (o *Options) ensureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	o.Limits.ensureDefaults()
 }
 
 // Server is an MQTT broker with a QUIC listener and an optional TCP
@@ -159,6 +163,7 @@ func New(opts Options) (*Server, error) {
 	// client (a clock read and a property per delivery) and drop MQTT's
 	// copy of a retained message after a day while HTTP/3 keeps it.
 	caps.MaximumMessageExpiryInterval = 0
+	opts.Limits.apply(caps, opts.Broker == nil)
 	caps.TopicAliasMaximum = opts.TopicAliasMaximum
 	// Acknowledgements carry no properties of the publish they answer
 	// (mochi copies them, user properties included, by default; MQTT 5
@@ -194,7 +199,7 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("mqtt server: add compat hook: %w", err)
 	}
 	if opts.Broker != nil {
-		ah := &authHook{core: opts.Broker}
+		ah := newAuthHook(mq, opts.Broker, opts.Limits, opts.Logger)
 		if err := mq.AddHook(ah, nil); err != nil {
 			return nil, fmt.Errorf("mqtt server: add auth hook: %w", err)
 		}
