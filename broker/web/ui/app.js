@@ -228,6 +228,9 @@
     dirty = true;
   }
   let dirty = false;
+  // draw plots each numeric series in its own band with its own scale
+  // (small multiples), so that a humidity in % and a temperature in °C
+  // are both readable; time runs along a shared x axis.
   function draw() {
     if (!dirty) return;
     dirty = false;
@@ -237,33 +240,37 @@
     const g = c.getContext('2d');
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, w, h);
-    let t0 = Infinity, t1 = -Infinity, v0 = Infinity, v1 = -Infinity;
-    for (const s of series.values()) for (const [t, v] of s) { t0 = Math.min(t0, t); t1 = Math.max(t1, t); v0 = Math.min(v0, v); v1 = Math.max(v1, v); }
     const fg = getComputedStyle(document.body).color;
     g.fillStyle = fg; g.strokeStyle = fg; g.font = '11px sans-serif';
-    if (!series.size) { g.fillText('numeric payloads of the live view are plotted here', 10, 20); return; }
-    if (v0 === v1) { v0 -= 1; v1 += 1; }
+    if (!series.size) { g.fillText('numeric payloads of the live view are plotted here', 10, 20); $('legend').replaceChildren(); return; }
+    let t0 = Infinity, t1 = -Infinity;
+    for (const s of series.values()) for (const [t] of s) { t0 = Math.min(t0, t); t1 = Math.max(t1, t); }
     t0 = Math.min(t0, t1 - 10000);
-    const L = 48, R = 8, T = 8, B = 18;
+    const L = 52, R = 8, T = 4, B = 16, n = series.size, bandH = (h - T - B) / n;
     const x = (t) => L + (t - t0) / (t1 - t0 || 1) * (w - L - R);
-    const y = (v) => T + (1 - (v - v0) / (v1 - v0)) * (h - T - B);
-    g.globalAlpha = 0.3;
-    g.beginPath(); g.moveTo(L, T); g.lineTo(L, h - B); g.lineTo(w - R, h - B); g.stroke();
-    g.globalAlpha = 1;
-    g.fillText(String(+v1.toPrecision(4)), 2, T + 8);
-    g.fillText(String(+v0.toPrecision(4)), 2, h - B);
-    g.fillText('last ' + Math.round((t1 - t0) / 1000) + ' s', L, h - 4);
+    g.fillText('last ' + Math.round((t1 - t0) / 1000) + ' s', L, h - 3);
     const legend = [];
     let i = 0;
     for (const [topic, s] of series) {
-      const col = colors[i++ % colors.length];
+      const col = colors[i % colors.length];
+      let v0 = Infinity, v1 = -Infinity;
+      for (const [, v] of s) { v0 = Math.min(v0, v); v1 = Math.max(v1, v); }
+      if (v0 === v1) { v0 -= 1; v1 += 1; }
+      const top = T + i * bandH, pad = Math.min(6, bandH / 6);
+      const y = (v) => top + pad + (1 - (v - v0) / (v1 - v0)) * (bandH - 2 * pad);
+      g.globalAlpha = 0.25; g.strokeStyle = fg; g.lineWidth = 1;
+      g.beginPath(); g.moveTo(L, top + bandH); g.lineTo(w - R, top + bandH); g.moveTo(L, top); g.lineTo(L, top + bandH); g.stroke();
+      g.globalAlpha = 1; g.fillStyle = fg;
+      g.fillText(String(+v1.toPrecision(4)), 2, top + pad + 8);
+      g.fillText(String(+v0.toPrecision(4)), 2, top + bandH - 2);
       g.strokeStyle = col; g.lineWidth = 1.5;
       g.beginPath();
       s.forEach(([t, v], k) => (k ? g.lineTo(x(t), y(v)) : g.moveTo(x(t), y(v))));
       g.stroke();
       if (s.length === 1) { g.fillStyle = col; g.fillRect(x(s[0][0]) - 2, y(s[0][1]) - 2, 4, 4); }
       const sw = el('span', { class: 'sw' }); sw.style.background = col;
-      legend.push(sw, topic + ' = ' + s[s.length - 1][1]);
+      legend.push(el('span', { class: 'lg' }, sw, topic + ' = ' + s[s.length - 1][1]));
+      i++;
     }
     $('legend').replaceChildren(...legend);
   }
