@@ -48,13 +48,28 @@ type connectOpts struct {
 	willPayload string
 	willRetain  bool
 	willQoS     byte
+	cert        *tls.Certificate // client certificate (QUIC and TLS)
 }
 
-// dialRaw opens a connection to s over "tcp" or "quic".
-func secDial(t testing.TB, s *Server, p *testPKI, transport string) net.Conn {
+// secDial opens a connection to s over "tcp", "tls" or "quic", with
+// client certificate cert if not nil.
+func secDial(t testing.TB, s *Server, p *testPKI, transport string, cert ...*tls.Certificate) net.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	tc := &tls.Config{RootCAs: p.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS13}
+	if len(cert) > 0 && cert[0] != nil {
+		tc.Certificates = []tls.Certificate{*cert[0]}
+	}
+	if transport == "tls" {
+		d := tls.Dialer{Config: tc}
+		nc, err := d.DialContext(ctx, "tcp", s.TLSAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = nc.Close() })
+		return nc
+	}
 	if transport == "tcp" {
 		var d net.Dialer
 		nc, err := d.DialContext(ctx, "tcp", s.TCPAddr())
@@ -64,7 +79,7 @@ func secDial(t testing.TB, s *Server, p *testPKI, transport string) net.Conn {
 		t.Cleanup(func() { _ = nc.Close() })
 		return nc
 	}
-	tc := &tls.Config{RootCAs: p.Pool(), ServerName: "localhost", NextProtos: []string{"mqtt"}}
+	tc.NextProtos = []string{"mqtt"}
 	qc, err := quic.DialAddr(ctx, s.QUICAddr().String(), tc, &quic.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +100,7 @@ func connectRaw(t testing.TB, s *Server, p *testPKI, transport string, o connect
 	if o.version == 0 {
 		o.version = 5
 	}
-	c := &rawClient{t: t, nc: secDial(t, s, p, transport), v: o.version}
+	c := &rawClient{t: t, nc: secDial(t, s, p, transport, o.cert), v: o.version}
 	c.r = bufio.NewReader(c.nc)
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
@@ -348,6 +363,7 @@ func startSecure(t testing.TB, acl string, mod func(*Options)) (*bridged, *swapC
 	s := startServer(t, p, func(o *Options) {
 		o.Broker = core
 		o.TCPAddr = "127.0.0.1:0"
+		o.TLSAddr = "127.0.0.1:0"
 		if mod != nil {
 			mod(o)
 		}

@@ -3,7 +3,10 @@ package mqttquic
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
+	"net/http"
+	"net/url"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -85,6 +88,27 @@ func TestEveryMessagePathAuthorized(t *testing.T) {
 				t.Error("anonymous HTTP/3 stream publish to a/x accepted")
 			}
 		}},
+		{"https tcp fallback publish", func(t *testing.T) {
+			// HTTP/1.1 and HTTP/2 over TLS on the broker's TCP port.
+			tcp := b.h3.Broker.TCPAddr()
+			if tcp == nil {
+				t.Skip("the broker has no TCP listener")
+			}
+			hc := &http.Client{Transport: &http.Transport{
+				TLSClientConfig:   &tls.Config{RootCAs: b.pki.Pool(), ServerName: "localhost"},
+				ForceAttemptHTTP2: true,
+			}, Timeout: 30 * time.Second}
+			t.Cleanup(hc.CloseIdleConnections)
+			u := "https://localhost:" + portOf(tcp.String()) + "/v1/topics/" + url.PathEscape("a/x")
+			resp, err := hc.Post(u, "application/octet-stream", strings.NewReader("https-tcp"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("anonymous publish over %s to a/x: %s", resp.Proto, resp.Status)
+			}
+		}},
 		{"mqtt publish quic v5", func(t *testing.T) {
 			c := mustConnect(t, b.mqtt, b.pki, "quic", connectOpts{id: "p-quic5", clean: true})
 			if code, err := c.publish("a/x", "mqtt-quic", 1, false); err == nil && code < 0x80 {
@@ -95,6 +119,16 @@ func TestEveryMessagePathAuthorized(t *testing.T) {
 			c := mustConnect(t, b.mqtt, b.pki, "tcp", connectOpts{version: 4, id: "p-tcp4", user: "mallory", pass: "tok-mallory", clean: true})
 			if _, err := c.publish("a/x", "mqtt-tcp", 1, false); err == nil {
 				t.Error("mallory's MQTT 3.1.1 publish to a/x acknowledged")
+			}
+		}},
+		{"mqtt publish tls v5 certificate", func(t *testing.T) {
+			cert := b.pki.Client(t, "mallory")
+			c := mustConnect(t, b.mqtt, b.pki, "tls", connectOpts{id: "p-tls5", clean: true, cert: &cert})
+			if code, err := c.publish("a/x", "mqtt-tls", 1, false); err == nil && code < 0x80 {
+				t.Errorf("MQTT 5 publish over TLS to a/x by certificate mallory: 0x%02x", code)
+			}
+			if code, err := c.publish("m/x", "mqtt-tls", 1, false); err != nil || code != 0 {
+				t.Errorf("certificate identity mallory may publish to m/x: 0x%02x %v", code, err)
 			}
 		}},
 		{"mqtt publish to $ topic", func(t *testing.T) {
