@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // procWriteBytes returns this process's write_bytes from /proc/self/io:
@@ -92,5 +93,63 @@ func BenchmarkAppend(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkAppendPaced appends at a steady 200 messages/s (one every 5
+// ms, as a sensor would) with a deliverer acknowledging each, so the
+// interval policies show what they cost at a real rate: each fsync writes
+// the partly filled last page again.
+//
+//	go test -run '^$' -bench AppendPaced -benchtime 400x ./device/spool/
+func BenchmarkAppendPaced(b *testing.B) {
+	payload := bytes.Repeat([]byte("x"), 100)
+	policies := []struct {
+		name  string
+		p     Fsync
+		every time.Duration
+	}{
+		{"always", FsyncAlways, 0},
+		{"interval=100ms", FsyncInterval, 100 * time.Millisecond},
+		{"interval=1s", FsyncInterval, time.Second},
+		{"never", FsyncNever, 0},
+	}
+	for _, pol := range policies {
+		b.Run("fsync="+pol.name, func(b *testing.B) {
+			s, err := Open(Options{Dir: b.TempDir(), Fsync: pol.p, FsyncInterval: pol.every, Logger: discard()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			go func() {
+				for {
+					m, err := s.Next(b.Context())
+					if err != nil {
+						return
+					}
+					s.Ack(m.ID)
+				}
+			}()
+			w0, ok := procWriteBytes()
+			tk := time.NewTicker(5 * time.Millisecond)
+			defer tk.Stop()
+			for b.Loop() {
+				<-tk.C
+				if _, err := s.Append(b.Context(), Message{Topic: "sensors/dev-1/temp", Payload: payload, QoS: 1}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.WaitEmpty(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			st := s.Stats()
+			s.Close()
+			w1, _ := procWriteBytes()
+			n := float64(st.Appended)
+			b.ReportMetric(float64(st.BytesWritten)/n, "bytes/msg")
+			b.ReportMetric(float64(st.Fsyncs)/n, "fsyncs/msg")
+			if ok {
+				b.ReportMetric(float64(w1-w0)/n, "disk-bytes/msg")
+			}
+		})
 	}
 }
