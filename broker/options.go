@@ -147,8 +147,9 @@ type Options struct {
 	// Tuning is the QUIC/TLS profile; nil means quictune.Default().
 	Tuning *quictune.Profile
 
-	// Auth holds identities and the ACL; nil means an open broker (anyone,
-	// anonymous included, may publish and subscribe everywhere).
+	// Auth holds identities and the ACL; nil means no ACL, deny by
+	// default: clients from loopback addresses may do everything, others
+	// are refused (auth.LoopbackOnly). auth.Open() serves everyone.
 	Auth *auth.Authenticator
 
 	// Limits; see Limits for defaults.
