@@ -411,8 +411,10 @@ func TestReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g0 := a.Generation()
-	ch := a.Changed()
+	g0, ch := a.Watch()
+	if g0 != a.Generation() || ch != a.Changed() {
+		t.Fatal("Watch disagrees with Generation and Changed")
+	}
 	// a gains a pattern (stays), b loses its token (closed), c is removed
 	// (closed), d is new (a certificate CN "d" had the anonymous rules:
 	// closed), anonymous unchanged (stays).

@@ -80,6 +80,25 @@ func (a *Authenticator) Changed() <-chan struct{} {
 	return a.changed
 }
 
+// Watch returns the current generation and the channel that the next
+// reload closes, read together (a reload between two separate calls of
+// Generation and Changed would go unnoticed). A watcher loops:
+//
+//	gen, changed := a.Watch()
+//	for {
+//		<-changed
+//		// close what !a.StillValid(id, gen) ...
+//		gen, changed = a.Watch()
+//	}
+func (a *Authenticator) Watch() (gen uint64, changed <-chan struct{}) {
+	if a == nil {
+		return 0, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.Generation(), a.changed
+}
+
 // StillValid reports whether a connection of identity id ("" anonymous)
 // authenticated at generation since may stay connected under the current
 // rules. It is false when, in a reload after since, the identity lost a
