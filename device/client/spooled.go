@@ -64,7 +64,10 @@ type Spooled struct {
 // the spool that so describes (so.Dir is required; see spool.Options for
 // the defaults of the other fields; so.Logger defaults to opts.Logger).
 // Messages an earlier process left in the spool are delivered first.
+// The protocol client always reconnects (opts.Reconnect is set): a spool
+// outlives any number of connections.
 func NewSpooled(opts Options, so spool.Options) (*Spooled, error) {
+	opts.Reconnect = true
 	if so.Logger == nil {
 		so.Logger = opts.Logger
 		if so.Logger == nil {
