@@ -287,14 +287,41 @@ func (h *authHook) sweeper() {
 	every := min(max(h.limits.AnonymousSessionExpiry/4, time.Second), 30*time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	gen, changed := h.core.Auth().Watch()
 	for {
 		select {
 		case <-h.stop:
 			return
 		case now := <-t.C:
 			h.sweep(now)
+		case <-changed:
+			since := gen
+			gen, changed = h.core.Auth().Watch()
+			h.revoke(since)
 		}
 	}
+}
+
+// revoke disconnects the clients whose identity lost rights in a reload
+// of the ACL after generation since (auth.StillValid): MQTT 5 clients get
+// a DISCONNECT Not authorized (0x87). Offline sessions stay; every
+// delivery to them passes the ACL again (OnACLCheck).
+func (h *authHook) revoke(since uint64) {
+	a := h.core.Auth()
+	h.ids.Range(func(_, v any) bool {
+		ident := v.(*identity)
+		cl := ident.cl
+		if cl == nil || cl.Net.Inline || cl.Closed() || a.StillValid(ident.id, since) {
+			return true
+		}
+		h.log.Info("mqtt client disconnected: the reloaded ACL removed its rights", "client", cl.ID, "identity", ident.id)
+		if cl.Properties.ProtocolVersion >= 5 {
+			_ = h.mq.DisconnectClient(cl, packets.ErrNotAuthorized)
+		} else {
+			cl.Stop(packets.ErrNotAuthorized)
+		}
+		return true
+	})
 }
 
 // mqttShareStrip removes a shared-subscription prefix ($share/group/) so
