@@ -143,13 +143,18 @@ func StudyKnobs() []Knob {
 const benchToken = "qb3nch-7Kp2mX9vQ4rT8wY1zL6nB5cF0hJ3dG2sA7eU"
 
 // benchACL is the auth knob's ACL file: one user with benchToken that may
-// publish and subscribe under bench/, where every run's topic lies.
+// publish and subscribe under bench/, where every run's topic lies. The
+// file holds the token's SHA-256 only, as `quiot token` writes it (a
+// plain-text token would make the broker log a warning at every start).
 const benchACL = `# quiot bench: the auth knob's ACL (one user, bench/# only)
 [[user]]
 name = "bench"
-token = "` + benchToken + `"
 publish = ["bench/#"]
 subscribe = ["bench/#"]
+
+[[token]]
+user = "bench"
+sha256 = "df56fb7a05d19840f795ab0543f5e74f1b0f3b606ee92e765019b680b3020fae"  # SHA-256 of benchToken
 `
 
 // KnobTunings returns the lean profile and one tuning per knob value.
