@@ -30,7 +30,8 @@
 //	GET    /             -> the dashboard (Options.Dashboard), /ui/* its files
 //
 // GET /v1/topics/{filter}?proto=1 (SSE) first sends an event "proto" whose
-// data is the HTTP version the stream runs on ("HTTP/3.0", "HTTP/2.0").
+// data is {"proto": the HTTP version the stream runs on ("HTTP/3.0"),
+// "lastEventId": the resume point the request carried, if any}.
 package web
 
 import (
@@ -234,7 +235,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	if r.Method == http.MethodGet && (path == "/v1/topics" || strings.HasPrefix(path, "/v1/topics/")) && r.URL.Query().Get(protoParam) == "1" {
 		r = stripQuery(r, protoParam)
-		w = &protoWriter{ResponseWriter: w, proto: r.Proto}
+		w = &protoWriter{ResponseWriter: w, proto: r.Proto, resume: r.Header.Get("Last-Event-ID")}
 	}
 	next.ServeHTTP(w, r)
 }
@@ -484,11 +485,21 @@ func fail(w http.ResponseWriter, status int, format string, args ...any) {
 	_, _ = io.WriteString(w, msg+"\n")
 }
 
-// protoWriter prepends an SSE event naming the HTTP version to a
-// successful event stream.
+// protoEvent is the data of the "proto" event.
+type protoEvent struct {
+	// Proto is the HTTP version of the stream ("HTTP/3.0").
+	Proto string `json:"proto"`
+	// LastEventID is the resume point the request carried (EventSource
+	// sends it when it reconnects); empty on a first subscription.
+	LastEventID string `json:"lastEventId,omitempty"`
+}
+
+// protoWriter prepends an SSE event naming the HTTP version (and the
+// resume point) to a successful event stream.
 type protoWriter struct {
 	http.ResponseWriter
 	proto   string
+	resume  string
 	decided bool
 }
 
@@ -497,7 +508,8 @@ func (p *protoWriter) WriteHeader(code int) {
 		p.decided = true
 		if code == http.StatusOK && strings.HasPrefix(p.Header().Get("Content-Type"), "text/event-stream") {
 			p.ResponseWriter.WriteHeader(code)
-			_, _ = io.WriteString(p.ResponseWriter, "event: proto\ndata: "+p.proto+"\n\n")
+			ev, _ := json.Marshal(protoEvent{Proto: p.proto, LastEventID: p.resume})
+			_, _ = io.WriteString(p.ResponseWriter, "event: proto\ndata: "+string(ev)+"\n\n")
 			return
 		}
 	}

@@ -213,7 +213,7 @@ func TestSessionTokenSubscribe(t *testing.T) {
 	if got := s.resp.Header.Get("Access-Control-Allow-Credentials"); got != "true" {
 		t.Errorf("Access-Control-Allow-Credentials %q", got)
 	}
-	if ev := s.next(t); ev.name != "proto" || ev.data != "HTTP/3.0" {
+	if ev := s.next(t); ev.name != "proto" || ev.data != `{"proto":"HTTP/3.0"}` {
 		t.Fatalf("first event %+v, want proto HTTP/3.0", ev)
 	}
 	resp, body := do(t, e.h3, http.MethodPost, e.URL+"/v1/topics/sensors%2Ft1", "21.5", "Authorization", "Bearer alice-acl-token")

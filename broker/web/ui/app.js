@@ -183,7 +183,11 @@
     $('live').replaceChildren();
     $('live-state').textContent = 'connecting…';
     es = new EventSource(topicURL(filter, 'proto=1'));
-    es.addEventListener('proto', (e) => setProto('live-proto', e.data));
+    es.addEventListener('proto', (e) => {
+      const p = JSON.parse(e.data);
+      setProto('live-proto', p.proto);
+      if (p.lastEventId) addRow('resumed after ' + p.lastEventId);
+    });
     es.addEventListener('open', () => { $('live-state').textContent = 'subscribed to ' + filter; });
     const mine = es;
     es.addEventListener('error', async () => {
