@@ -296,11 +296,15 @@ func TestFaultPubKill9(t *testing.T) {
 			p.stdin.Close()
 			p.stderr.wait(t, regexp.MustCompile(fmt.Sprintf(`msg=spooled .*id=%d\b`, n)), 30*time.Second)
 			p.kill()
+			// As a power cut in the middle of a write would leave it: the
+			// start of one more record at the end of the log.
+			tearSpool(t, spoolDir)
 
 			// 2. Restarted with empty input, still cut off: it finds the
 			// spool and waits; then the link comes back and it is killed
 			// again in the middle of delivering.
 			p = startPubProc(t, false, args...)
+			p.stderr.wait(t, regexp.MustCompile(`cutting off a torn record`), 30*time.Second)
 			p.stderr.wait(t, regexp.MustCompile(fmt.Sprintf(`spool has undelivered messages" .*messages=%d\b`, n)), 30*time.Second)
 			relay.SetBlackout(false)
 			sub.wait(t, n/3, 30*time.Second)
@@ -331,5 +335,23 @@ func TestFaultPubKill9(t *testing.T) {
 			}
 			t.Logf("%d messages delivered in order, %d duplicates removed; last run: %s", n, sub.dups, summary)
 		})
+	}
+}
+
+// tearSpool appends a partial record (a length, a checksum and a few body
+// bytes of a record of 64) to the newest segment file in dir.
+func tearSpool(t *testing.T, dir string) {
+	t.Helper()
+	segs, err := filepath.Glob(filepath.Join(dir, "seg-*.log"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("no spool segments in %s: %v", dir, err)
+	}
+	f, err := os.OpenFile(segs[len(segs)-1], os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte{64, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 1, 151, 0, 0}); err != nil {
+		t.Fatal(err)
 	}
 }
