@@ -35,6 +35,10 @@ const (
 	kindAck     = 2
 
 	flagRetain = 1 << 2
+
+	// maxID bounds message IDs (from 1): a spool never gets near it, so a
+	// larger one is corruption, and ID arithmetic never overflows.
+	maxID = 1 << 62
 )
 
 // castagnoli is the CRC-32C table (hardware-accelerated on amd64/arm64).
@@ -147,7 +151,11 @@ func parseBody(body []byte) (record, error) {
 		if len(body) != 9 {
 			return record{}, fmt.Errorf("%w: ack of %d bytes", errCorrupt, len(body))
 		}
-		return record{kind: kindAck, ack: binary.LittleEndian.Uint64(body[1:])}, nil
+		id := binary.LittleEndian.Uint64(body[1:])
+		if id >= maxID {
+			return record{}, fmt.Errorf("%w: ack id %d out of range", errCorrupt, id)
+		}
+		return record{kind: kindAck, ack: id}, nil
 	case kindMessage:
 		if len(body) < 18 {
 			return record{}, fmt.Errorf("%w: message of %d bytes", errCorrupt, len(body))
@@ -155,6 +163,9 @@ func parseBody(body []byte) (record, error) {
 		m := Message{
 			ID:   binary.LittleEndian.Uint64(body[1:]),
 			Time: int64(binary.LittleEndian.Uint64(body[9:])),
+		}
+		if m.ID == 0 || m.ID >= maxID {
+			return record{}, fmt.Errorf("%w: message id %d out of range", errCorrupt, m.ID)
 		}
 		f := body[17]
 		if f&^(3|flagRetain) != 0 || f&3 > 1 {

@@ -24,6 +24,8 @@ func TestParseRecordErrors(t *testing.T) {
 		{"unknown kind", sealRecord(append(make([]byte, headerSize), 9), 0), errCorrupt},
 		{"short ack", sealRecord(append(make([]byte, headerSize), kindAck, 1), 0), errCorrupt},
 		{"qos 3", sealRecord(append(make([]byte, headerSize), kindMessage, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0), 0), errCorrupt},
+		{"message id 0", sealRecord(append(make([]byte, headerSize), kindMessage, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0), errCorrupt},
+		{"ack id out of range", sealRecord(append(make([]byte, headerSize), kindAck, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), 0), errCorrupt},
 		{"topic past end", sealRecord(append(make([]byte, headerSize), kindMessage, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 9, 'a'), 0), errCorrupt},
 	}
 	for _, tt := range tests {
