@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -406,4 +409,88 @@ func TestLineSource(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPubSpoolFullDropsOldest: with the broker unreachable and a small
+// --spool-max-bytes, the oldest messages go, counted in the summary and
+// logged; a later run delivers exactly the newest ones, in order.
+func TestPubSpoolFullDropsOldest(t *testing.T) {
+	const n = 400
+	b := testutil.StartBroker(t, nil, nil)
+	ca := writeCA(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dead, err := net.ListenPacket("udp", "127.0.0.1:0") // a port where no broker answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	dir := filepath.Join(t.TempDir(), "spool")
+	args := func(broker string) []string {
+		return []string{"--config", "", "--broker", broker, "--ca", ca, "--topic", "full/x", "--stdin", "--spool", dir, "--spool-max-bytes", "16384", "--log-level", "debug"}
+	}
+	defer func(r io.Reader) { stdinReader = r }(stdinReader)
+	var in strings.Builder
+	for i := range n {
+		fmt.Fprintf(&in, "%03d-%s\n", i, strings.Repeat("x", 96))
+	}
+	stdinReader = strings.NewReader(in.String())
+	// Run 1: everything goes to the spool, which overflows; the run waits
+	// for the spool to drain and is stopped.
+	rctx, stop := context.WithCancel(ctx)
+	errOut := newSyncBuffer(fmt.Sprintf("id=%d", n))
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- runPub(rctx, args("https://"+dead.LocalAddr().String()), &out, errOut) }()
+	select {
+	case <-errOut.seen:
+	case err := <-done:
+		t.Fatalf("pub ended early: %v\n%s", err, errOut)
+	case <-ctx.Done():
+		t.Fatalf("not all spooled:\n%s", errOut)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("pub: %v", err)
+	}
+	m := regexp.MustCompile(`; (\d+) pending; (\d+) dropped \(spool full\)`).FindStringSubmatch(out.String())
+	if m == nil || !strings.Contains(errOut.String(), "spool full: dropped the oldest undelivered messages") {
+		t.Fatalf("summary %q does not count drops, or the log does not say so:\n%s", out.String(), errOut)
+	}
+	pending, _ := strconv.Atoi(m[1])
+	dropped, _ := strconv.Atoi(m[2])
+	if pending+dropped != n || dropped == 0 {
+		t.Fatalf("pending %d + dropped %d != %d", pending, dropped, n)
+	}
+	// Run 2, with the broker: the newest `pending` messages, in order.
+	sub, err := client.New(client.Options{Broker: b.URL, RootCAs: b.PKI.Pool(), Logger: testutil.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	got := make(chan string, n)
+	ready := make(chan struct{})
+	sctx, sstop := context.WithCancel(ctx)
+	defer sstop()
+	go sub.Subscribe(client.WithSubscribed(sctx, func() { close(ready) }), "full/x", 0, func(m client.Message) { got <- string(m.Payload[:3]) })
+	<-ready
+	stdinReader = strings.NewReader("")
+	out.Reset()
+	if err := runPub(ctx, args(b.URL), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("delivered %d (%d left by an earlier run); 0 pending", pending, pending); !strings.Contains(out.String(), want) {
+		t.Fatalf("summary %q, want %q", out.String(), want)
+	}
+	for i := dropped; i < n; i++ {
+		select {
+		case p := <-got:
+			if p != fmt.Sprintf("%03d", i) {
+				t.Fatalf("got message %s, want %03d", p, i)
+			}
+		case <-ctx.Done():
+			t.Fatalf("message %03d not delivered", i)
+		}
+	}
+	t.Logf("%d dropped (oldest), %d delivered", dropped, pending)
 }
