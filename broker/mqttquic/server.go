@@ -343,6 +343,9 @@ func init() {
 //     answers 0x91, which fails the message at the client);
 //   - a client that reconnects right after a session that ended with its
 //     connection gets a new session, not that one (awaitSessionEnd);
+//   - a PUBLISH that names its topic by alias only has it resolved before
+//     mochi's ACL check (which judged the empty name), and one with an
+//     alias never set is a protocol error (DISCONNECT 0x82);
 //   - CONNACK announces the Maximum Packet Size and the Topic Alias Maximum
 //     the server enforces (mochi enforces both but announces neither, so a
 //     client could not know them);
@@ -611,11 +614,25 @@ func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 		}
 		return pk, nil
 	}
-	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline || pk.FixedHeader.Qos == 0 {
+	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline {
 		return pk, nil
 	}
 	if pk.PublishValidate(h.topicAliasMaximum) != packets.CodeSuccess {
 		return pk, nil // mochi disconnects for the protocol error
+	}
+	if pk.Properties.TopicAliasFlag && pk.TopicName == "" {
+		// mochi resolves the alias only after its ACL check, which then
+		// judged the empty topic name; an alias never set gave an empty
+		// topic name instead of a protocol error (MQTT 5 3.3.2.3.4).
+		pk.TopicName = cl.State.TopicAliases.Inbound.Set(pk.Properties.TopicAlias, "")
+		if pk.TopicName == "" {
+			_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect},
+				ReasonCode: packets.ErrProtocolViolation.Code, Properties: packets.Properties{ReasonString: "topic alias not set"}})
+			return pk, packets.ErrRejectPacket
+		}
+	}
+	if pk.FixedHeader.Qos == 0 {
+		return pk, nil
 	}
 	if !mqtt.IsValidFilter(pk.TopicName, true) {
 		// mochi ignores the packet (processPublish returns before any
