@@ -148,6 +148,11 @@ type Options struct {
 	Reconnect bool
 	// MaxBackoff caps the reconnect backoff; zero means 30 s.
 	MaxBackoff time.Duration
+	// SpoolWindow is how many spooled messages a Spooled client keeps in
+	// flight (written, acknowledgement awaited) when the protocol keeps
+	// their order: HTTP/3 PublishMode "stream". Zero means 16; 1 sends one
+	// message per round trip, as over MQTT and HTTP/3 requests.
+	SpoolWindow int
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -193,6 +198,9 @@ func New(opts Options) (Client, error) {
 	}
 	if o.PublishMode == "" {
 		o.PublishMode = "request"
+	}
+	if o.SpoolWindow <= 0 {
+		o.SpoolWindow = 16
 	}
 	return f(u, &o)
 }

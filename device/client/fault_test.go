@@ -16,6 +16,7 @@ import (
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/netimpair"
+	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/testutil"
 )
 
@@ -364,4 +365,51 @@ func TestSpooledRestart(t *testing.T) {
 	}
 	r.count.waitTotal(t, 20, 30*time.Second)
 	r.count.check(t, pub)
+}
+
+// TestFaultStreamWindowResend: a streamed publish with a window of
+// messages in flight loses its connection mid-window; the spooled client
+// sends the unacknowledged ones again, in order, and the subscriber ends
+// with every message once, in order.
+func TestFaultStreamWindowResend(t *testing.T) {
+	const n = 300
+	r := newFaultRig(t, h3Broker, netimpair.Direction{Delay: 5 * time.Millisecond})
+	prof := quictune.Default()
+	prof.MaxIdleTimeout = quictune.Duration(time.Second) // the cut kills the connection soon
+	p, err := client.NewSpooled(client.Options{
+		Broker: r.pubURL, RootCAs: r.pki.Pool(), PublishMode: "stream", Profile: prof,
+		MaxBackoff: 200 * time.Millisecond, Logger: testutil.DiscardLogger(),
+	}, spool.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	pub := map[string]int{}
+	for i := range n {
+		tp := "fault/" + string(rune('a'+i%2))
+		if _, err := p.Publish(context.Background(), tp, []byte(strconv.Itoa(pub[tp])), client.PublishOptions{QoS: 1}); err != nil {
+			t.Fatal(err)
+		}
+		pub[tp]++
+	}
+	r.count.waitTotal(t, 30, 30*time.Second) // delivering
+	r.relay.SetBlackout(true)
+	// Keep the link cut until the client has given up the connection and
+	// is retrying (a readiness poll, not a timed wait).
+	deadline := time.Now().Add(30 * time.Second)
+	for p.SpoolStats().Retries == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no retry within 30 s of the cut: %+v", p.SpoolStats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.relay.SetBlackout(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v (stats %+v)", err, p.SpoolStats())
+	}
+	r.count.waitTotal(t, n, 30*time.Second)
+	r.count.check(t, pub)
+	t.Logf("spool %+v", p.SpoolStats())
 }

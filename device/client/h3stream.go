@@ -164,12 +164,22 @@ func (sp *streamPub) finish() {
 
 // publish writes one frame and, for QoS 1, waits for its ack.
 func (sp *streamPub) publish(ctx context.Context, topicName string, payload []byte, po PublishOptions) (Ack, error) {
+	wait, err := sp.send(ctx, topicName, payload, po)
+	if err != nil {
+		return Ack{}, err
+	}
+	return wait(ctx)
+}
+
+// send writes one frame and returns a function that waits for its ack
+// (at once for QoS 0). Frames reach the broker in the order of send calls.
+func (sp *streamPub) send(ctx context.Context, topicName string, payload []byte, po PublishOptions) (func(context.Context) (Ack, error), error) {
 	op := fmt.Sprintf("publish to %q", topicName)
 	sp.mu.Lock()
 	if sp.err != nil {
 		err := sp.err
 		sp.mu.Unlock()
-		return Ack{}, err
+		return nil, err
 	}
 	sp.nextID++
 	id := sp.nextID
@@ -196,34 +206,44 @@ func (sp *streamPub) publish(ctx context.Context, topicName string, payload []by
 	if err != nil {
 		sp.forget(id)
 		if ctx.Err() != nil {
-			return Ack{}, ctx.Err()
+			return nil, ctx.Err()
 		}
 		sp.mu.Lock()
 		if sp.err != nil {
 			err = sp.err // why the pipe closed
 		}
 		sp.mu.Unlock()
-		return Ack{}, fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	if ch == nil {
-		return Ack{}, nil
-	}
-	select {
-	case a := <-ch:
-		if a.Status != 0 {
-			return Ack{}, &StatusError{Op: op, Code: int(a.Status), Reason: a.Reason}
+	return func(ctx context.Context) (Ack, error) {
+		if ch == nil {
+			return Ack{}, nil
 		}
-		return Ack{Seq: a.Seq}, nil
-	case <-sp.done:
-		sp.forget(id)
-		sp.mu.Lock()
-		err := sp.err
-		sp.mu.Unlock()
-		return Ack{}, fmt.Errorf("%s: %w", op, err)
-	case <-ctx.Done():
-		sp.forget(id)
-		return Ack{}, ctx.Err()
-	}
+		answer := func(a wire.Ack) (Ack, error) {
+			if a.Status != 0 {
+				return Ack{}, &StatusError{Op: op, Code: int(a.Status), Reason: a.Reason}
+			}
+			return Ack{Seq: a.Seq}, nil
+		}
+		select {
+		case a := <-ch:
+			return answer(a)
+		case <-sp.done:
+			select {
+			case a := <-ch: // answered just before the stream ended
+				return answer(a)
+			default:
+			}
+			sp.forget(id)
+			sp.mu.Lock()
+			err := sp.err
+			sp.mu.Unlock()
+			return Ack{}, fmt.Errorf("%s: %w", op, err)
+		case <-ctx.Done():
+			sp.forget(id)
+			return Ack{}, ctx.Err()
+		}
+	}, nil
 }
 
 func (sp *streamPub) forget(id uint64) {
@@ -231,6 +251,30 @@ func (sp *streamPub) forget(id uint64) {
 	delete(sp.pending, id)
 	sp.mu.Unlock()
 }
+
+// publishAsync writes one message on the streamed-publish request (dialling
+// and opening it if needed) without waiting for the broker's answer, and
+// returns a function that waits for it. Messages written one after another
+// reach the broker in that order. No retries: after a failure the caller
+// sends the failed message and all later ones again. Only in PublishMode
+// "stream" (see pipelined).
+func (c *h3Client) publishAsync(ctx context.Context, topicName string, payload []byte, po PublishOptions) (func(context.Context) (Ack, error), error) {
+	if topicName == "" {
+		return nil, errors.New("publish: empty topic")
+	}
+	if po.QoS > 1 {
+		return nil, fmt.Errorf("publish to %q: qos %d not supported (want 0 or 1)", topicName, po.QoS)
+	}
+	sp, err := c.streamPublisher(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("publish to %q: %w", topicName, err)
+	}
+	return sp.send(ctx, topicName, payload, po)
+}
+
+// pipelined reports whether publishAsync keeps order: in PublishMode
+// "stream" (one stream, frames in order), not with one request per message.
+func (c *h3Client) pipelined() bool { return c.opts.PublishMode == "stream" }
 
 // publishStream publishes one message on the streamed-publish request.
 func (c *h3Client) publishStream(ctx context.Context, topicName string, payload []byte, po PublishOptions) (Ack, error) {

@@ -44,10 +44,11 @@ type SpoolStats struct {
 // Spooled is a Client with an on-disk spool in front of its publishes.
 // Subscribe and Stats go straight to the protocol client.
 type Spooled struct {
-	c   Client
-	sp  *spool.Spool
-	log *slog.Logger
-	bo  Backoff
+	c      Client
+	sp     *spool.Spool
+	log    *slog.Logger
+	bo     Backoff
+	window int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -83,8 +84,12 @@ func NewSpooled(opts Options, so spool.Options) (*Spooled, error) {
 		c.Close()
 		return nil, err
 	}
+	window := opts.SpoolWindow
+	if window <= 0 {
+		window = 16
+	}
 	s := &Spooled{
-		c: c, sp: sp, log: so.Logger,
+		c: c, sp: sp, log: so.Logger, window: window,
 		bo:      Backoff{Max: opts.MaxBackoff},
 		done:    make(chan struct{}),
 		fatalCh: make(chan struct{}),
@@ -175,9 +180,21 @@ func (s *Spooled) setFatal(err error) {
 	}
 }
 
+// pipeliner is a protocol client that can write a publish without
+// waiting for its acknowledgement, keeping the order of writes (HTTP/3
+// streamed publish).
+type pipeliner interface {
+	pipelined() bool
+	publishAsync(ctx context.Context, topic string, payload []byte, po PublishOptions) (func(context.Context) (Ack, error), error)
+}
+
 // deliver sends the spool's messages in order until Close.
 func (s *Spooled) deliver() {
 	defer close(s.done)
+	if pl, ok := s.c.(pipeliner); ok && pl.pipelined() && s.window > 1 {
+		s.deliverWindow(pl)
+		return
+	}
 	for {
 		m, err := s.sp.Next(s.ctx)
 		if err != nil {
@@ -281,3 +298,103 @@ type mqttRefusal struct {
 
 func (e *mqttRefusal) Error() string { return e.err.Error() }
 func (e *mqttRefusal) Unwrap() error { return e.err }
+
+// inflight is a message written to the broker, its answer awaited.
+type inflight struct {
+	m    spool.Message
+	wait func(context.Context) (Ack, error) // nil when the write failed
+	err  error                              // why the write failed
+}
+
+// deliverWindow keeps up to s.window messages in flight on an ordered
+// transport and completes them oldest first. When one fails with an
+// error worth retrying, it and every later one in flight are sent again,
+// in order, after a backoff (the broker may have some of them: duplicates,
+// recognisable by their send time).
+func (s *Spooled) deliverWindow(pl pipeliner) {
+	var (
+		win     []inflight
+		resend  []spool.Message
+		attempt int
+	)
+	now, cancel := context.WithCancel(s.ctx)
+	cancel() // for a Next that does not wait
+	take := func(wait bool) (spool.Message, bool) {
+		if len(resend) > 0 {
+			m := resend[0]
+			resend = resend[1:]
+			return m, true
+		}
+		ctx := now
+		if wait {
+			ctx = s.ctx
+		}
+		m, err := s.sp.Next(ctx)
+		if err != nil {
+			if wait && s.ctx.Err() == nil {
+				s.setFatal(fmt.Errorf("spool: %w", err))
+				s.log.Error("spool delivery stopped", "error", err)
+			}
+			return spool.Message{}, false
+		}
+		return m, true
+	}
+	for {
+		for len(win) < s.window {
+			m, ok := take(len(win) == 0)
+			if !ok {
+				break
+			}
+			w, err := pl.publishAsync(s.ctx, m.Topic, m.Payload, PublishOptions{QoS: m.QoS, Retain: m.Retain, Sent: time.Unix(0, m.Time)})
+			win = append(win, inflight{m: m, wait: w, err: err})
+			if err != nil {
+				break
+			}
+		}
+		if s.ctx.Err() != nil || len(win) == 0 {
+			return
+		}
+		head := win[0]
+		err := head.err
+		if err == nil {
+			_, err = head.wait(s.ctx)
+		}
+		if err == nil {
+			win = win[1:]
+			s.sp.Ack(head.m.ID)
+			s.delivered.Add(1)
+			s.log.Debug("spooled message delivered", "id", head.m.ID, "topic", head.m.Topic)
+			attempt = 0
+			continue
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		switch deliveryVerdict(err) {
+		case verdictDrop:
+			s.log.Warn("broker refused a spooled message; dropped", "id", head.m.ID, "topic", head.m.Topic, "error", err)
+			s.rejected.Add(1)
+			s.sp.Ack(head.m.ID)
+			win = win[1:]
+			continue
+		case verdictFatal:
+			s.log.Error("spool delivery stopped: the broker refuses this client", "id", head.m.ID, "error", err)
+			s.setFatal(err)
+			return
+		}
+		// Send the failed one and everything after it again, in order.
+		again := make([]spool.Message, 0, len(win)+len(resend))
+		for _, f := range win {
+			again = append(again, f.m)
+		}
+		resend = append(again, resend...)
+		win = win[:0]
+		s.retries.Add(1)
+		d := s.bo.Delay(attempt)
+		attempt++
+		s.log.Info("spool delivery failed; retrying", "id", head.m.ID, "topic", head.m.Topic, "resend", len(resend), "error", err, "after", d.Round(time.Millisecond))
+		if sleep(s.ctx, d) != nil {
+			return
+		}
+	}
+}
