@@ -612,3 +612,54 @@ func waitUntil(t testing.TB, cond func() bool, what string) {
 		time.Sleep(10 * time.Millisecond) // polling an event, not synchronising on time
 	}
 }
+
+// TestPacketIdentifierSpaces: the packet identifiers a client picks for
+// its publishes and those the server picks for its deliveries are separate
+// spaces (MQTT 2.2.1: each side assigns its own). mochi keeps both in one
+// map per session: a client's QoS 1 publish that reused the identifier of
+// an unacknowledged delivery to it removed that delivery from the session
+// (never resent after a reconnect, MQTT-4.4.0-1, and its PUBACK gave no
+// flow-control credit back), and the client's PUBACK of a delivery
+// completed the client's own QoS 2 publish of the same identifier (PUBREL
+// then got PUBCOMP 0x92).
+func TestPacketIdentifierSpaces(t *testing.T) {
+	b := startBridged(t, nil)
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			id := "ids-" + tr
+			keep := func(p *packets.Properties) { p.SessionExpiryInterval, p.SessionExpiryIntervalFlag = 600, true }
+			c := dialTransport(t, b, tr, 5)
+			c.connect(id, true, keep)
+			c.subscribe(1, 1, "ids/"+tr+"/#")
+			p := dialTransport(t, b, tr, 5)
+			p.connect(id+"-pub", true, nil)
+			p.publish(1, 1, "ids/"+tr+"/a", []byte("a"), nil)
+			checkAck(t, p.read(), 1, 1, 0)
+			d := c.expect(packets.Publish) // unacknowledged for now
+			// QoS 1 publish with the delivery's identifier.
+			c.publish(d.PacketID, 1, "other/"+tr, []byte("x"), nil)
+			checkAck(t, c.read(), 1, d.PacketID, 0)
+			// The delivery is still in the session: after a reconnect it
+			// comes again.
+			_ = c.c.Close()
+			waitUntil(t, func() bool { cl, ok := b.mqtt.MQTT().Clients.Get(id); return ok && cl.Closed() }, "the server to see the connection end")
+			c = dialTransport(t, b, tr, 5)
+			if ack := c.connect(id, false, keep); !ack.SessionPresent {
+				t.Fatal("session lost")
+			}
+			r := c.expect(packets.Publish)
+			if string(r.Payload) != "a" || !r.FixedHeader.Dup || r.PacketID != d.PacketID {
+				t.Fatalf("after reconnect got %q (dup %v, id %d), want delivery %d again", r.Payload, r.FixedHeader.Dup, r.PacketID, d.PacketID)
+			}
+			// QoS 2 publish with the identifier of the delivery, which the
+			// client acknowledges in the middle of its own exchange.
+			c.publish(r.PacketID, 2, "other/"+tr, []byte("y"), nil)
+			checkAck(t, c.read(), 2, r.PacketID, 0)
+			c.ack(packets.Puback, r.PacketID)
+			c.ack(packets.Pubrel, r.PacketID)
+			if pc := c.expect(packets.Pubcomp); pc.ReasonCode != 0 {
+				t.Fatalf("PUBCOMP reason 0x%02x, want 0x00", pc.ReasonCode)
+			}
+		})
+	}
+}

@@ -343,6 +343,8 @@ func init() {
 //     answers 0x91, which fails the message at the client);
 //   - a client that reconnects right after a session that ended with its
 //     connection gets a new session, not that one (awaitSessionEnd);
+//   - the client's packet identifiers and the server's are kept apart
+//     (see idState): mochi shares one map between them;
 //   - a PUBLISH that names its topic by alias only has it resolved before
 //     mochi's ACL check (which judged the empty name), and one with an
 //     alias never set is a protocol error (DISCONNECT 0x82);
@@ -387,6 +389,8 @@ type compatHook struct {
 	connacking atomic.Int32 // MQTT 5 CONNACKs due (entries in pending)
 	pending    sync.Map     // *mqtt.Client -> struct{}: CONNACK due
 	ending     sync.Map     // *mqtt.Client -> struct{}: sent DISCONNECT, its session ends with the connection
+	ids        sync.Map     // *mqtt.Client -> *idState: packet identifiers used by both sides
+	idClients  atomic.Int32 // entries in ids
 }
 
 // ID names the hook.
@@ -401,6 +405,8 @@ func (h *compatHook) Provides(b byte) bool {
 		return h.needed.Load() || h.connacking.Load() > 0
 	case mqtt.OnPacketSent:
 		return h.flowed.Load()
+	case mqtt.OnPacketProcessed:
+		return h.idClients.Load() > 0
 	}
 	return false
 }
@@ -449,6 +455,9 @@ func (h *compatHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	h.restoreHeld(cl)
 	h.unmark(cl)
 	h.ending.Delete(cl) // Closed() holds from here on
+	if v, ok := h.ids.Load(cl); ok {
+		h.dropIDState(cl, v.(*idState), true)
+	}
 }
 
 // OnSessionEstablish (authenticated, CONNACK next) marks an MQTT 5
@@ -599,6 +608,10 @@ func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 			orderInflight(cl, true) // mochi may send the next held message after this one
 		}
 	}
+	if pk.FixedHeader.Type == packets.Pubrel {
+		h.unparkForPubrel(cl, pk.PacketID)
+		return pk, nil
+	}
 	if pk.FixedHeader.Type == packets.Disconnect {
 		// mochi closes the connection before it forgets the session;
 		// awaitSessionEnd needs to know from the start.
@@ -641,16 +654,145 @@ func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 		return pk, nil
 	}
 	if pk.FixedHeader.Qos == 2 {
-		if in, ok := cl.State.Inflight.Get(pk.PacketID); ok && in.FixedHeader.Type == packets.Pubrec && in.ReasonCode < packets.ErrUnspecifiedError.Code {
+		in, ok := cl.State.Inflight.Get(pk.PacketID)
+		if ok && in.FixedHeader.Type == packets.Pubrec && in.ReasonCode < packets.ErrUnspecifiedError.Code || h.parkedHas(cl, pk.PacketID) {
 			// A re-sent QoS 2 PUBLISH (its PUBREC was lost): acknowledge
 			// again and let mochi ignore it (a $SYS topic name is the one
 			// thing processPublish drops before any acknowledgement).
 			_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: pk.PacketID})
 			pk.TopicName = mqtt.SysPrefix + "/quiot/duplicate"
 			pk.Properties.TopicAlias, pk.Properties.TopicAliasFlag = 0, false
+			return pk, nil
 		}
 	}
+	if out, ok := cl.State.Inflight.Get(pk.PacketID); ok && isOutbound(out) {
+		// mochi will delete this delivery from the session (it takes the
+		// identifier for the client's own); OnPacketProcessed puts it back.
+		h.idState(cl).saved = &out
+	}
 	return pk, nil
+}
+
+// Packet identifiers: the client's (its publishes) and the server's (its
+// deliveries) are separate spaces, but mochi keeps both in one map per
+// session (Inflight). The hook keeps them apart: a delivery whose
+// identifier a client's publish reuses is put back after mochi processed
+// the publish, and the client's QoS 2 state (PUBREC awaiting PUBREL) that
+// would then share the slot is parked beside the map until its PUBREL
+// comes. All of it runs in the client's reading goroutine (OnPacketRead,
+// OnPacketProcessed, OnDisconnect), so idState needs no lock. Known gap: a
+// session taken over by a new connection while a QoS 2 state is parked
+// loses that state (a re-sent duplicate would then be delivered twice).
+type idState struct {
+	saved  *packets.Packet           // delivery to restore after this packet
+	parked map[uint16]packets.Packet // client's PUBREC states displaced by deliveries
+}
+
+// isOutbound reports whether an Inflight entry belongs to a delivery from
+// the server (PUBLISH awaiting PUBACK/PUBREC, PUBREL awaiting PUBCOMP)
+// rather than to the client's QoS 2 publish (PUBREC awaiting PUBREL).
+func isOutbound(pk packets.Packet) bool {
+	return pk.FixedHeader.Type == packets.Publish || pk.FixedHeader.Type == packets.Pubrel
+}
+
+func (h *compatHook) idState(cl *mqtt.Client) *idState {
+	if v, ok := h.ids.Load(cl); ok {
+		return v.(*idState)
+	}
+	st := &idState{parked: map[uint16]packets.Packet{}}
+	h.ids.Store(cl, st)
+	h.idClients.Add(1)
+	return st
+}
+
+func (h *compatHook) parkedHas(cl *mqtt.Client, id uint16) bool {
+	if h.idClients.Load() == 0 {
+		return false
+	}
+	v, ok := h.ids.Load(cl)
+	if !ok {
+		return false
+	}
+	_, ok = v.(*idState).parked[id]
+	return ok
+}
+
+// setInflight puts pk in cl's session, counted as mochi counts.
+func (h *compatHook) setInflight(cl *mqtt.Client, pk packets.Packet) {
+	if cl.State.Inflight.Set(pk) {
+		atomic.AddInt64(&h.mq.Info.Inflight, 1)
+	}
+}
+
+// deleteInflight removes id from cl's session, counted as mochi counts.
+func (h *compatHook) deleteInflight(cl *mqtt.Client, id uint16) {
+	if cl.State.Inflight.Delete(id) {
+		atomic.AddInt64(&h.mq.Info.Inflight, -1)
+	}
+}
+
+// unparkForPubrel brings a parked QoS 2 state back into the session for
+// the client's PUBREL, saving the delivery that holds the slot.
+func (h *compatHook) unparkForPubrel(cl *mqtt.Client, id uint16) {
+	if !h.parkedHas(cl, id) {
+		return
+	}
+	st := h.idState(cl)
+	if out, ok := cl.State.Inflight.Get(id); ok && isOutbound(out) {
+		st.saved = &out
+		h.deleteInflight(cl, id)
+	}
+	h.setInflight(cl, st.parked[id])
+	delete(st.parked, id)
+}
+
+// OnPacketProcessed puts back a delivery saved for this packet, parking the
+// client's QoS 2 state that took its slot.
+func (h *compatHook) OnPacketProcessed(cl *mqtt.Client, pk packets.Packet, _ error) {
+	v, ok := h.ids.Load(cl)
+	if !ok {
+		return
+	}
+	st := v.(*idState)
+	if st.saved != nil && st.saved.PacketID == pk.PacketID {
+		restore := true
+		if cur, ok := cl.State.Inflight.Get(pk.PacketID); ok {
+			if cur.FixedHeader.Type == packets.Pubrec && !isOutbound(cur) {
+				st.parked[pk.PacketID] = cur
+				h.deleteInflight(cl, pk.PacketID)
+			} else {
+				restore = false // a new delivery got the identifier meanwhile
+			}
+		}
+		if restore {
+			h.setInflight(cl, *st.saved)
+		}
+		st.saved = nil
+	}
+	h.dropIDState(cl, st, false)
+}
+
+// dropIDState forgets st once empty, or (at the session's end) puts what
+// it holds back into the session where the slot is free.
+func (h *compatHook) dropIDState(cl *mqtt.Client, st *idState, end bool) {
+	if end {
+		if st.saved != nil {
+			if _, ok := cl.State.Inflight.Get(st.saved.PacketID); !ok {
+				h.setInflight(cl, *st.saved)
+			}
+		}
+		for id, pk := range st.parked {
+			if _, ok := cl.State.Inflight.Get(id); !ok {
+				h.setInflight(cl, pk)
+			}
+		}
+		st.saved, st.parked = nil, nil
+	}
+	if st.saved == nil && len(st.parked) == 0 {
+		if _, ok := h.ids.LoadAndDelete(cl); ok {
+			h.idClients.Add(-1)
+		}
+	}
 }
 
 // answerRefusal tells the publisher of pk that it was not accepted, as the
