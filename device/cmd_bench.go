@@ -1,3 +1,7 @@
+//go:build !arm
+
+// `quiot bench` is left out of the 32-bit ARM (Pi) build: pibuild_arm.go.
+
 package main
 
 import (

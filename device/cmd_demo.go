@@ -70,6 +70,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *simple {
 		return nil
 	}
+	if !benchBuiltIn {
+		fmt.Fprintln(stdout, "\nthe quick bench that follows is not in the Pi build (32-bit ARM): run `quiot demo` or `quiot bench --quick` on a host")
+		return nil
+	}
 	// Then the main job: `quiot bench --quick`, each role its own process
 	// of this binary, through the link emulator, ending with the headline.
 	dir := *out

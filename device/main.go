@@ -6,6 +6,12 @@
 // The main package is thin: each subcommand lives in its own cmd_*.go file,
 // registers itself in init, turns flags into an Options struct and calls a
 // library package.
+//
+// The 32-bit ARM build (`make pi`, the Raspberry Pi Zero binary) leaves out
+// what only a host runs, to stay within its size budget: `quiot bench` (the
+// broker, pub and sub roles it runs are in) and the quick bench at the end
+// of `quiot demo`; each says "not in the Pi build; run it on a host".
+// pibuild_arm.go lists them.
 package main
 
 import (

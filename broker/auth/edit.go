@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -92,11 +91,45 @@ func Append(src []byte, name, entry string) (out []byte, newUser bool, err error
 	return out, newUser, nil
 }
 
-var (
-	tableHeader = regexp.MustCompile(`^\s*\[`)
-	userHeader  = regexp.MustCompile(`^\s*\[\[\s*user\s*\]\]\s*(#.*)?$`)
-	plainKey    = regexp.MustCompile(`^\s*(token|password)\s*=`)
-)
+// The line tests below are plain string code, not regexps: package-level
+// regexps compile in every quiot process at start (a publisher too), and
+// these three alone brought about 40 KB of regexp code into the Pi binary.
+
+// isTableHeader reports whether line opens a TOML table or array of tables.
+func isTableHeader(line string) bool {
+	return strings.HasPrefix(strings.TrimLeft(line, tomlSpace), "[")
+}
+
+// isUserHeader reports whether line is a [[user]] header, optionally with
+// a comment after it.
+func isUserHeader(line string) bool {
+	s, ok := strings.CutPrefix(strings.TrimLeft(line, tomlSpace), "[[")
+	if !ok {
+		return false
+	}
+	if s, ok = strings.CutPrefix(strings.TrimLeft(s, tomlSpace), "user"); !ok {
+		return false
+	}
+	if s, ok = strings.CutPrefix(strings.TrimLeft(s, tomlSpace), "]]"); !ok {
+		return false
+	}
+	s = strings.TrimLeft(s, tomlSpace)
+	return s == "" || s[0] == '#' && !strings.Contains(s, "\n")
+}
+
+// isPlainKey reports whether line sets a plain-text token or password key.
+func isPlainKey(line string) bool {
+	s := strings.TrimLeft(line, tomlSpace)
+	for _, key := range []string{"token", "password"} {
+		if rest, ok := strings.CutPrefix(s, key); ok && strings.HasPrefix(strings.TrimLeft(rest, tomlSpace), "=") {
+			return true
+		}
+	}
+	return false
+}
+
+// tomlSpace is what the former regexps' \s matched.
+const tomlSpace = " \t\n\f\r"
 
 // Convert replaces the plain-text credentials of an old ACL file (token =
 // and password = inside [[user]]) by [[token]] (SHA-256) and [[password]]
@@ -118,11 +151,11 @@ func Convert(src []byte, cost int) (out []byte, n int, err error) {
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
-		case userHeader.MatchString(line):
+		case isUserHeader(line):
 			inUser = true
-		case tableHeader.MatchString(line):
+		case isTableHeader(line):
 			inUser = false
-		case inUser && plainKey.MatchString(line):
+		case inUser && isPlainKey(line):
 			continue
 		}
 		keep.WriteString(line)
