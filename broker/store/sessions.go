@@ -94,10 +94,8 @@ type Sessions struct {
 	ready     bool   // the start-up replay has run
 
 	// order numbers queued messages (storage.Message.Sent), so that they
-	// are sent again in their order after a restart; place is each
-	// persistent session's last queue place (see OnQosPublish), under mu.
+	// are loaded in their order after a restart.
 	order atomic.Int64
-	place map[string]uint16
 }
 
 type sessOp struct {
@@ -147,7 +145,7 @@ func OpenSessions(o SessionOptions) (*Sessions, error) {
 	case err != nil:
 		return nil, fmt.Errorf("%w: %s: %v; move it away to start without MQTT sessions", ErrCorrupt, path, err)
 	}
-	s := &Sessions{opts: o, db: db, log: o.Logger, done: make(chan struct{}), byKey: map[msgKey][]uint64{}, floor: ^uint64(0), place: map[string]uint16{}}
+	s := &Sessions{opts: o, db: db, log: o.Logger, done: make(chan struct{}), byKey: map[msgKey][]uint64{}, floor: ^uint64(0)}
 	s.cond = sync.NewCond(&s.mu)
 	s.order.Store(time.Now().UnixNano()) // above the last run's
 	if err := s.check(); err != nil {
@@ -252,9 +250,6 @@ func marshal(v storage.Serializable) []byte {
 
 // deleteClient removes a session and everything it holds.
 func (s *Sessions) deleteClient(id string) {
-	s.mu.Lock()
-	delete(s.place, id)
-	s.mu.Unlock()
 	s.queue(sessOp{key: clientKey(id)}, sessOp{key: clientPrefix("s", id), pfx: true}, sessOp{key: clientPrefix("i", id), pfx: true})
 }
 
@@ -350,24 +345,9 @@ func (s *Sessions) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 
 // OnQosPublish records a message queued for (or in flight to) a
 // persistent session.
-//
-// mochi sends a session's queue again (on reconnect) in the order of
-// uint16(Created), which is the publish time in seconds, so messages of
-// one second would go out in any order: Created becomes the message's
-// place in the session's queue (in memory too), which keeps the order
-// (up to a wrap at 65536 messages).
 func (s *Sessions) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
 	if !persistent(cl) || pk.FixedHeader.Type != packets.Publish {
 		return
-	}
-	s.mu.Lock()
-	place := s.place[cl.ID] + 1
-	s.place[cl.ID] = place
-	s.mu.Unlock()
-	pk.Created = int64(place)
-	if cur, ok := cl.State.Inflight.Get(pk.PacketID); ok && cur.FixedHeader.Type == packets.Publish {
-		cur.Created = pk.Created
-		cl.State.Inflight.Set(cur)
 	}
 	props := pk.Properties.Copy(false)
 	in := &storage.Message{
@@ -451,16 +431,13 @@ func (s *Sessions) StoredInflightMessages() ([]storage.Message, error) {
 	slices.SortStableFunc(out, func(a, b storage.Message) int {
 		return cmp.Or(strings.Compare(a.Client, b.Client), cmp.Compare(a.Sent, b.Sent))
 	})
-	place := uint16(0)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	place := 0
 	for i := range out {
 		if i > 0 && out[i].Client != out[i-1].Client {
 			place = 0
 		}
 		place++
 		out[i].Created = int64(place)
-		s.place[out[i].Client] = place
 	}
 	return out, err
 }
@@ -499,6 +476,9 @@ func timeProperty(m *broker.Message) []packets.UserProperty {
 // sessions are in place, so the broker history above the watermark is
 // delivered to them here, before any client connects.
 func (s *Sessions) StoredSysInfo() (storage.SystemInfo, error) {
+	for _, cl := range s.opts.Server.Clients.GetAll() {
+		advancePacketIDs(cl)
+	}
 	if s.opts.Core == nil {
 		return storage.SystemInfo{}, nil
 	}
@@ -552,6 +532,36 @@ func (s *Sessions) StoredSysInfo() (storage.SystemInfo, error) {
 	s.cond.Signal()
 	s.mu.Unlock()
 	return storage.SystemInfo{}, nil
+}
+
+// advancePacketIDs moves a restored session's packet identifier counter
+// (which starts at 0 in a new process) past its queued messages, so that
+// messages queued after the restart get identifiers after them: the order
+// of identifiers on their circle is the queue's order (mochi hands them out
+// increasing and wrapping, and broker/mqttquic resends a queue in that
+// order).
+func advancePacketIDs(cl *mqtt.Client) {
+	var ids []int
+	for _, pk := range cl.State.Inflight.GetAll(false) {
+		ids = append(ids, int(pk.PacketID))
+	}
+	if len(ids) == 0 {
+		return
+	}
+	slices.Sort(ids)
+	// The last identifier in circle order precedes the widest gap.
+	last, gap := ids[len(ids)-1], ids[0]+65536-ids[len(ids)-1]
+	for i := 1; i < len(ids); i++ {
+		if g := ids[i] - ids[i-1]; g > gap {
+			last, gap = ids[i-1], g
+		}
+	}
+	for range 65536 {
+		id, err := cl.NextPacketID()
+		if err != nil || int(id) > last {
+			return
+		}
+	}
 }
 
 func keyOf(topic string, payload []byte) msgKey {

@@ -138,6 +138,21 @@ func TestMQTTSessionSurvivesRestart(t *testing.T) {
 	for i := 5; i < 7; i++ {
 		mustPublish(t, b2.Broker, broker.Message{Topic: "q/x", Payload: fmt.Appendf(nil, "m%d", i), QoS: 1})
 	}
+	// Queued before the client is back (mochi writes a message published
+	// while a session reconnects at once, ahead of the queue it resends).
+	waitFor(t, "7 messages queued for the restored session", func() bool {
+		cl, ok := m2.MQTT().Clients.Get(id)
+		if !ok {
+			return false
+		}
+		n := 0
+		for _, pk := range cl.State.Inflight.GetAll(false) {
+			if pk.TopicName == "q/x" {
+				n++
+			}
+		}
+		return n >= 7
+	})
 	sub2, got2, cancel2 := newSub(m2.QUICAddr().String())
 	defer cancel2()
 	defer sub2.Close()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -435,19 +436,27 @@ func TestResumeAcrossRestart(t *testing.T) {
 		}
 		return client.Message{}
 	}
-	// The first message proves the subscription is live.
-	var seqs []uint64
-	for i := 0; ; i++ {
-		mustPublish(t, b.Broker, broker.Message{Topic: "r/a", Payload: fmt.Appendf(nil, "%d", i), QoS: 1})
-		if i == 0 {
-			seqs = append(seqs, next().Seq)
+	// Live once a probe arrives (re-published until then).
+	waitFor(t, "the subscription", func() bool {
+		mustPublish(t, b.Broker, broker.Message{Topic: "r/probe", Payload: []byte("p"), QoS: 1})
+		select {
+		case <-got:
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
 		}
-		if i == 4 {
-			break
-		}
+	})
+	for len(got) > 0 { // late probes
+		<-got
 	}
-	for range 4 {
-		seqs = append(seqs, next().Seq)
+	var want, seqs []uint64
+	for i := range 5 {
+		want = append(want, mustPublish(t, b.Broker, broker.Message{Topic: "r/a", Payload: fmt.Appendf(nil, "%d", i), QoS: 1}))
+	}
+	for len(seqs) < 5 {
+		if m := next(); m.Topic == "r/a" {
+			seqs = append(seqs, m.Seq)
+		}
 	}
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel2()
@@ -459,19 +468,22 @@ func TestResumeAcrossRestart(t *testing.T) {
 		t.Fatalf("epoch changed across the restart")
 	}
 	for i := 5; i < 10; i++ {
-		mustPublish(t, b2.Broker, broker.Message{Topic: "r/b", Payload: fmt.Appendf(nil, "%d", i), QoS: 1})
+		want = append(want, mustPublish(t, b2.Broker, broker.Message{Topic: "r/b", Payload: fmt.Appendf(nil, "%d", i), QoS: 1}))
 	}
-	for range 5 {
+	for len(seqs) < 10 {
 		m := next()
 		if m.Gap {
 			t.Fatalf("gap announced: %+v", m)
 		}
-		seqs = append(seqs, m.Seq)
-	}
-	for i, s := range seqs {
-		if s != uint64(i+1) {
-			t.Fatalf("sequence numbers %v, want 1..10", seqs)
+		if m.Topic != "r/probe" {
+			seqs = append(seqs, m.Seq)
 		}
+	}
+	if !slices.Equal(seqs, want) {
+		t.Fatalf("sequence numbers %v, want %v", seqs, want)
+	}
+	if want[5] != want[4]+1 {
+		t.Errorf("the sequence counter did not continue across the restart: %v", want)
 	}
 	select {
 	case m := <-got:
