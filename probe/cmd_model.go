@@ -30,6 +30,7 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	report := fs.Bool("report", false, "also rewrite DIR/report.md, the plots, distributions/index.csv and simcheck.csv (simulator tables vs samples)")
 	resummarize := fs.Bool("resummarize", false, "recompute each condition's statistics and CIs from DIR/samples/ with the block bootstrap and rewrite conditions.csv (implies --report)")
 	resamples := fs.Int("resamples", 500, "bootstrap replicates per condition for --resummarize")
+	transform := fs.String("transform", "auto", "response transform: auto (none or log, the better held-out RMSE), none, log (relative errors: one saturated condition does not dominate)")
 	bootstrap := fs.Int("bootstrap", 0, "bootstrap replicates of the model selection for coefficient CIs (default 200; negative: none)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -42,7 +43,7 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var m *model.Model
 	if *report || *resummarize {
-		if err := lab.Analyze(*in, lab.AnalyzeOptions{Response: *response, Seed: *seed, ModelPath: *out, Resummarize: *resummarize, Resamples: *resamples, Bootstrap: *bootstrap}); err != nil {
+		if err := lab.Analyze(*in, lab.AnalyzeOptions{Response: *response, Seed: *seed, ModelPath: *out, Resummarize: *resummarize, Resamples: *resamples, Bootstrap: *bootstrap, Transform: *transform}); err != nil {
 			return err
 		}
 		var err error
@@ -54,7 +55,7 @@ func runFit(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		m, _, err = lab.FitRowsOptions(rows, model.FitOptions{Response: *response, Seed: *seed, Bootstrap: *bootstrap})
+		m, _, err = lab.FitRowsOptions(rows, model.FitOptions{Response: *response, Seed: *seed, Bootstrap: *bootstrap, Transform: *transform})
 		if err != nil {
 			return err
 		}

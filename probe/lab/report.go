@@ -47,6 +47,9 @@ type AnalyzeOptions struct {
 	// Bootstrap is the model's bootstrap replicate count
 	// (model.FitOptions.Bootstrap; 0 = its default).
 	Bootstrap int
+	// Transform is the model's response transform
+	// (model.FitOptions.Transform; "" = auto).
+	Transform string
 }
 
 // Analyze reads DIR/conditions.csv, fits the model and writes
@@ -78,7 +81,7 @@ func Analyze(dir string, o AnalyzeOptions) error {
 		}
 		return rows[i].Repeat < rows[j].Repeat
 	})
-	m, obs, err := FitRowsOptions(rows, model.FitOptions{Response: o.Response, Seed: o.Seed, Bootstrap: o.Bootstrap})
+	m, obs, err := FitRowsOptions(rows, model.FitOptions{Response: o.Response, Seed: o.Seed, Bootstrap: o.Bootstrap, Transform: o.Transform})
 	if err != nil {
 		return err
 	}
