@@ -128,6 +128,7 @@ func TestPublishAcksMQTT5(t *testing.T) {
 		{"qos2 payload over limit", 2, "conf/big", big, nil, 0x97},
 		{"qos1 $SYS topic", 1, "$SYS/x", nil, nil, 0x87},
 		{"qos2 $SYS topic", 2, "$SYS/x", nil, nil, 0x87},
+		{"qos1 other $ topic", 1, "$foo/x", nil, nil, 0x87},
 		{"qos1 after refusals", 1, "conf/after", nil, userProp, 0x00},
 	}
 	for _, tr := range transports {
@@ -661,5 +662,38 @@ func TestPacketIdentifierSpaces(t *testing.T) {
 				t.Fatalf("PUBCOMP reason 0x%02x, want 0x00", pc.ReasonCode)
 			}
 		})
+	}
+}
+
+// TestKeepAliveAndSecondConnect: a connection silent for longer than one
+// and a half times its keep-alive is closed (3.1.1: MQTT-3.1.2-24, 5:
+// MQTT-3.1.2-22; the test waits for the close, however long it takes), and
+// a second CONNECT on a connection is a protocol error that closes it
+// (MQTT-3.1.0-2; MQTT 5: DISCONNECT 0x82).
+func TestKeepAliveAndSecondConnect(t *testing.T) {
+	b := startBridged(t, nil)
+	r := dialTransport(t, b, "tcp", 4)
+	r.keepalive = 1
+	r.connect("", true, nil)
+	if got := r.closed(); len(got) != 0 {
+		t.Fatalf("keep-alive expiry: got %d packets before the close", len(got))
+	}
+	for _, tr := range transports {
+		r := dialTransport(t, b, tr, 5)
+		r.connect("second-"+tr, true, nil)
+		conn := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}}
+		conn.Connect.ProtocolName, conn.Connect.Clean, conn.Connect.ClientIdentifier = []byte("MQTT"), true, "second-"+tr
+		r.send(conn, (*packets.Packet).ConnectEncode)
+		got := r.closed()
+		if tr == "quic" && len(got) == 0 {
+			// The QUIC listener closes a connection that broke the
+			// protocol at once, with CONNECTION_CLOSE code 1 and the
+			// reason, which may overtake the DISCONNECT (MQTT 5 4.13: the
+			// server MAY send one before closing).
+			continue
+		}
+		if len(got) != 1 || got[0].FixedHeader.Type != packets.Disconnect || got[0].ReasonCode != 0x82 {
+			t.Fatalf("%s: second CONNECT: got %d packets %+v, want DISCONNECT 0x82", tr, len(got), got)
+		}
 	}
 }
