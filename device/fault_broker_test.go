@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/quictune"
 )
@@ -139,7 +140,8 @@ func logLevel() string {
 }
 
 // TestBrokerKill9 kills a real `quiot broker` process with SIGKILL while
-// two publishers (HTTP/3 and MQTT over QUIC, QoS 1) stream to it, and
+// three publishers (HTTP/3 and MQTT over QUIC, QoS 1, retrying until
+// acknowledged; and HTTP/3 through the on-disk spool) stream to it, and
 // starts it again on the same data directory and ports. Every message
 // acknowledged to a publisher reaches both subscribers (HTTP/3 with
 // resume, MQTT with a persistent session), in order per topic, with no
@@ -238,6 +240,30 @@ func TestBrokerKill9(t *testing.T) {
 			}
 		})
 	}
+	// A third publisher goes through the on-disk spool (device/spool):
+	// Publish returns once a message is spooled; the spool delivers in
+	// order and retries across the kill.
+	sp, err := client.NewSpooled(client.Options{Broker: h3URL, RootCAs: ca.Pool(), MaxBackoff: 250 * time.Millisecond, Logger: clientLog(t, "fault-pub-spool")},
+		spool.Options{Dir: filepath.Join(dir, "spool"), Logger: clientLog(t, "spool")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sp.Close() })
+	wg.Go(func() {
+		var mine []int
+		defer func() { acked.Store("fault/spool", mine) }()
+		for i := range total {
+			if _, err := sp.Publish(ctx, "fault/spool", []byte(strconv.Itoa(i)), client.PublishOptions{QoS: 1}); err != nil {
+				t.Errorf("spooled publisher: message %d not spooled: %v", i, err)
+				return
+			}
+			mine = append(mine, i)
+			time.Sleep(time.Millisecond) // a steady stream across the kill, not a burst before it
+		}
+		if err := sp.Drain(ctx); err != nil {
+			t.Errorf("spool not drained: %v", err)
+		}
+	})
 	// Kill mid-stream, once killAt messages are acknowledged in all.
 	go func() {
 		for range killAt {
@@ -272,7 +298,7 @@ func TestBrokerKill9(t *testing.T) {
 	}
 
 	// Every acknowledged message reaches both subscribers.
-	for _, topic := range []string{"fault/h3", "fault/mqtt"} {
+	for _, topic := range []string{"fault/h3", "fault/mqtt", "fault/spool"} {
 		v, _ := acked.Load(topic)
 		want := v.([]int)
 		if len(want) != total {
