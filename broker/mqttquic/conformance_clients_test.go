@@ -140,12 +140,19 @@ host, port, version, steps = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.lo
 proto = mqtt.MQTTv5 if version == "5" else mqtt.MQTTv311
 c = mqtt.Client(client_id="paho-" + version, protocol=proto, **({} if proto == mqtt.MQTTv5 else {"clean_session": True}))
 connected, lost, events = threading.Event(), threading.Event(), []
+cond, published = threading.Condition(), set()
 def on_connect(client, userdata, flags, rc, properties=None):
     connected.set()
 def on_disconnect(client, userdata, rc, properties=None):
     events.append(str(rc))
     lost.set()
-c.on_connect, c.on_disconnect = on_connect, on_disconnect
+    with cond:
+        cond.notify_all()
+def on_publish(client, userdata, mid):
+    with cond:
+        published.add(mid)
+        cond.notify_all()
+c.on_connect, c.on_disconnect, c.on_publish = on_connect, on_disconnect, on_publish
 c.connect(host, port, keepalive=30)
 c.loop_start()
 if not connected.wait(30):
@@ -157,12 +164,10 @@ for topic, qos, n in steps:
         props = Properties(PacketTypes.PUBLISH)
         props.UserProperty = [("k", "v"), ("quiot-time", "1700000000000000000")]
     info = c.publish(topic, b"x" * n, qos=qos, properties=props)
-    # Wait for the acknowledgement or a lost connection (polled; the
-    # 30 s bound only catches a hang).
-    for _ in range(300):
-        if info.is_published() or lost.is_set():
-            break
-        lost.wait(0.1)
+    # Wait for the acknowledgement or a lost connection (the 30 s bound
+    # only catches a hang).
+    with cond:
+        cond.wait_for(lambda: info.mid in published or lost.is_set(), timeout=30)
     results.append("done" if info.is_published() else "lost" if lost.is_set() else "timeout")
     if results[-1] != "done":
         break
