@@ -33,10 +33,11 @@ import (
 // allow is the MQTT side's one authorization decision: may identity id
 // ("" = anonymous) do action on topic (a name for Publish, a name or
 // filter for Subscribe)? `$` topics are the broker's: nobody publishes to
-// them. A shared subscription's filter is checked without its
+// them; a name with a wildcard (a will topic mochi does not check) is no
+// name. A shared subscription's filter is checked without its
 // $share/group/ prefix.
 func allow(a *auth.Authenticator, id string, action auth.Action, topic string) bool {
-	if action == auth.Publish && strings.HasPrefix(topic, "$") {
+	if action == auth.Publish && (strings.HasPrefix(topic, "$") || strings.ContainsAny(topic, "+#")) {
 		return false
 	}
 	return a.Allow(id, action, mqttShareStrip(topic))

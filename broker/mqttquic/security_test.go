@@ -143,13 +143,15 @@ func TestWillACL(t *testing.T) {
 			})
 		}
 	}
-	t.Run("dollar", func(t *testing.T) {
-		_, code := connectRaw(t, b.mqtt, b.pki, "tcp", connectOpts{id: "will-dollar", user: "alice", pass: "tok-alice", clean: true,
-			willTopic: "$SYS/broker/spoof", willPayload: "x"})
-		if code != packets.ErrNotAuthorized.Code {
-			t.Fatalf("will on $SYS: 0x%02x, want 0x87", code)
-		}
-	})
+	for _, topic := range []string{"$SYS/broker/spoof", "$quiot/x", "a/#", "a/+/x"} {
+		t.Run("will on "+topic, func(t *testing.T) {
+			_, code := connectRaw(t, b.mqtt, b.pki, "tcp", connectOpts{id: "will-bad", user: "alice", pass: "tok-alice", clean: true,
+				willTopic: topic, willPayload: "x"})
+			if code != packets.ErrNotAuthorized.Code {
+				t.Fatalf("will on %s: 0x%02x, want 0x87", topic, code)
+			}
+		})
+	}
 	t.Run("allowed reaches both protocols", func(t *testing.T) {
 		c := mustConnect(t, b.mqtt, b.pki, "quic", connectOpts{id: "will-ok", user: "alice", pass: "tok-alice", clean: true,
 			willTopic: "a/door", willPayload: "gone", willRetain: true, willQoS: 1})
