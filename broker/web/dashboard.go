@@ -3,19 +3,23 @@ package web
 import (
 	"bytes"
 	"compress/gzip"
-	"embed"
-	"io/fs"
-	"mime"
+	_ "embed" // the dashboard's files
 	"net/http"
-	"path"
 	"strconv"
 	"strings"
 )
 
 // The dashboard: plain HTML, CSS and JavaScript, no framework, no CDN.
-//
-//go:embed ui
-var uiFS embed.FS
+// Embedded as strings (not an embed.FS: its directory code costs the Pi
+// binary more than the three files).
+var (
+	//go:embed ui/index.html
+	indexHTML string
+	//go:embed ui/app.js
+	appJS string
+	//go:embed ui/app.css
+	appCSS string
+)
 
 // asset is one dashboard file, with its gzip form when that is smaller.
 type asset struct {
@@ -26,18 +30,13 @@ type asset struct {
 
 func (h *Handler) loadAssets() {
 	h.assets = map[string]*asset{}
-	_ = fs.WalkDir(uiFS, "ui", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := uiFS.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		a := &asset{body: b, ctype: mime.TypeByExtension(path.Ext(p))}
-		if a.ctype == "" {
-			a.ctype = "application/octet-stream"
-		}
+	for _, f := range []struct{ path, ctype, body string }{
+		{"/index.html", "text/html; charset=utf-8", indexHTML},
+		{"/app.js", "text/javascript; charset=utf-8", appJS},
+		{"/app.css", "text/css; charset=utf-8", appCSS},
+	} {
+		b := []byte(f.body)
+		a := &asset{body: b, ctype: f.ctype}
 		var buf bytes.Buffer
 		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 		_, _ = zw.Write(b)
@@ -46,9 +45,8 @@ func (h *Handler) loadAssets() {
 			a.gz = buf.Bytes()
 		}
 		a.etag = `"` + strconv.Itoa(len(b)) + "-" + strconv.FormatUint(uint64(crc(b)), 16) + `"`
-		h.assets["/"+strings.TrimPrefix(p, "ui/")] = a
-		return nil
-	})
+		h.assets[f.path] = a
+	}
 }
 
 // crc is a cheap content hash for ETags (FNV-1a).
