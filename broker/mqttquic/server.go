@@ -359,7 +359,7 @@ func init() {
 //     client's Receive Maximum) stays in flight once sent: mochi removes it
 //     from the session when it sends it, so the client's PUBACK returned
 //     no credit (after Receive Maximum such messages the client got
-//     nothing more, MQTT-4.9.0-2/3) and a reconnect would not resend it
+//     nothing more, MQTT 5 4.9) and a reconnect would not resend it
 //     (MQTT-4.4.0-1); the hook puts it back (OnPacketSent, then the
 //     client's next packet or its disconnect);
 //   - messages waiting in a session go out in the order they were
@@ -386,7 +386,7 @@ type compatHook struct {
 	needed     atomic.Bool  // a client asked for no problem information or has a maximum packet size
 	flowed     atomic.Bool  // a client announced a Receive Maximum
 	sentHeld   sync.Map     // *mqtt.Client -> *[]packets.Packet: held messages sent, to put back in flight
-	connacking atomic.Int32 // MQTT 5 CONNACKs due (entries in pending)
+	connacking atomic.Int32 // CONNACKs due (entries in pending)
 	pending    sync.Map     // *mqtt.Client -> struct{}: CONNACK due
 	ending     sync.Map     // *mqtt.Client -> struct{}: sent DISCONNECT, its session ends with the connection
 	ids        sync.Map     // *mqtt.Client -> *idState: packet identifiers used by both sides
@@ -411,8 +411,10 @@ func (h *compatHook) Provides(b byte) bool {
 	return false
 }
 
-// OnConnect turns the encoding fix on when a client asks for no problem
-// information (before anything is written to it).
+// OnConnect turns the encoding hook on when a client asks for no problem
+// information or announces a Maximum Packet Size, and the sent-message
+// hook when it announces a Receive Maximum (before anything is written to
+// it).
 func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 	if p := cl.Properties.Props; p.RequestProblemInfoFlag && p.RequestProblemInfo == 0 || p.MaximumPacketSize > 0 {
 		h.needed.Store(true)
@@ -449,8 +451,9 @@ func (h *compatHook) restoreHeld(cl *mqtt.Client) {
 	}
 }
 
-// OnDisconnect keeps held messages sent in the session (resent when the
-// client returns).
+// OnDisconnect keeps held messages sent, and deliveries and QoS 2 states
+// set aside, in the session (resent when the client returns), and forgets
+// the client's marks.
 func (h *compatHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	h.restoreHeld(cl)
 	h.unmark(cl)
@@ -460,8 +463,9 @@ func (h *compatHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	}
 }
 
-// OnSessionEstablish (authenticated, CONNACK next) marks an MQTT 5
-// client's CONNACK for the limits' properties.
+// OnSessionEstablish (authenticated, CONNACK next) waits for the end of a
+// session that ended with its connection and marks the client's CONNACK
+// (limits' properties for MQTT 5, the session's order for all).
 func (h *compatHook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
 	h.awaitSessionEnd(cl.ID)
 	if _, loaded := h.pending.LoadOrStore(cl, struct{}{}); !loaded {
