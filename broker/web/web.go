@@ -209,6 +209,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		fail(w, http.StatusUnauthorized, "%v", err)
 		return
 	}
+	if sess != nil && sess.via == "stale-cookie" {
+		clearCookie(w)
+		sess = nil
+	}
 	if sess != nil && sess.via == "cookie" && unsafeMethod(r.Method) && origin != "" && !sameOrigin(origin, r) && !allowed {
 		fail(w, http.StatusForbidden, "session cookie on a %s from origin %q, which is neither this broker nor an allowed CORS origin", r.Method, origin)
 		return
@@ -271,20 +275,21 @@ func sameOrigin(origin string, r *http.Request) bool {
 // takeToken finds a session token in the query (GET/HEAD only), an
 // Authorization: Bearer header or the cookie, removes it from the URL,
 // and checks it. A request with no token returns sess=nil; one whose token
-// is bad or expired returns an error (401). A Bearer value that is not a
+// is bad or expired returns an error (401), except a stale cookie, which
+// is dropped (session via "stale-cookie"). A Bearer value that is not a
 // session token is left for the broker (an ACL token).
 func (h *Handler) takeToken(r *http.Request) (*http.Request, *session, error) {
 	var tok, via string
-	if r.URL.RawQuery != "" && strings.Contains(r.URL.RawQuery, TokenParam) {
-		if v := r.URL.Query().Get(TokenParam); v != "" || r.URL.Query().Has(TokenParam) {
+	if strings.Contains(r.URL.RawQuery, TokenParam) {
+		if q := r.URL.Query(); q.Has(TokenParam) {
 			r = stripQuery(r, TokenParam)
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				return r, nil, fmt.Errorf("a session token in the URL is only accepted on GET (use Authorization: Bearer)")
 			}
-			tok, via = v, "query"
+			tok, via = q.Get(TokenParam), "query"
 		}
 	}
-	if tok == "" {
+	if via == "" {
 		if a := r.Header.Get("Authorization"); a != "" {
 			scheme, cred, _ := strings.Cut(a, " ")
 			cred = strings.TrimSpace(cred)
@@ -295,7 +300,7 @@ func (h *Handler) takeToken(r *http.Request) (*http.Request, *session, error) {
 			}
 		}
 	}
-	if tok == "" && r.Header.Get("Authorization") == "" {
+	if via == "" && r.Header.Get("Authorization") == "" {
 		if c, err := r.Cookie(CookieName); err == nil && c.Value != "" {
 			tok, via = c.Value, "cookie"
 		}
@@ -304,13 +309,24 @@ func (h *Handler) takeToken(r *http.Request) (*http.Request, *session, error) {
 		return r, nil, nil
 	}
 	id, err := h.signer.verify(tok, h.opts.Now())
+	if err != nil && via == "cookie" {
+		// A stale cookie (expired, or signed by an earlier broker run) is
+		// dropped, not fatal: the request goes on as if it had none, so
+		// that the browser can log in again.
+		return r, &session{via: "stale-cookie"}, nil
+	}
 	if err != nil {
 		return r, nil, fmt.Errorf("session token (%s): %w; get a new one with POST /v1/session", via, err)
 	}
-	if !h.be.Auth().Known(id) && id != "" {
+	if id != "" && !h.be.Auth().Known(id) {
 		return r, nil, fmt.Errorf("session token (%s) names %q, who is no longer a user", via, id)
 	}
 	return r, &session{id: id, via: via}, nil
+}
+
+// clearCookie tells the browser to drop the session cookie.
+func clearCookie(w http.ResponseWriter) {
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 }
 
 // stripQuery returns r without the query parameter name, in URL and
@@ -343,7 +359,7 @@ type sessionReply struct {
 func (h *Handler) handleSession(w http.ResponseWriter, r *http.Request, sess *session) {
 	switch r.Method {
 	case http.MethodDelete:
-		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+		clearCookie(w)
 		w.WriteHeader(http.StatusNoContent)
 		return
 	case http.MethodGet, http.MethodPost:

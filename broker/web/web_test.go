@@ -318,7 +318,8 @@ func TestPreflight(t *testing.T) {
 }
 
 // TestCookieCSRF: the session cookie publishes from the broker's own
-// origin, and is refused on a publish from a foreign origin.
+// origin, and is refused on a publish from a foreign origin; a stale
+// cookie is dropped and cleared; a token in a POST URL is refused.
 func TestCookieCSRF(t *testing.T) {
 	e := start(t, testACL, web.Options{})
 	tok := e.session(t, "alice", "alice-pw")
@@ -331,6 +332,16 @@ func TestCookieCSRF(t *testing.T) {
 	resp, body = do(t, newH3(t, e.Broker), http.MethodPost, e.URL+"/v1/topics/sensors%2Fx", "1", "Cookie", cookie, "Origin", "https://evil.example")
 	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "session cookie") {
 		t.Fatalf("foreign origin: %d %s", resp.StatusCode, body)
+	}
+	// A cookie from another broker run is dropped (and cleared), not fatal.
+	stale := web.CookieName + "=" + strings.Replace(tok, "qs1.", "qs1.x", 1)
+	resp, body = do(t, newH3(t, e.Broker), http.MethodPost, e.URL+"/v1/topics/sensors%2Fx", "1", "Cookie", stale, "Authorization", "Bearer alice-acl-token")
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("stale cookie with an ACL token: %d %s", resp.StatusCode, body)
+	}
+	resp, body = do(t, newH3(t, e.Broker), http.MethodGet, e.URL+"/v1/session", "", "Cookie", stale)
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("Set-Cookie"), "Max-Age=0") || !strings.Contains(body, "authentication required") {
+		t.Fatalf("stale cookie alone: %d %v %s", resp.StatusCode, resp.Header, body)
 	}
 	resp, body = do(t, newH3(t, e.Broker), http.MethodPost, e.URL+"/v1/topics/sensors%2Fx?"+web.TokenParam+"="+tok, "1")
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "only accepted on GET") {
