@@ -1,7 +1,7 @@
 // Package sysstat measures the CPU time and memory of one process from the
-// Linux proc filesystem (via github.com/prometheus/procfs): user and system
-// CPU time from /proc/PID/stat, current and peak resident memory (VmRSS,
-// VmHWM) from /proc/PID/status.
+// Linux proc filesystem (parsed by internal/procstat): user and system CPU
+// time from /proc/PID/stat, current and peak resident memory (VmRSS, VmHWM)
+// from /proc/PID/status.
 //
 // The proc root is injectable (Options.ProcRoot), so tests read fixtures
 // under testdata/. Under qemu-user, /proc/self/stat is faked and most of its
@@ -11,19 +11,23 @@ package sysstat
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"time"
 
-	"github.com/prometheus/procfs"
+	"github.com/quiot/quiot/internal/procstat"
 )
 
 // TickDuration is the length of one clock tick in /proc/PID/stat. The
 // kernel exports CPU times in USER_HZ units, which is 100 on every Linux
 // architecture (arm, arm64, amd64, 386).
-const TickDuration = 10 * time.Millisecond
+const TickDuration = procstat.TickDuration
 
 // ErrMalformed is returned (wrapped) when a proc file cannot be parsed.
-var ErrMalformed = errors.New("malformed proc file")
+var ErrMalformed = procstat.ErrMalformed
+
+// defaultProcRoot is where the proc filesystem is mounted.
+const defaultProcRoot = "/proc"
 
 // Options configures a Reader or a Sampler. A nil *Options means all
 // defaults.
@@ -44,7 +48,7 @@ func (o *Options) withDefaults() Options {
 		r = *o
 	}
 	if r.ProcRoot == "" {
-		r.ProcRoot = procfs.DefaultMountPoint
+		r.ProcRoot = defaultProcRoot
 	}
 	if r.Now == nil {
 		r.Now = time.Now
@@ -69,16 +73,16 @@ type Snapshot struct {
 // CPU returns user + system CPU time.
 func (s Snapshot) CPU() time.Duration { return s.User + s.Sys }
 
-// FromProcfs builds a Snapshot from parsed procfs structures. It does no I/O.
-// Fields that qemu-user fakes as 0 stay 0.
-func FromProcfs(stat procfs.ProcStat, status procfs.ProcStatus, at time.Time) Snapshot {
+// FromProc builds a Snapshot from a parsed process reading. It does no
+// I/O. Fields that qemu-user fakes as 0 stay 0.
+func FromProc(p procstat.Process, at time.Time) Snapshot {
 	s := Snapshot{
 		Time:       at,
-		User:       time.Duration(stat.UTime) * TickDuration,
-		Sys:        time.Duration(stat.STime) * TickDuration,
-		RSSKiB:     status.VmRSS / 1024,
-		PeakRSSKiB: status.VmHWM / 1024,
-		Threads:    stat.NumThreads,
+		User:       time.Duration(p.Stat.UTime) * TickDuration,
+		Sys:        time.Duration(p.Stat.STime) * TickDuration,
+		RSSKiB:     p.Status.VmRSS / 1024,
+		PeakRSSKiB: p.Status.VmHWM / 1024,
+		Threads:    p.Stat.NumThreads,
 	}
 	if s.PeakRSSKiB < s.RSSKiB {
 		// VmHWM can lag VmRSS slightly (the kernel updates the high-water
@@ -90,7 +94,6 @@ func FromProcfs(stat procfs.ProcStat, status procfs.ProcStatus, at time.Time) Sn
 
 // Reader reads snapshots of one process.
 type Reader struct {
-	fs   procfs.FS
 	pid  int
 	now  func() time.Time
 	root string
@@ -100,51 +103,22 @@ type Reader struct {
 // under opts.ProcRoot (default /proc).
 func NewReader(opts *Options) (*Reader, error) {
 	o := opts.withDefaults()
-	fs, err := procfs.NewFS(o.ProcRoot)
-	if err != nil {
+	if fi, err := os.Stat(o.ProcRoot); err != nil || !fi.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
 		return nil, fmt.Errorf("open proc filesystem %s: %w", o.ProcRoot, err)
 	}
-	return &Reader{fs: fs, pid: o.PID, now: o.Now, root: o.ProcRoot}, nil
-}
-
-// proc resolves the observed process.
-func (r *Reader) proc() (procfs.Proc, error) {
-	if r.pid == 0 {
-		p, err := r.fs.Self()
-		if err != nil {
-			return procfs.Proc{}, fmt.Errorf("resolve %s/self: %w", r.root, err)
-		}
-		return p, nil
-	}
-	p, err := r.fs.Proc(r.pid)
-	if err != nil {
-		return procfs.Proc{}, fmt.Errorf("open process %d: %w", r.pid, err)
-	}
-	return p, nil
+	return &Reader{pid: o.PID, now: o.Now, root: o.ProcRoot}, nil
 }
 
 // Read takes a snapshot of the process.
-func (r *Reader) Read() (snap Snapshot, err error) {
-	p, err := r.proc()
+func (r *Reader) Read() (Snapshot, error) {
+	p, err := procstat.ReadProcess(r.root, r.pid)
 	if err != nil {
-		return Snapshot{}, err
+		return Snapshot{}, fmt.Errorf("read process %s: %w", procstat.Dir(r.root, r.pid), err)
 	}
-	// procfs slices its input without bounds checks in places (a stat file
-	// ending right after the command name); turn such a panic into an error.
-	defer func() {
-		if v := recover(); v != nil {
-			snap, err = Snapshot{}, fmt.Errorf("read process %d: %w: %v", p.PID, ErrMalformed, v)
-		}
-	}()
-	stat, err := p.Stat()
-	if err != nil {
-		return Snapshot{}, fmt.Errorf("read process %d stat: %w: %w", p.PID, ErrMalformed, err)
-	}
-	status, err := p.NewStatus()
-	if err != nil {
-		return Snapshot{}, fmt.Errorf("read process %d status: %w: %w", p.PID, ErrMalformed, err)
-	}
-	return FromProcfs(stat, status, r.now()), nil
+	return FromProc(p, r.now()), nil
 }
 
 // Usage is what a process consumed between two snapshots.
@@ -218,7 +192,7 @@ func NewSampler(opts *Options) (*Sampler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sampler{r: r, self: r.pid == 0 && r.root == procfs.DefaultMountPoint}, nil
+	return &Sampler{r: r, self: r.pid == 0 && r.root == defaultProcRoot}, nil
 }
 
 // Start takes the starting snapshot.

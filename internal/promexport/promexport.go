@@ -7,23 +7,21 @@
 // TCP listener (the broker's --metrics-listen) in the Prometheus text
 // exposition format (version 0.0.4).
 //
-// It is written on github.com/VictoriaMetrics/metrics, not on Prometheus'
-// client_golang, for the size of the Raspberry Pi binary, whose budget is
-// 12 MB (ARMv6, `make pi`, checked by device/arm_test.go). Measured with
-// size(1) on that binary at commit bcfc1da: client_golang with protobuf,
+// Every family is written here, each with its # HELP and # TYPE line once,
+// for the size of the Raspberry Pi binary, whose budget is 12 MB (ARMv6,
+// `make pi`, checked by device/arm_test.go). Measured with size(1) on that
+// binary at commit bcfc1da: Prometheus' client_golang with protobuf,
 // client_model, prometheus/common and their other dependencies added
-// 2.12 MB of text and data (20.45 MB against 18.32 MB built without
-// metrics); this package on VictoriaMetrics/metrics adds 0.13 MB (18.45 MB).
-// Both write the same text exposition format.
-//
-// The quiot families are written here, each with its # HELP and # TYPE
-// line once, not with metrics.WriteCounterUint64 and friends: with
-// metadata exposed, those repeat an empty # HELP and a # TYPE line before
-// every labelled sample. metrics.WriteProcessMetrics and
-// metrics.WriteFDMetrics write the process_* and go_* families; NewRegistry
-// turns on metrics.ExposeMetadata so that they carry # TYPE lines (their
-// # HELP lines have no text). OpenMetrics is not offered: Prometheus
-// scrapes the text format.
+// 2.12 MB of text and data; github.com/VictoriaMetrics/metrics added
+// 0.13 MB. This package used the latter for the process_* and go_* families
+// until the Pi binary went over its budget: the library compiles a regexp
+// in its package init (run in every quiot process, a publisher too) and
+// brings the runtime/metrics descriptions; without it and procfs (see
+// internal/procstat) the ARMv6 binary is about 370 KB smaller. process.go
+// writes the process_* families from /proc/self (the names the Prometheus
+// client libraries use) and the go_* families from runtime.ReadMemStats and
+// debug.ReadGCStats. OpenMetrics is not offered: Prometheus scrapes the text
+// format.
 package promexport
 
 import (
@@ -40,8 +38,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/internal/qmetrics"
@@ -180,11 +176,9 @@ type Registry struct {
 	collectors []Collector
 }
 
-// NewRegistry returns a registry over the given collectors. It turns on
-// metrics.ExposeMetadata (process-wide; quiot uses VictoriaMetrics/metrics
-// only here) so that the process and Go metrics carry # TYPE lines.
+// NewRegistry returns a registry over the given collectors; it writes the
+// process_* and go_* families after theirs.
 func NewRegistry(cs ...Collector) *Registry {
-	metrics.ExposeMetadata(true)
 	return &Registry{collectors: slices.Clone(cs)}
 }
 
@@ -196,8 +190,8 @@ func (r *Registry) WritePrometheus(w io.Writer) {
 	e := expo{w: w, prefix: Namespace + "_"}
 	e.family("build_info", gauge, "Always 1; the version label says which quiot runs.")
 	e.sample("build_info", "1", "version", version.Version)
-	metrics.WriteProcessMetrics(w)
-	metrics.WriteFDMetrics(w)
+	writeProcess(w, readProc(procRoot))
+	writeGo(w)
 }
 
 // ServeHTTP writes the registry's metrics, gzip-compressed when the client
