@@ -123,13 +123,14 @@ func (h *Handler) dashboardAuth(w http.ResponseWriter, r *http.Request) bool {
 		fail(w, http.StatusUnauthorized, "log in with an ACL user name and password (or open the dashboard with ?access_token=TOKEN from POST /v1/session)")
 		return false
 	}
+	gen := h.be.Auth().Generation()
 	id, ok := h.be.Identify(w, r)
 	if !ok {
 		return false
 	}
 	if (!hasSession && hasCreds) || (hasSession && sess.via != "cookie") {
 		exp := h.opts.Now().Add(h.opts.SessionTTL)
-		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: h.signer.sign(id, exp), Path: "/", MaxAge: int(h.opts.SessionTTL.Seconds()),
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: h.signer.sign(id, exp, gen), Path: "/", MaxAge: int(h.opts.SessionTTL.Seconds()),
 			HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 	}
 	return true

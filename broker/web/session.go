@@ -13,10 +13,13 @@ import (
 
 // A session token is
 //
-//	qs1.<base64url(identity)>.<expiry, Unix seconds>.<base64url(HMAC-SHA256)>
+//	qs1.<base64url(identity)>.<expiry, Unix seconds>.<ACL generation>.<base64url(HMAC-SHA256)>
 //
 // the MAC covering everything before its dot. It carries no secret: the
-// identity is readable, the MAC makes it unforgeable without the key.
+// identity is readable, the MAC makes it unforgeable without the key. The
+// ACL generation (auth.Authenticator.Generation when it was issued) lets a
+// reload that takes rights or credentials away from the identity end its
+// tokens (auth.Authenticator.StillValid).
 
 const tokenPrefix = "qs1."
 
@@ -28,6 +31,9 @@ var (
 	ErrTokenExpired = errors.New("session token expired")
 	// ErrTokenSignature: the MAC does not match (another key, or altered).
 	ErrTokenSignature = errors.New("session token signature invalid")
+	// ErrTokenRevoked: an ACL reload after the token was issued took
+	// rights or credentials away from its identity.
+	ErrTokenRevoked = errors.New("session token ended by an ACL reload that changed its identity's rights")
 )
 
 // Token is a parsed (not yet verified) session token.
@@ -36,6 +42,8 @@ type Token struct {
 	Identity string
 	// Expires is the expiry.
 	Expires time.Time
+	// Generation is the ACL generation the token was issued under.
+	Generation uint64
 	// signed is the part the MAC covers; mac the MAC.
 	signed string
 	mac    []byte
@@ -53,8 +61,8 @@ func ParseToken(s string) (Token, error) {
 		return Token{}, fmt.Errorf("%w: no %q prefix", ErrTokenMalformed, tokenPrefix)
 	}
 	parts := strings.Split(s[len(tokenPrefix):], ".")
-	if len(parts) != 3 {
-		return Token{}, fmt.Errorf("%w: want 4 dot-separated parts", ErrTokenMalformed)
+	if len(parts) != 4 {
+		return Token{}, fmt.Errorf("%w: want 5 dot-separated parts", ErrTokenMalformed)
 	}
 	id, err := base64.RawURLEncoding.DecodeString(parts[0])
 	if err != nil {
@@ -64,11 +72,15 @@ func ParseToken(s string) (Token, error) {
 	if err != nil || exp <= 0 {
 		return Token{}, fmt.Errorf("%w: expiry %q", ErrTokenMalformed, parts[1])
 	}
-	mac, err := base64.RawURLEncoding.DecodeString(parts[2])
+	gen, err := strconv.ParseUint(parts[2], 10, 64)
+	if err != nil {
+		return Token{}, fmt.Errorf("%w: generation %q", ErrTokenMalformed, parts[2])
+	}
+	mac, err := base64.RawURLEncoding.DecodeString(parts[3])
 	if err != nil || len(mac) != sha256.Size {
 		return Token{}, fmt.Errorf("%w: signature", ErrTokenMalformed)
 	}
-	return Token{Identity: string(id), Expires: time.Unix(exp, 0), signed: s[:len(s)-len(parts[2])-1], mac: mac}, nil
+	return Token{Identity: string(id), Expires: time.Unix(exp, 0), Generation: gen, signed: s[:len(s)-len(parts[3])-1], mac: mac}, nil
 }
 
 // signer signs and verifies session tokens with one key.
@@ -80,23 +92,24 @@ func (s signer) mac(msg string) []byte {
 	return m.Sum(nil)
 }
 
-// sign makes a token for id that expires at exp.
-func (s signer) sign(id string, exp time.Time) string {
-	body := tokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(id)) + "." + strconv.FormatInt(exp.Unix(), 10)
+// sign makes a token for id that expires at exp, issued under ACL
+// generation gen.
+func (s signer) sign(id string, exp time.Time, gen uint64) string {
+	body := tokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(id)) + "." + strconv.FormatInt(exp.Unix(), 10) + "." + strconv.FormatUint(gen, 10)
 	return body + "." + base64.RawURLEncoding.EncodeToString(s.mac(body))
 }
 
-// verify checks a token's MAC and expiry at now and returns its identity.
-func (s signer) verify(tok string, now time.Time) (string, error) {
+// verify checks a token's MAC and expiry at now and returns it.
+func (s signer) verify(tok string, now time.Time) (Token, error) {
 	t, err := ParseToken(tok)
 	if err != nil {
-		return "", err
+		return Token{}, err
 	}
 	if !hmac.Equal(t.mac, s.mac(t.signed)) {
-		return "", ErrTokenSignature
+		return Token{}, ErrTokenSignature
 	}
 	if !now.Before(t.Expires) {
-		return "", fmt.Errorf("%w at %s", ErrTokenExpired, t.Expires.UTC().Format(time.RFC3339))
+		return Token{}, fmt.Errorf("%w at %s", ErrTokenExpired, t.Expires.UTC().Format(time.RFC3339))
 	}
-	return t.Identity, nil
+	return t, nil
 }

@@ -11,8 +11,8 @@ func TestTokenSignVerify(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	s := signer{key: []byte(strings.Repeat("k", 32))}
 	other := signer{key: []byte(strings.Repeat("o", 32))}
-	good := s.sign("alice", now.Add(time.Minute))
-	anon := s.sign("", now.Add(time.Minute))
+	good := s.sign("alice", now.Add(time.Minute), 7)
+	anon := s.sign("", now.Add(time.Minute), 7)
 	tests := []struct {
 		name    string
 		tok     string
@@ -27,17 +27,19 @@ func TestTokenSignVerify(t *testing.T) {
 		{name: "other key", tok: good, s: other, at: now, wantErr: ErrTokenSignature},
 		{name: "identity swapped", tok: strings.Replace(good, "YWxpY2U", "Ym9i", 1), s: s, at: now, wantErr: ErrTokenSignature},
 		{name: "expiry extended", tok: strings.Replace(good, "1800000060", "1900000060", 1), s: s, at: now, wantErr: ErrTokenSignature},
+		{name: "generation changed", tok: strings.Replace(good, ".7.", ".8.", 1), s: s, at: now, wantErr: ErrTokenSignature},
 		{name: "no prefix", tok: "abc", s: s, at: now, wantErr: ErrTokenMalformed},
-		{name: "parts", tok: "qs1.a.b", s: s, at: now, wantErr: ErrTokenMalformed},
-		{name: "bad expiry", tok: "qs1.YQ.x." + strings.Repeat("A", 43), s: s, at: now, wantErr: ErrTokenMalformed},
-		{name: "short mac", tok: "qs1.YQ.5.AAAA", s: s, at: now, wantErr: ErrTokenMalformed},
+		{name: "parts", tok: "qs1.a.b.c", s: s, at: now, wantErr: ErrTokenMalformed},
+		{name: "bad expiry", tok: "qs1.YQ.x.1." + strings.Repeat("A", 43), s: s, at: now, wantErr: ErrTokenMalformed},
+		{name: "bad generation", tok: "qs1.YQ.5.-1." + strings.Repeat("A", 43), s: s, at: now, wantErr: ErrTokenMalformed},
+		{name: "short mac", tok: "qs1.YQ.5.1.AAAA", s: s, at: now, wantErr: ErrTokenMalformed},
 		{name: "huge", tok: "qs1." + strings.Repeat("A", 2000), s: s, at: now, wantErr: ErrTokenMalformed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			id, err := tc.s.verify(tc.tok, tc.at)
-			if !errors.Is(err, tc.wantErr) || (err == nil && id != tc.wantID) {
-				t.Fatalf("verify = %q, %v; want %q, %v", id, err, tc.wantID, tc.wantErr)
+			tok, err := tc.s.verify(tc.tok, tc.at)
+			if !errors.Is(err, tc.wantErr) || (err == nil && (tok.Identity != tc.wantID || tok.Generation != 7)) {
+				t.Fatalf("verify = %+v, %v; want %q, %v", tok, err, tc.wantID, tc.wantErr)
 			}
 		})
 	}
@@ -46,9 +48,9 @@ func TestTokenSignVerify(t *testing.T) {
 // FuzzParseToken: no input panics, and what parses signs back the same.
 func FuzzParseToken(f *testing.F) {
 	s := signer{key: []byte(strings.Repeat("k", 32))}
-	f.Add(s.sign("alice", time.Unix(1_800_000_000, 0)))
-	f.Add("qs1...")
-	f.Add("qs1.YQ.1.")
+	f.Add(s.sign("alice", time.Unix(1_800_000_000, 0), 3))
+	f.Add("qs1....")
+	f.Add("qs1.YQ.1.0.")
 	f.Fuzz(func(t *testing.T, in string) {
 		tok, err := ParseToken(in)
 		if err != nil {
@@ -57,7 +59,7 @@ func FuzzParseToken(f *testing.F) {
 		if tok.Expires.Unix() <= 0 {
 			t.Fatalf("expiry %v accepted", tok.Expires)
 		}
-		if s.sign(tok.Identity, tok.Expires) != in && s.verifyMAC(in) {
+		if s.sign(tok.Identity, tok.Expires, tok.Generation) != in && s.verifyMAC(in) {
 			t.Fatal("a token whose MAC verifies does not re-sign to itself")
 		}
 	})

@@ -308,7 +308,11 @@ func (h *Handler) takeToken(r *http.Request) (*http.Request, *session, error) {
 	if via == "" {
 		return r, nil, nil
 	}
-	id, err := h.signer.verify(tok, h.opts.Now())
+	t, err := h.signer.verify(tok, h.opts.Now())
+	id := t.Identity
+	if err == nil && !h.be.Auth().StillValid(id, t.Generation) {
+		err = ErrTokenRevoked
+	}
 	if err != nil && via == "cookie" {
 		// A stale cookie (expired, or signed by an earlier broker run) is
 		// dropped, not fatal: the request goes on as if it had none, so
@@ -368,6 +372,7 @@ func (h *Handler) handleSession(w http.ResponseWriter, r *http.Request, sess *se
 		fail(w, http.StatusMethodNotAllowed, "use POST for a session token, GET to see who you are, DELETE to log out")
 		return
 	}
+	gen := h.be.Auth().Generation() // before authenticating: a reload after it ends the token
 	id, ok := h.be.Identify(w, r)
 	if !ok {
 		return
@@ -379,7 +384,7 @@ func (h *Handler) handleSession(w http.ResponseWriter, r *http.Request, sess *se
 	if r.Method == http.MethodPost {
 		now := h.opts.Now()
 		exp := now.Add(h.opts.SessionTTL)
-		rep.Token = h.signer.sign(id, exp)
+		rep.Token = h.signer.sign(id, exp, gen)
 		rep.Expires = exp.Unix()
 		rep.TTL = int64(h.opts.SessionTTL / time.Second)
 		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: rep.Token, Path: "/", MaxAge: int(h.opts.SessionTTL / time.Second),

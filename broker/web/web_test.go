@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -429,5 +431,51 @@ func TestDashboardAuth(t *testing.T) {
 	resp, _ = do(t, off.h3, http.MethodGet, off.URL+"/", "")
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("dashboard off: %d", resp.StatusCode)
+	}
+}
+
+// TestSessionEndsOnACLReload: an ACL reload that takes rights away from an
+// identity ends its session tokens (401 with the reason); the tokens of
+// identities the reload left alone keep working.
+func TestSessionEndsOnACLReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "acl.toml")
+	if err := os.WriteFile(path, []byte(testACL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := auth.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := testutil.StartBroker(t, nil, &broker.Options{Auth: a, Web: &web.Options{}})
+	e := &env{Broker: b, logs: &syncBuffer{}, h3: newH3(t, b)}
+	alice := e.session(t, "alice", "alice-pw")
+	bob := e.session(t, "bob", "bob-pw")
+	sub := func(tok, filter string) (int, string) {
+		resp, body := do(t, newH3(t, e.Broker), http.MethodGet, e.URL+"/v1/topics/"+url.PathEscape(filter)+"?count=1&since=0&"+web.TokenParam+"="+url.QueryEscape(tok), "", "Accept", "text/event-stream")
+		return resp.StatusCode, body
+	}
+	// Retained messages make each subscription end at once (count=1).
+	do(t, e.h3, http.MethodPost, e.URL+"/v1/topics/sensors%2Fx?retain=1", "1", "Authorization", basic("alice", "alice-pw"))
+	do(t, newH3(t, e.Broker), http.MethodPost, e.URL+"/v1/topics/bob%2Fa?retain=1", "1", "Authorization", basic("bob", "bob-pw"))
+	if code, body := sub(alice, "sensors/#"); code != http.StatusOK {
+		t.Fatalf("alice before the reload: %d %s", code, body)
+	}
+	less := strings.Replace(testACL, `subscribe = ["sensors/#", "$SYS/#"]`, `subscribe = ["sensors/x"]`, 1)
+	if err := os.WriteFile(path, []byte(less), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := sub(alice, "sensors/x"); code != http.StatusUnauthorized || !strings.Contains(body, "ACL reload") {
+		t.Fatalf("alice's token after a reload that cut her rights: %d %s", code, body)
+	}
+	if code, body := sub(bob, "bob/#"); code != http.StatusOK {
+		t.Fatalf("bob's token after a reload that left him alone: %d %s", code, body)
+	}
+	if fresh := e.session(t, "alice", "alice-pw"); fresh == alice {
+		t.Fatal("a new session gave the old token")
+	} else if code, body := sub(fresh, "sensors/x"); code != http.StatusOK {
+		t.Fatalf("alice's new token: %d %s", code, body)
 	}
 }
