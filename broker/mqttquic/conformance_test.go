@@ -697,3 +697,51 @@ func TestKeepAliveAndSecondConnect(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiveMaximumAfterReconnect: the messages resent when a session is
+// resumed count against the client's Receive Maximum (MQTT 5 4.9): with
+// one resent and a maximum of 2, one new message goes out, not two (mochi
+// reset the credit to the maximum after resending).
+func TestReceiveMaximumAfterReconnect(t *testing.T) {
+	b := startBridged(t, nil)
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			id := "rm-again-" + tr
+			props := func(p *packets.Properties) {
+				p.ReceiveMaximum = 2
+				p.SessionExpiryInterval, p.SessionExpiryIntervalFlag = 600, true
+			}
+			sub := dialTransport(t, b, tr, 5)
+			sub.connect(id, true, props)
+			sub.subscribe(1, 1, "rma/#")
+			disconnect(sub)
+			pub := dialTransport(t, b, tr, 5)
+			pub.connect(id+"-pub", true, nil)
+			pub.publish(1, 1, "rma/q", []byte("away"), nil)
+			checkAck(t, pub.read(), 1, 1, 0)
+			sub = dialTransport(t, b, tr, 5)
+			if ack := sub.connect(id, false, props); !ack.SessionPresent {
+				t.Fatal("session lost")
+			}
+			if m := sub.expect(packets.Publish); string(m.Payload) != "away" {
+				t.Fatalf("got %q, want the message published while away", m.Payload)
+			}
+			for i := 0; i < 3; i++ {
+				pub.publish(uint16(2+i), 1, "rma/q", []byte{byte('0' + i)}, nil)
+				checkAck(t, pub.read(), 1, uint16(2+i), 0)
+			}
+			pub.publish(0, 0, "rma/marker", []byte("m"), nil)
+			var more []string
+			for {
+				m := sub.expect(packets.Publish)
+				if m.TopicName == "rma/marker" {
+					break
+				}
+				more = append(more, string(m.Payload))
+			}
+			if len(more) != 1 {
+				t.Fatalf("after the resent message, %d more were sent unacknowledged (%q); receive maximum is 2", len(more), more)
+			}
+		})
+	}
+}

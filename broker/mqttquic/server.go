@@ -507,7 +507,28 @@ func endsWithConnection(cl *mqtt.Client) bool {
 
 // OnSessionEstablished (CONNACK written) forgets a mark its CONNACK did not
 // consume.
-func (h *compatHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) { h.unmark(cl) }
+//
+// It also takes the messages mochi has just resent (a resumed session)
+// from the client's flow-control credit: mochi resets the credit to the
+// client's Receive Maximum at a reconnect and resends without counting, so
+// it would then send Receive Maximum new messages on top (MQTT 5 4.9).
+func (h *compatHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	h.unmark(cl)
+	rm := int(cl.Properties.Props.ReceiveMaximum)
+	if rm == 0 || cl.State.Inflight.Len() == 0 {
+		return
+	}
+	h.restoreHeld(cl) // those resent are in flight like the others
+	n := 0
+	for _, pk := range cl.State.Inflight.GetAll(false) {
+		if isOutbound(pk) && pk.Expiry >= 0 {
+			n++
+		}
+	}
+	for i := 0; i < n && i < rm; i++ {
+		cl.State.Inflight.DecreaseSendQuota()
+	}
+}
 
 func (h *compatHook) unmark(cl *mqtt.Client) bool {
 	if _, ok := h.pending.LoadAndDelete(cl); ok {
