@@ -184,6 +184,9 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
+		if st := b.clusterStatus(); st != "" { // federation.go
+			_, _ = io.WriteString(w, "cluster: "+st+"\n")
+		}
 	case path == "/v1/publish":
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")

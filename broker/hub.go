@@ -96,6 +96,8 @@ type hub struct {
 	// forget collects the history removals not yet handed to it.
 	persist Store
 	forget  []ForgetOp
+	// fed is the federation link (nil: this broker alone; federation.go).
+	fed     Federation
 	applied uint64 // with persist: the last sequence number applied
 }
 
@@ -158,9 +160,10 @@ func (h *hub) publish(ctx context.Context, m Message) (uint64, error) {
 		return h.persistPublish(ctx, msg) // applied once committed
 	}
 	h.apply(msg)
+	fc := h.forward(msg)
 	h.mu.Unlock()
 	h.stats.proto(msg.Origin).in.Add(1)
-	return msg.Seq, nil
+	return waitForward(ctx, msg, fc)
 }
 
 // apply puts an accepted message into the topic space: retained message,
@@ -329,6 +332,7 @@ func (h *hub) start(s *subscriber, since *uint64, otherRun bool) ([]wire.Frame, 
 		h.exact[s.filter] = append(h.exact[s.filter], s)
 	}
 	h.nsubs++
+	h.interest(s.filter, 1)
 	return out, nil
 }
 
@@ -358,6 +362,7 @@ func (h *hub) stop(s *subscriber) {
 	}
 	if ok {
 		h.nsubs--
+		h.interest(s.filter, -1)
 	}
 }
 

@@ -182,6 +182,11 @@ type Options struct {
 	// closes it when it stops; when New fails, the caller closes it.
 	Store Store
 
+	// Cluster is the federation link that shares the topic space with other
+	// brokers (broker/cluster: NATS); nil means this broker alone. The
+	// caller starts and closes the link.
+	Cluster Federation
+
 	// Web is the browser part (broker/web): CORS for configured origins,
 	// session tokens for EventSource, /v1/stats, /v1/topics and the
 	// dashboard at "/"; nil means none of it.

@@ -119,6 +119,7 @@ func (h *hub) committed(msgs []*Message, err error) {
 	for _, m := range msgs {
 		h.apply(m)
 		h.applied = m.Seq
+		h.forward(m) // the cluster gets it once committed (not waited for)
 	}
 	h.flushForget()
 	h.mu.Unlock()

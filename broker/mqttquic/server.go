@@ -208,6 +208,11 @@ func New(opts Options) (*Server, error) {
 		if err := mq.AddHook(br, nil); err != nil {
 			return nil, fmt.Errorf("mqtt server: add bridge hook: %w", err)
 		}
+		if ih := newInterestHook(opts.Broker); ih != nil { // interest.go: cluster interest
+			if err := mq.AddHook(ih, nil); err != nil {
+				return nil, fmt.Errorf("mqtt server: add interest hook: %w", err)
+			}
+		}
 	} else if err := mq.AddHook(new(allowHook), nil); err != nil {
 		return nil, fmt.Errorf("mqtt server: add allow hook: %w", err)
 	}

@@ -1,0 +1,357 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/broker/cluster"
+	"github.com/quiot/quiot/internal/testutil"
+	"github.com/quiot/quiot/internal/wire"
+)
+
+// threeBrokers starts 3 NATS nodes and 3 quiot brokers, broker i first
+// connecting to NATS node i (it learns the others from the cluster).
+func threeBrokers(t *testing.T, mod func(i int, bo *broker.Options, co *cluster.Options)) (*natsCluster, []*node) {
+	t.Helper()
+	nc := startNATS(t, 3)
+	pki := testutil.NewPKI(t)
+	var nodes []*node
+	for i := range 3 {
+		nodes = append(nodes, startNode(t, pki, fmt.Sprintf("b%d", i+1), nc.nodes[i].ClientURL(), func(bo *broker.Options, co *cluster.Options) {
+			if mod != nil {
+				mod(i, bo, co)
+			}
+		}))
+	}
+	return nc, nodes
+}
+
+// TestCrossBrokerDelivery: a message accepted by any broker, over HTTP/3 or
+// MQTT, reaches the matching subscribers of every broker, over HTTP/3 and
+// MQTT, exactly once per subscription (also with overlapping filters on one
+// broker, which make NATS deliver it twice to that broker), and nothing
+// loops back.
+func TestCrossBrokerDelivery(t *testing.T) {
+	_, n := threeBrokers(t, nil)
+	// Subscribers: HTTP/3 on b2 with two overlapping filters, MQTT on b3,
+	// HTTP/3 on b1 (local delivery).
+	s2a := n[1].subscribe("room/#", "")
+	s2b := n[1].subscribe("room/+", "")
+	m3 := n[2].mqttConnect("m3")
+	m3.subscribe("room/#")
+	s1 := n[0].subscribe("room/#", "")
+	mp := n[0].mqttConnect("mp") // MQTT publisher on b1
+
+	// Each subscriber's interest must have reached every NATS node.
+	ready := map[string]bool{}
+	probeSeen := func(name string, try func() bool) func() bool {
+		return func() bool {
+			if !ready[name] {
+				ready[name] = try()
+			}
+			return ready[name]
+		}
+	}
+	h3seen := func(s *h3sub) func() bool {
+		return func() bool {
+			select {
+			case f := <-s.frames:
+				return string(f.Payload) == "probe"
+			default:
+				return false
+			}
+		}
+	}
+	mqttSeen := func() bool {
+		select {
+		case p := <-m3.got:
+			return string(p.Payload) == "probe"
+		default:
+			return false
+		}
+	}
+	all := []func() bool{probeSeen("s2a", h3seen(s2a)), probeSeen("s2b", h3seen(s2b)), probeSeen("m3", mqttSeen), probeSeen("s1", h3seen(s1))}
+	probe(t, n[0], "room/probe", func() bool {
+		ok := true
+		for _, f := range all {
+			ok = f() && ok
+		}
+		return ok
+	})
+
+	const count = 50
+	for i := range count {
+		n[0].publish("room/h3", fmt.Sprintf("h%d", i), "qos=1")
+		mp.publish("room/mqtt", fmt.Sprintf("q%d", i), false)
+	}
+	n[0].publish("room/h3", "end-h", "qos=1")
+	mp.publish("room/mqtt", "end-q", false)
+	want := 2*count + 2
+
+	collect := func(name string, next func() string) {
+		t.Helper()
+		got := map[string]int{}
+		ends := 0
+		for ends < 2 {
+			p := next()
+			if p == "probe" {
+				continue
+			}
+			got[p]++
+			if strings.HasPrefix(p, "end-") {
+				ends++
+			}
+		}
+		if len(got) != want {
+			t.Errorf("%s: %d distinct messages, want %d", name, len(got), want)
+		}
+		for p, c := range got {
+			if c != 1 {
+				t.Errorf("%s: %q delivered %d times", name, p, c)
+			}
+		}
+	}
+	h3next := func(s *h3sub) func() string { return func() string { return string(s.nextMessage().Payload) } }
+	collect("b2 HTTP/3 room/#", h3next(s2a))
+	collect("b2 HTTP/3 room/+", h3next(s2b))
+	collect("b1 HTTP/3 (local)", h3next(s1))
+	collect("b3 MQTT", func() string { return string(m3.next().Payload) })
+
+	// No loops: b1 forwarded its messages once, and never received its own.
+	st := n[0].link.Stats()
+	if st.Received != 0 {
+		t.Errorf("b1 received %d messages from the cluster, want 0 (its own are not handed back)", st.Received)
+	}
+	if st2 := n[1].link.Stats(); st2.Duplicates == 0 {
+		t.Logf("b2 saw no duplicates (overlapping NATS subscriptions usually cause some): %+v", st2)
+	}
+	// b3 has no subscriber on other topics: its NATS interest is room only.
+	if st3 := n[2].link.Stats(); st3.Subjects != 2 {
+		t.Errorf("b3 holds %d NATS subscriptions, want 2 (room and room.>)", st3.Subjects)
+	}
+}
+
+// TestRetainedAcrossBrokers: a retained message published on one broker is
+// the retained message of every broker (from the key-value bucket, whatever
+// their subscribers), also of a broker that joins later; clearing it clears
+// it everywhere.
+func TestRetainedAcrossBrokers(t *testing.T) {
+	nc, n := threeBrokers(t, nil)
+	n[0].publish("cfg/a", "v1", "retain=1&qos=1")
+	hasRetained := func(nd *node, topic, payload string) func() bool {
+		return func() bool {
+			for _, m := range nd.b.RetainedMessages() {
+				if m.Topic == topic {
+					return string(m.Payload) == payload
+				}
+			}
+			return payload == ""
+		}
+	}
+	waitFor(t, hasRetained(n[2], "cfg/a", "v1"), "retained message on b3")
+	s := n[2].subscribe("cfg/#", "")
+	if f := s.next(); !f.Retained() || string(f.Payload) != "v1" {
+		t.Fatalf("first frame on b3: %+v, want retained v1", f)
+	}
+	// A broker that joins later gets it from the bucket.
+	late := startNode(t, testutil.NewPKI(t), "late", nc.urls(), nil)
+	waitFor(t, hasRetained(late, "cfg/a", "v1"), "retained message on a late broker")
+	m := late.mqttConnect("late-mqtt")
+	m.subscribe("cfg/#")
+	if p := m.next(); string(p.Payload) != "v1" || !p.Retain {
+		t.Fatalf("MQTT on the late broker: %q retain=%v, want retained v1", p.Payload, p.Retain)
+	}
+	// An MQTT publisher replaces it; an HTTP/3 one clears it.
+	mp := n[1].mqttConnect("mp")
+	mp.publish("cfg/a", "v2", true)
+	waitFor(t, hasRetained(n[0], "cfg/a", "v2"), "replaced retained message on b1")
+	n[2].publish("cfg/a", "", "retain=1&qos=1")
+	for _, nd := range []*node{n[0], n[1], late} {
+		waitFor(t, hasRetained(nd, "cfg/a", ""), "cleared retained message")
+	}
+}
+
+// TestACLOnEveryBroker: a message arriving through the cluster passes the
+// receiving broker's ACL with the publisher's identity: b2 lets alice
+// publish only under a/public, so her a/secret message reaches b1's
+// subscribers (b1's ACL allows it) but not b2's.
+func TestACLOnEveryBroker(t *testing.T) {
+	strict, err := auth.Parse([]byte(`
+[anonymous]
+publish = ["#"]
+subscribe = ["#"]
+
+[[user]]
+name = "alice"
+publish = ["a/public/#"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, n := threeBrokers(t, func(i int, bo *broker.Options, _ *cluster.Options) {
+		if i == 1 {
+			bo.Auth = strict
+		}
+	})
+	s2 := n[1].subscribe("a/#", "")
+	s3 := n[2].subscribe("a/#", "")
+	probe(t, n[0], "a/public/probe", func() bool {
+		return len(s2.frames) > 0 && len(s3.frames) > 0
+	})
+	ctx := context.Background()
+	for _, topic := range []string{"a/secret/x", "a/public/x", "a/end"} {
+		if _, err := n[0].b.Publish(ctx, broker.Message{Topic: topic, Payload: []byte(topic), QoS: 1, Identity: "alice", Origin: broker.ProtoH3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(s *h3sub) []string {
+		var got []string
+		for {
+			p := string(s.nextMessage().Payload)
+			if p == "probe" {
+				continue
+			}
+			got = append(got, p)
+			if p == "a/public/x" && s == s2 || p == "a/end" {
+				return got
+			}
+		}
+	}
+	if got := read(s3); strings.Join(got, ",") != "a/secret/x,a/public/x,a/end" {
+		t.Errorf("b3 (open ACL) got %v", got)
+	}
+	if got := read(s2); strings.Join(got, ",") != "a/public/x" {
+		t.Errorf("b2 (alice may publish a/public/# only) got %v", got)
+	}
+	waitFor(t, func() bool { return n[1].link.Stats().Denied >= 2 }, "b2 denial count (a/secret/x, a/end)")
+}
+
+// TestNATSNodeDiesMidStream: while b1 publishes a QoS 1 stream, the NATS
+// node it is connected to dies. b1 reconnects to another node, sends what
+// it held again, and every message a publisher had acknowledged is in the
+// R3 history stream and reaches b2's subscriber exactly once.
+func TestNATSNodeDiesMidStream(t *testing.T) {
+	nc, n := threeBrokers(t, func(i int, _ *broker.Options, co *cluster.Options) {
+		co.ReconnectWait = 20 * time.Millisecond
+		co.MaxReconnectWait = 200 * time.Millisecond
+		co.AckTimeout = 2 * time.Second
+	})
+	// b1 is connected to node 1, which dies.
+	s2 := n[1].subscribe("s/#", "")
+	probe(t, n[0], "s/probe", func() bool { return len(s2.frames) > 0 })
+	const count = 200
+	killed := make(chan struct{})
+	for i := range count {
+		if i == count/2 {
+			go func() {
+				nc.nodes[0].Shutdown()
+				close(killed)
+			}()
+		}
+		n[0].publish(fmt.Sprintf("s/%d", i%10), fmt.Sprintf("m%d", i), "qos=1")
+	}
+	<-killed
+	n[0].publish("s/end", "end", "qos=1")
+	got := map[string]int{}
+	for {
+		p := string(s2.nextMessage().Payload)
+		if p == "probe" {
+			continue
+		}
+		got[p]++
+		if p == "end" {
+			break
+		}
+	}
+	for i := range count {
+		if c := got[fmt.Sprintf("m%d", i)]; c != 1 {
+			t.Errorf("m%d delivered %d times on b2", i, c)
+		}
+	}
+	// Everything is in the stream (history per topic default is above 20).
+	waitFor(t, func() bool { return n[0].link.Stats().Held == 0 }, "b1's held messages sent")
+	conn, err := nats.Connect(nc.urls())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	js, _ := jetstream.New(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	str, err := js.Stream(ctx, "quiot_history")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := str.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inStream := map[string]int{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		var msg *jetstream.RawStreamMsg
+		waitFor(t, func() bool {
+			msg, err = str.GetMsg(ctx, seq)
+			return err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
+		}, fmt.Sprintf("stream message %d", seq))
+		if msg != nil && strings.HasPrefix(msg.Subject, "quiot.m.s.") && string(msg.Data) != "probe" {
+			inStream[string(msg.Data)]++
+		}
+	}
+	if len(inStream) != count+1 {
+		t.Errorf("%d messages in the stream, want %d", len(inStream), count+1)
+	}
+	for p, c := range inStream {
+		if c != 1 {
+			t.Errorf("%s is %d times in the stream", p, c)
+		}
+	}
+	if st := n[0].link.Stats(); st.Reconnects == 0 && st.Server == nc.nodes[0].ClientURL() {
+		t.Errorf("b1 did not move off the dead node: %+v", st)
+	}
+}
+
+// TestBrokerCloseMidStream: a broker closes (its link with it) while
+// messages flow; the other brokers go on, and a subscriber of the closed
+// broker that reconnects to another broker with its last sequence number
+// is told of the gap (another broker's sequence numbers), never silently.
+func TestBrokerCloseMidStream(t *testing.T) {
+	_, n := threeBrokers(t, nil)
+	s2 := n[1].subscribe("k/#", "")
+	s3 := n[2].subscribe("k/#", "")
+	probe(t, n[0], "k/probe", func() bool { return len(s2.frames) > 0 && len(s3.frames) > 0 })
+	var last uint64
+	for i := range 20 {
+		n[0].publish("k/a", fmt.Sprintf("m%d", i), "qos=1")
+		if i == 9 {
+			for {
+				f := s3.nextMessage()
+				if string(f.Payload) == "m9" {
+					last = f.Seq
+					break
+				}
+			}
+			_ = n[2].link.Close()
+			_ = n[2].b.Close()
+		}
+	}
+	n[0].publish("k/a", "end", "qos=1")
+	for {
+		if p := string(s2.nextMessage().Payload); p == "end" {
+			break
+		}
+	}
+	// The subscriber of b3 resumes on b2 with b3's epoch and sequence.
+	r := n[1].subscribe("k/#", fmt.Sprintf("since=%d&epoch=%s", last, wire.FormatEpoch(s3.epoch)))
+	if f := r.next(); !f.IsGap() {
+		t.Fatalf("resume on another broker: first frame %+v, want a gap announcement", f)
+	}
+}

@@ -1,0 +1,769 @@
+// Package cluster is the federation link of a quiot broker: several brokers
+// share one topic space, its retained messages and its history through a
+// NATS cluster with JetStream.
+//
+// A message a broker accepts (from any protocol) is published by its link to
+// the JetStream stream PREFIX_HISTORY on subject PREFIX.m.<topic tokens>
+// (subject.go), tagged with the broker's origin id, the publisher's
+// identity, QoS, retain flag and send time. The stream keeps the history
+// (bounded as the broker's history) with JetStream's replication; the same
+// publish reaches, through plain NATS interest, every other broker whose
+// local subscribers (HTTP/3 or MQTT) have a matching filter. The receiving
+// link checks the publisher's identity against the local ACL and hands the
+// message to its broker with Origin broker.OriginCluster, which is never
+// forwarded again: no loops. Messages a broker receives twice (overlapping
+// filters, a resend after a lost acknowledgement) are delivered once.
+// Retained messages are also kept in the key-value bucket PREFIX_retained,
+// which every link watches, so a broker knows every retained message of the
+// cluster whatever its subscribers.
+//
+// While NATS is unreachable local delivery goes on; the messages for the
+// cluster are held (bounded by Options.HoldMessages/HoldBytes) and sent on
+// reconnection; when the bound forces the link to drop some, it counts and
+// logs them and announces the gap to the other brokers. See docs/cluster.md.
+package cluster
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/quiot/quiot/broker"
+)
+
+// Message headers of a forwarded message.
+const (
+	hdrOrigin   = "Quiot-Origin"
+	hdrSeq      = "Quiot-Seq"
+	hdrIdentity = "Quiot-Identity"
+	hdrProto    = "Quiot-Proto"
+	hdrQoS      = "Quiot-QoS"
+	hdrRetain   = "Quiot-Retain"
+	hdrTime     = "Quiot-Time"
+)
+
+// Errors of the link.
+var (
+	// ErrClosed: the link was closed before the message reached the cluster.
+	ErrClosed = errors.New("cluster link closed")
+	// ErrDropped: the message was dropped from the held messages (bound
+	// reached while NATS was unreachable).
+	ErrDropped = errors.New("cluster hold full: message dropped")
+)
+
+// Stats are the link's counters.
+type Stats struct {
+	// Connected reports a live NATS connection with the stream ready.
+	Connected bool
+	// Server is the NATS server connected to ("" when down).
+	Server string
+	// Forwarded counts messages JetStream acknowledged.
+	Forwarded uint64
+	// Received counts messages from other brokers handed to this one.
+	Received uint64
+	// Duplicates counts messages received more than once (dropped).
+	Duplicates uint64
+	// Denied counts received messages the local ACL refused.
+	Denied uint64
+	// Refused counts received messages the broker refused (bad topic, too
+	// large, retained store full).
+	Refused uint64
+	// Held is the number of messages waiting to be sent; HeldBytes their
+	// payload and topic bytes.
+	Held      int
+	HeldBytes int64
+	// Dropped counts held messages dropped at the hold bound.
+	Dropped uint64
+	// Resent counts messages sent again after a failed acknowledgement.
+	Resent uint64
+	// SlowConsumer counts messages NATS dropped because this broker did not
+	// take them fast enough.
+	SlowConsumer uint64
+	// RemoteGaps counts gaps other brokers announced.
+	RemoteGaps uint64
+	// Reconnects counts reconnections to NATS.
+	Reconnects uint64
+	// Subjects is the number of NATS subscriptions for local interest.
+	Subjects int
+}
+
+// item is one message on its way to the cluster.
+type item struct {
+	m    *broker.Message
+	size int64
+	c    *commit
+}
+
+// commit implements broker.Commit.
+type commit struct {
+	once sync.Once
+	done chan struct{}
+	err  error
+}
+
+func (c *commit) Done() <-chan struct{} { return c.done }
+func (c *commit) Err() error            { return c.err }
+func (c *commit) finish(err error) {
+	if c != nil {
+		c.once.Do(func() {
+			c.err = err
+			close(c.done)
+		})
+	}
+}
+
+// Link is one broker's connection to the cluster. It implements
+// broker.Federation and broker.FederationStatus.
+type Link struct {
+	o      Options
+	id     string // origin tag: name-random
+	log    *slog.Logger
+	subjM  string // PREFIX.m.
+	stream string
+	bucket string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	queue     []item // held for the cluster, oldest first
+	queueB    int64
+	wake      chan struct{} // cap 1: queue or connection changed
+	ready     bool          // connected and JetStream set up
+	interest  map[string]int
+	subs      map[string]*nats.Subscription
+	dirty     chan struct{} // cap 1: interest changed
+	lost      gapNote       // dropped while held, not yet announced
+	downSince time.Time
+
+	b    *broker.Broker
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	kv   jetstream.KeyValue
+	recv chan *nats.Msg
+	// retCh carries retained messages from the bucket's watcher to
+	// receiveLoop, so that both paths share one duplicate check.
+	retCh chan incoming
+	seen  dedup
+
+	forwarded, received, dups, denied, refused atomic.Uint64
+	dropped, resent, slow, remoteGaps, reconn  atomic.Uint64
+}
+
+// gapNote is a run of dropped messages (this broker's sequence numbers).
+type gapNote struct {
+	From, To, Count uint64
+}
+
+var _ broker.Federation = (*Link)(nil)
+
+// New checks the options and returns a link that is not connected yet:
+// pass it as broker.Options.Cluster, then Start it with the broker.
+func New(o Options) (*Link, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var rb [4]byte
+	_, _ = crand.Read(rb[:])
+	l := &Link{
+		o:        o,
+		id:       sanitizeName(o.Name) + "-" + hex.EncodeToString(rb[:]),
+		log:      o.Logger.With("part", "cluster"),
+		subjM:    o.Prefix + ".m.",
+		stream:   o.Prefix + "_history",
+		bucket:   o.Prefix + "_retained",
+		wake:     make(chan struct{}, 1),
+		dirty:    make(chan struct{}, 1),
+		interest: map[string]int{},
+		subs:     map[string]*nats.Subscription{},
+		recv:     make(chan *nats.Msg, o.ReceiveBuffer),
+		retCh:    make(chan incoming, 1024),
+		seen:     newDedup(1 << 16),
+	}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	return l, nil
+}
+
+// sanitizeName keeps a name usable in a header and a log.
+func sanitizeName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() == 0 {
+		return "quiot"
+	}
+	return b.String()
+}
+
+// ID returns this link's origin tag (unique per run).
+func (l *Link) ID() string { return l.id }
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Forward implements broker.Federation: it queues m for the cluster. When
+// the link is up, the returned commit ends with JetStream's
+// acknowledgement; while it is down, nil (the publisher is not held up:
+// local delivery goes on and the message waits in the bounded hold).
+func (l *Link) Forward(m *broker.Message) broker.Commit {
+	it := item{m: m, size: int64(len(m.Topic) + len(m.Payload))}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx.Err() != nil {
+		return nil
+	}
+	if l.ready {
+		it.c = &commit{done: make(chan struct{})}
+	}
+	for len(l.queue) > 0 && (len(l.queue) >= l.o.HoldMessages || l.queueB+it.size > l.o.HoldBytes) {
+		old := l.queue[0]
+		l.queue[0] = item{}
+		l.queue = l.queue[1:]
+		l.queueB -= old.size
+		old.c.finish(ErrDropped)
+		l.noteDropped(old.m.Seq)
+	}
+	l.queue = append(l.queue, it)
+	l.queueB += it.size
+	signal(l.wake)
+	if it.c == nil {
+		return nil
+	}
+	return it.c
+}
+
+// noteDropped records a message lost at the hold bound. l.mu held.
+func (l *Link) noteDropped(seq uint64) {
+	n := l.dropped.Add(1)
+	if l.lost.Count == 0 {
+		l.lost.From = seq
+	}
+	l.lost.To = seq
+	l.lost.Count++
+	if n&(n-1) == 0 {
+		l.log.Warn("cluster hold full: dropping messages for other brokers (a gap is announced when the link is back)", "dropped", n, "hold_messages", l.o.HoldMessages, "hold_bytes", l.o.HoldBytes)
+	}
+}
+
+// Interest implements broker.Federation.
+func (l *Link) Interest(filter string, delta int) {
+	l.mu.Lock()
+	n := l.interest[filter] + delta
+	if n <= 0 {
+		delete(l.interest, filter)
+	} else {
+		l.interest[filter] = n
+	}
+	l.mu.Unlock()
+	signal(l.dirty)
+}
+
+// Start connects to NATS (in the background: an unreachable cluster is
+// retried with backoff while the broker serves locally) and begins
+// forwarding and receiving for b. Call it once, after broker.New with
+// Options.Cluster = l.
+func (l *Link) Start(b *broker.Broker) error {
+	l.b = b
+	lim := b.Limits()
+	if l.o.HistoryPerTopic == 0 {
+		l.o.HistoryPerTopic = max(lim.HistoryPerTopic, 0)
+	}
+	if l.o.HistoryBytes == 0 {
+		l.o.HistoryBytes = lim.HistoryBytes
+	}
+	opts, err := l.natsOptions()
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(l.o.URLs, opts...)
+	if err != nil {
+		return fmt.Errorf("couldn't connect to nats: %w", err)
+	}
+	l.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("couldn't open jetstream: %w", err)
+	}
+	l.js = js
+	l.wg.Add(3)
+	go l.sendLoop()
+	go l.interestLoop()
+	go l.receiveLoop()
+	return nil
+}
+
+// natsOptions turns Options into the NATS client's.
+func (l *Link) natsOptions() ([]nats.Option, error) {
+	o := l.o
+	opts := []nats.Option{
+		nats.Name("quiot " + l.id),
+		nats.NoEcho(), // our own messages are not handed back to us
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectBufSize(-1), // the link holds messages itself, bounded
+		nats.CustomReconnectDelay(func(attempts int) time.Duration {
+			d := o.ReconnectWait << min(attempts, 16)
+			d = min(d, o.MaxReconnectWait)
+			return d/2 + rand.N(d/2+1)
+		}),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			l.log.Info("cluster link connected", "server", nc.ConnectedUrlRedacted(), "id", l.id)
+			signal(l.wake)
+		}),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			l.setDown(err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			l.reconn.Add(1)
+			l.log.Info("cluster link reconnected", "server", nc.ConnectedUrlRedacted())
+			signal(l.wake)
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				n := l.slow.Add(1)
+				if n&(n-1) == 0 {
+					l.log.Warn("cluster link: broker too slow for the cluster, NATS dropped messages", "times", n)
+				}
+				return
+			}
+			l.log.Warn("cluster link error", "err", err)
+		}),
+	}
+	switch {
+	case o.User != "" || o.Password != "":
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	case o.Token != "":
+		opts = append(opts, nats.Token(o.Token))
+	case o.NKeySeedFile != "":
+		nk, err := nats.NkeyOptionFromSeed(o.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("couldn't read nkey seed: %w", err)
+		}
+		opts = append(opts, nk)
+	case o.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.CAFile != "" {
+		opts = append(opts, nats.RootCAs(o.CAFile))
+	}
+	if o.CertFile != "" {
+		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
+	}
+	return opts, nil
+}
+
+// setDown marks the link down (NATS disconnected).
+func (l *Link) setDown(err error) {
+	l.mu.Lock()
+	was := l.ready
+	l.ready = false
+	if l.downSince.IsZero() {
+		l.downSince = time.Now()
+	}
+	l.mu.Unlock()
+	if was && l.ctx.Err() == nil {
+		l.log.Warn("cluster link down: local delivery goes on, messages for other brokers are held", "err", err, "hold_messages", l.o.HoldMessages)
+	}
+	signal(l.wake)
+}
+
+// setup creates (or finds) the history stream and the retained bucket.
+func (l *Link) setup(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, l.o.AckTimeout)
+	defer cancel()
+	cfg := jetstream.StreamConfig{
+		Name:       l.stream,
+		Subjects:   []string{l.subjM + ">"},
+		Storage:    jetstream.FileStorage,
+		Replicas:   l.o.Replicas,
+		Discard:    jetstream.DiscardOld,
+		Duplicates: 2 * time.Minute,
+		MaxBytes:   l.o.HistoryBytes,
+	}
+	if l.o.HistoryPerTopic > 0 {
+		cfg.MaxMsgsPerSubject = int64(l.o.HistoryPerTopic)
+	} else {
+		cfg.MaxMsgsPerSubject = 1
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = -1
+	}
+	if _, err := l.js.CreateStream(ctx, cfg); err != nil {
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("couldn't create stream %s: %w", l.stream, err)
+		}
+		if _, err := l.js.Stream(ctx, l.stream); err != nil {
+			return fmt.Errorf("couldn't find stream %s: %w", l.stream, err)
+		}
+	}
+	if l.kv == nil {
+		kv, err := l.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:   l.bucket,
+			History:  1,
+			Storage:  jetstream.FileStorage,
+			Replicas: l.o.Replicas,
+		})
+		if err != nil {
+			return fmt.Errorf("couldn't open bucket %s: %w", l.bucket, err)
+		}
+		l.kv = kv
+		w, err := kv.WatchAll(l.ctx)
+		if err != nil {
+			l.kv = nil
+			return fmt.Errorf("couldn't watch bucket %s: %w", l.bucket, err)
+		}
+		l.wg.Add(1)
+		go l.watchRetained(w)
+	}
+	return nil
+}
+
+// sendLoop forwards the held messages in order, with JetStream
+// acknowledgements, and (re)establishes the JetStream state.
+func (l *Link) sendLoop() {
+	defer l.wg.Done()
+	backoff := l.o.ReconnectWait
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-l.ctx.Done():
+			return false
+		case <-l.wake:
+			return true
+		case <-t.C:
+			return true
+		}
+	}
+	for l.ctx.Err() == nil {
+		l.mu.Lock()
+		ready := l.ready
+		l.mu.Unlock()
+		if !ready {
+			if !l.nc.IsConnected() {
+				if !wait(time.Second) {
+					return
+				}
+				continue
+			}
+			if err := l.setup(l.ctx); err != nil {
+				l.log.Warn("cluster link: jetstream not ready, retrying", "err", err, "in", backoff)
+				if !wait(backoff) {
+					return
+				}
+				backoff = min(backoff*2, l.o.MaxReconnectWait)
+				continue
+			}
+			backoff = l.o.ReconnectWait
+			l.mu.Lock()
+			l.ready = true
+			down := l.downSince
+			l.downSince = time.Time{}
+			lost := l.lost
+			l.lost = gapNote{}
+			l.mu.Unlock()
+			if !down.IsZero() {
+				l.log.Info("cluster link up again", "down_for", time.Since(down).Round(time.Millisecond))
+			}
+			l.log.Info("cluster link ready", "stream", l.stream, "bucket", l.bucket, "replicas", l.o.Replicas, "id", l.id)
+			if lost.Count > 0 {
+				l.announceGap(lost)
+			}
+			signal(l.dirty)
+		}
+		l.mu.Lock()
+		n := min(len(l.queue), 256)
+		batch := make([]item, n)
+		copy(batch, l.queue[:n])
+		l.mu.Unlock()
+		if n == 0 {
+			if !wait(time.Minute) {
+				return
+			}
+			continue
+		}
+		sent := l.sendBatch(batch)
+		l.mu.Lock()
+		// The hold may have dropped some of the batch meanwhile: remove
+		// only what is still at the front.
+		for _, it := range batch[:sent] {
+			if len(l.queue) > 0 && l.queue[0].m == it.m {
+				l.queue[0] = item{}
+				l.queue = l.queue[1:]
+				l.queueB -= it.size
+			}
+		}
+		if len(l.queue) == 0 {
+			l.queue = nil
+		}
+		l.mu.Unlock()
+		if sent < n {
+			l.resent.Add(uint64(n - sent))
+			if !wait(backoff) {
+				return
+			}
+			backoff = min(backoff*2, l.o.MaxReconnectWait)
+		} else {
+			backoff = l.o.ReconnectWait
+		}
+	}
+}
+
+// sendBatch publishes the batch and returns how many from the front are
+// acknowledged (their commits are finished).
+func (l *Link) sendBatch(batch []item) int {
+	futs := make([]jetstream.PubAckFuture, 0, len(batch))
+	for _, it := range batch {
+		f, err := l.js.PublishMsgAsync(l.msgOf(it.m), jetstream.WithMsgID(l.id+"-"+strconv.FormatUint(it.m.Seq, 10)), jetstream.WithExpectStream(l.stream))
+		if err != nil {
+			break
+		}
+		futs = append(futs, f)
+	}
+	timer := time.NewTimer(l.o.AckTimeout)
+	defer timer.Stop()
+	sent := 0
+	for i, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			l.log.Debug("cluster publish failed", "err", err)
+			return sent
+		case <-timer.C:
+			l.log.Debug("cluster publish: no acknowledgement", "timeout", l.o.AckTimeout)
+			return sent
+		case <-l.ctx.Done():
+			return sent
+		}
+		it := batch[i]
+		if it.m.Retain {
+			l.putRetained(it.m)
+		}
+		it.c.finish(nil)
+		l.forwarded.Add(1)
+		sent++
+	}
+	return sent
+}
+
+// msgOf is the NATS message of a forwarded broker message.
+func (l *Link) msgOf(m *broker.Message) *nats.Msg {
+	h := nats.Header{}
+	h.Set(hdrOrigin, l.id)
+	h.Set(hdrSeq, strconv.FormatUint(m.Seq, 10))
+	if m.Identity != "" {
+		h.Set(hdrIdentity, m.Identity)
+	}
+	if m.Origin != "" {
+		h.Set(hdrProto, m.Origin)
+	}
+	if m.QoS != 0 {
+		h.Set(hdrQoS, strconv.Itoa(int(m.QoS)))
+	}
+	if m.Retain {
+		h.Set(hdrRetain, "1")
+	}
+	if m.Time != 0 {
+		h.Set(hdrTime, strconv.FormatInt(m.Time, 10))
+	}
+	return &nats.Msg{Subject: l.subjM + EncodeTopic(m.Topic), Header: h, Data: m.Payload}
+}
+
+// putRetained stores a retained message (or its clearing) in the bucket.
+func (l *Link) putRetained(m *broker.Message) {
+	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
+	defer cancel()
+	if l.kv == nil {
+		return
+	}
+	if _, err := l.kv.Put(ctx, EncodeTopic(m.Topic), encodeRetained(l.id, m)); err != nil {
+		l.log.Warn("cluster link: couldn't store retained message", "topic", m.Topic, "err", err)
+	}
+}
+
+// announceGap tells the other brokers that messages of this one were lost
+// on their way to the cluster.
+func (l *Link) announceGap(g gapNote) {
+	body := fmt.Sprintf(`{"origin":%q,"from":%d,"to":%d,"count":%d}`, l.id, g.From, g.To, g.Count)
+	if err := l.nc.Publish(l.o.Prefix+".gap", []byte(body)); err != nil {
+		l.log.Warn("cluster link: couldn't announce gap", "err", err)
+		return
+	}
+	l.log.Warn("cluster link: messages for other brokers were dropped while the link was down (gap announced)", "from_seq", g.From, "to_seq", g.To, "count", g.Count)
+}
+
+// interestLoop keeps the NATS subscriptions equal to the local interest.
+func (l *Link) interestLoop() {
+	defer l.wg.Done()
+	gapSub, err := l.nc.Subscribe(l.o.Prefix+".gap", func(m *nats.Msg) {
+		l.remoteGaps.Add(1)
+		l.log.Warn("cluster: another broker lost messages on their way to the cluster", "gap", string(m.Data))
+	})
+	if err != nil {
+		l.log.Warn("cluster link: couldn't subscribe to gap announcements", "err", err)
+	}
+	defer func() {
+		if gapSub != nil {
+			_ = gapSub.Unsubscribe()
+		}
+	}()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.dirty:
+		}
+		l.syncInterest()
+	}
+}
+
+// syncInterest subscribes and unsubscribes NATS subjects.
+func (l *Link) syncInterest() {
+	l.mu.Lock()
+	want := map[string]bool{}
+	for f := range l.interest {
+		for _, s := range FilterSubjects(f) {
+			want[l.subjM+s] = true
+		}
+	}
+	var add, drop []string
+	for s := range want {
+		if l.subs[s] == nil {
+			add = append(add, s)
+		}
+	}
+	for s := range l.subs {
+		if !want[s] {
+			drop = append(drop, s)
+		}
+	}
+	l.mu.Unlock()
+	for _, s := range drop {
+		l.mu.Lock()
+		sub := l.subs[s]
+		delete(l.subs, s)
+		l.mu.Unlock()
+		_ = sub.Unsubscribe()
+	}
+	for _, s := range add {
+		sub, err := l.nc.ChanSubscribe(s, l.recv)
+		if err != nil {
+			l.log.Warn("cluster link: couldn't subscribe", "subject", s, "err", err)
+			continue
+		}
+		_ = sub.SetPendingLimits(l.o.ReceiveBuffer, 64<<20)
+		l.mu.Lock()
+		l.subs[s] = sub
+		l.mu.Unlock()
+	}
+	if len(add) > 0 || len(drop) > 0 {
+		_ = l.nc.FlushTimeout(5 * time.Second)
+	}
+}
+
+// WaitInterest returns once the NATS subscriptions for the current local
+// interest are registered with the NATS server (for tests and benchmarks;
+// other NATS nodes learn of it shortly after).
+func (l *Link) WaitInterest(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		ok := true
+		for f := range l.interest {
+			for _, s := range FilterSubjects(f) {
+				if l.subs[l.subjM+s] == nil {
+					ok = false
+				}
+			}
+		}
+		l.mu.Unlock()
+		if ok {
+			return l.nc.FlushWithContext(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// incoming is a message from another broker.
+type incoming struct {
+	key    string // origin-seq: the duplicate check
+	origin string
+	m      broker.Message
+}
+
+// parseMsg reads a forwarded message.
+func (l *Link) parseMsg(nm *nats.Msg) (incoming, error) {
+	var in incoming
+	name, ok := strings.CutPrefix(nm.Subject, l.subjM)
+	if !ok {
+		return in, fmt.Errorf("%w: %q outside %s", ErrBadSubject, nm.Subject, l.subjM)
+	}
+	t, err := DecodeTopic(name)
+	if err != nil {
+		return in, err
+	}
+	in.origin = nm.Header.Get(hdrOrigin)
+	seq := nm.Header.Get(hdrSeq)
+	if in.origin == "" || seq == "" {
+		return in, errors.New("message without origin")
+	}
+	in.key = in.origin + "-" + seq
+	qos, _ := strconv.Atoi(nm.Header.Get(hdrQoS))
+	tm, _ := strconv.ParseInt(nm.Header.Get(hdrTime), 10, 64)
+	in.m = broker.Message{
+		Topic:    t,
+		Payload:  nm.Data,
+		QoS:      byte(min(max(qos, 0), 2)),
+		Retain:   nm.Header.Get(hdrRetain) == "1",
+		Time:     tm,
+		Origin:   broker.OriginCluster,
+		Identity: nm.Header.Get(hdrIdentity),
+	}
+	return in, nil
+}
+
+// receiveLoop hands other brokers' messages to the broker, once each.
+func (l *Link) receiveLoop() {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case nm := <-l.recv:
+			in, err := l.parseMsg(nm)
+			if err != nil {
+				l.refused.Add(1)
+				l.log.Debug("cluster link: bad message", "subject", nm.Subject, "err", err)
+				continue
+			}
+			l.deliver(in)
+		case in := <-l.retCh:
+			l.deliver(in)
+		}
+	}
+}
