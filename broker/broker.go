@@ -130,6 +130,7 @@ func New(opts *Options) (*Broker, error) {
 	o := opts.ensureDefaults()
 	b := &Broker{opts: o, log: o.Logger, stats: &counters{}, done: make(chan struct{}), closed: make(chan struct{}), epoch: newEpoch()}
 	b.hub = newHub(o.Limits, b.stats)
+	b.hub.fed = o.Cluster // federation.go
 	b.lim = newLimiters(o.Limits)
 
 	certsList := o.Certificates
