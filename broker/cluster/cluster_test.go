@@ -355,3 +355,62 @@ func TestBrokerCloseMidStream(t *testing.T) {
 		t.Fatalf("resume on another broker: first frame %+v, want a gap announcement", f)
 	}
 }
+
+// TestNATSUnreachable: with its NATS server gone, a broker goes on
+// delivering locally, holds what the other brokers should get (bounded:
+// beyond HoldMessages the oldest are dropped and counted), shows the state
+// on /healthz, and when NATS is back sends what it held and announces the
+// gap to the other brokers.
+func TestNATSUnreachable(t *testing.T) {
+	nc := startNATS(t, 1)
+	pki := testutil.NewPKI(t)
+	mod := func(_ *broker.Options, co *cluster.Options) {
+		co.Replicas = 1
+		co.HoldMessages = 5
+		co.ReconnectWait = 20 * time.Millisecond
+		co.MaxReconnectWait = 100 * time.Millisecond
+	}
+	a := startNode(t, pki, "a", nc.urls(), mod)
+	b := startNode(t, pki, "b", nc.urls(), mod)
+	sb := b.subscribe("u/#", "")
+	probe(t, a, "u/probe", func() bool { return len(sb.frames) > 0 })
+	if h := a.healthz(); !strings.Contains(h, "cluster: connected") {
+		t.Fatalf("healthz while connected: %q", h)
+	}
+
+	nc.nodes[0].Shutdown()
+	nc.nodes[0].WaitForShutdown()
+	waitFor(t, func() bool { return !a.link.Stats().Connected }, "link down")
+	if h := a.healthz(); !strings.HasPrefix(h, "ok\n") || !strings.Contains(h, "cluster: down") {
+		t.Fatalf("healthz while NATS is down: %q", h)
+	}
+	sa := a.subscribe("u/#", "")
+	for i := range 8 {
+		a.publish("u/x", fmt.Sprintf("m%d", i), "qos=1") // answered at once: local acceptance
+	}
+	for i := range 8 {
+		if p := string(sa.nextMessage().Payload); p != fmt.Sprintf("m%d", i) {
+			t.Fatalf("local delivery while NATS is down: got %q, want m%d", p, i)
+		}
+	}
+	st := a.link.Stats()
+	if st.Held != 5 || st.Dropped != 3 {
+		t.Fatalf("held %d dropped %d, want 5 and 3", st.Held, st.Dropped)
+	}
+
+	nc.restart(0)
+	waitFor(t, func() bool { return a.link.Stats().Held == 0 && b.link.Stats().Connected }, "held messages sent after NATS is back")
+	for i := 3; i < 8; i++ {
+		for {
+			p := string(sb.nextMessage().Payload)
+			if p == "probe" {
+				continue
+			}
+			if p != fmt.Sprintf("m%d", i) {
+				t.Fatalf("b got %q, want m%d (the held messages, oldest dropped)", p, i)
+			}
+			break
+		}
+	}
+	waitFor(t, func() bool { return b.link.Stats().RemoteGaps == 1 }, "gap announcement on b")
+}

@@ -31,6 +31,8 @@ const timeout = 45 * time.Second
 type natsCluster struct {
 	t     testing.TB
 	nodes []*server.Server
+	ports []int // client ports
+	opts  []*server.Options
 }
 
 // startNATS starts n clustered NATS servers with JetStream (storage in
@@ -80,6 +82,7 @@ func startNATS(t testing.TB, n int) *natsCluster {
 		}
 		go s.Start()
 		c.nodes = append(c.nodes, s)
+		c.opts = append(c.opts, o)
 		t.Cleanup(func() {
 			s.Shutdown()
 			s.WaitForShutdown()
@@ -89,6 +92,7 @@ func startNATS(t testing.TB, n int) *natsCluster {
 		if !s.ReadyForConnections(timeout) {
 			t.Fatalf("nats node %d not ready", i+1)
 		}
+		c.ports = append(c.ports, s.Addr().(*net.TCPAddr).Port)
 	}
 	if n > 1 {
 		waitFor(t, func() bool {
@@ -347,4 +351,37 @@ func probe(t testing.TB, pub *node, topic string, seen func() bool) {
 		pub.publish(topic, "probe", "qos=1")
 		time.Sleep(20 * time.Millisecond) // pacing of the probe publishes, not a synchronisation
 	}
+}
+
+// restart starts node i again on its old client port with its old store
+// (after Shutdown).
+func (c *natsCluster) restart(i int) {
+	c.t.Helper()
+	o := c.opts[i].Clone()
+	o.Port = c.ports[i]
+	s, err := server.NewServer(o)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(timeout) {
+		c.t.Fatalf("nats node %d not ready after restart", i+1)
+	}
+	c.nodes[i] = s
+	c.t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+}
+
+// healthz returns the broker's /healthz body.
+func (n *node) healthz() string {
+	n.t.Helper()
+	resp, err := n.h3.Get(n.b.URL + "/healthz")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
 }
