@@ -100,8 +100,9 @@ type Broker struct {
 	stopOnce sync.Once
 	closeErr error
 
-	active tracker   // running request handlers
-	lim    *limiters // connection and subscription bounds (limits.go)
+	active tracker    // running request handlers
+	lim    *limiters  // connection and subscription bounds (limits.go)
+	idem   idemWindow // message ids' answers: idempotent and 0-RTT publishing (idem.go)
 
 	// epoch identifies this broker run (see internal/wire, "Epoch"): a
 	// subscriber's resume point from another run is announced as a restart.

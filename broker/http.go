@@ -140,7 +140,7 @@ func fail(w http.ResponseWriter, status int, format string, args ...any) {
 // errStatus maps a Publish/subscribe error to its HTTP status.
 func errStatus(err error) int {
 	switch {
-	case errors.Is(err, ErrBadTopic), errors.Is(err, ErrBadFilter), errors.Is(err, ErrBadQoS):
+	case errors.Is(err, ErrBadTopic), errors.Is(err, ErrBadFilter), errors.Is(err, ErrBadQoS), errors.Is(err, errBadMsgID):
 		return http.StatusBadRequest
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
@@ -170,10 +170,11 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.Path
-	if r.Method != http.MethodGet && r.Method != http.MethodHead && earlyData(r) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && earlyData(r) && !earlyPublishOK(r, time.Now()) {
 		// A publish in 0-RTT data could be replayed by an attacker: ask
-		// the client to send it again after the handshake (RFC 8470).
-		fail(w, http.StatusTooEarly, "publish not accepted in 0-RTT data; retry after the handshake")
+		// the client to send it again after the handshake (RFC 8470),
+		// unless its message id makes a replay harmless (idem.go).
+		fail(w, http.StatusTooEarly, "not accepted in 0-RTT data without a %s and a current %s; retry after the handshake", HeaderMsgID, HeaderTime)
 		return
 	}
 	switch {
@@ -433,7 +434,7 @@ func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string)
 		return
 	}
 	m.Payload = body
-	seq, err := b.hub.publish(r.Context(), m)
+	seq, err := b.publishOnce(r, m) // once per Quiot-Msg-Id (idem.go)
 	if err != nil {
 		fail(w, errStatus(err), "%v", err)
 		return
