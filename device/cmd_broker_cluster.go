@@ -4,61 +4,19 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/cluster"
 )
 
-// `quiot broker --cluster nats://h:4222,...`: brokers share one topic space,
-// its retained messages and history through a NATS cluster with JetStream
-// (broker/cluster, docs/cluster.md). The 32-bit ARM (Pi) build leaves this
-// out (cmd_broker_cluster_stub.go) unless built with -tags quiot_cluster.
+// The cluster link of `quiot broker` (flags: cmd_broker_cluster_flags.go).
 
-type clusterFlags struct {
-	urls, name                                  string
-	user, password, token, nkey, creds          string
-	ca, cert, key                               string
-	prefix                                      string
-	replicas, holdMessages                      int
-	holdBytes                                   int64
-	ackTimeout, reconnectWait, maxReconnectWait time.Duration
-
+// clusterState is what the flags made: the link (nil: no --cluster).
+type clusterState struct {
 	link *cluster.Link
-}
-
-func init() {
-	var f clusterFlags
-	registerBrokerExtension(brokerExtension{
-		name:      "cluster",
-		flags:     f.register,
-		configure: f.configure,
-		start:     f.start,
-	})
-}
-
-func (f *clusterFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.urls, "cluster", "", "join a broker cluster through these NATS servers (nats://h:4222,... or tls://...); empty = this broker alone (docs/cluster.md)")
-	fs.StringVar(&f.name, "cluster-name", "", "this broker's name in the cluster (default: the host name)")
-	fs.StringVar(&f.user, "cluster-user", "", "NATS user name (with --cluster-password)")
-	fs.StringVar(&f.password, "cluster-password", "", "NATS password")
-	fs.StringVar(&f.token, "cluster-token", "", "NATS token")
-	fs.StringVar(&f.nkey, "cluster-nkey", "", "NATS nkey seed file")
-	fs.StringVar(&f.creds, "cluster-creds", "", "NATS credentials file (.creds: JWT and nkey seed)")
-	fs.StringVar(&f.ca, "cluster-ca", "", "CA certificate file that verifies the NATS servers (TLS)")
-	fs.StringVar(&f.cert, "cluster-cert", "", "client certificate file for NATS (mTLS, with --cluster-key)")
-	fs.StringVar(&f.key, "cluster-key", "", "client key file for NATS")
-	fs.StringVar(&f.prefix, "cluster-prefix", "", "first token of the cluster's NATS subjects, stream and bucket (0 = quiot)")
-	fs.IntVar(&f.replicas, "cluster-replicas", 0, "JetStream replicas of the history stream and retained bucket when this broker creates them (0 = 3; 1 for a single NATS server)")
-	fs.IntVar(&f.holdMessages, "cluster-hold-messages", 0, "messages held for the cluster while NATS is unreachable; beyond it the oldest are dropped and the gap announced (0 = 10000)")
-	fs.Int64Var(&f.holdBytes, "cluster-hold-bytes", 0, "bytes held for the cluster while NATS is unreachable (0 = 16 MiB)")
-	fs.DurationVar(&f.ackTimeout, "cluster-ack-timeout", 0, "wait for JetStream's acknowledgement before sending again (0 = 5s)")
-	fs.DurationVar(&f.reconnectWait, "cluster-reconnect-wait", 0, "first delay between NATS reconnection attempts, doubling with jitter (0 = 250ms)")
-	fs.DurationVar(&f.maxReconnectWait, "cluster-max-reconnect-wait", 0, "longest delay between NATS reconnection attempts (0 = 10s)")
 }
 
 // configure makes the link and hands it to the broker's options.
@@ -86,6 +44,7 @@ func (f *clusterFlags) configure(o *broker.Options, _ io.Writer) error {
 	}
 	f.link = l
 	o.Cluster = l
+	metricsCollectors = append(metricsCollectors, l) // quiot_cluster_* on --metrics-listen
 	return nil
 }
 
