@@ -433,6 +433,10 @@ func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string)
 		fail(w, http.StatusBadRequest, "couldn't read payload: %v", err)
 		return
 	}
+	if body, err = headerPayload(r, body, max); err != nil { // 0-RTT publishes (idem.go)
+		fail(w, errStatus(err), "%v", err)
+		return
+	}
 	m.Payload = body
 	seq, err := b.publishOnce(r, m) // once per Quiot-Msg-Id (idem.go)
 	if err != nil {

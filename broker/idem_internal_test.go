@@ -194,3 +194,27 @@ func TestPublishMessageIDOnce(t *testing.T) {
 		t.Fatalf("bad id: %d %q", r.Code, r.Body)
 	}
 }
+
+func TestHeaderPayload(t *testing.T) {
+	for _, tc := range []struct {
+		name, hdr, body, want string
+		ok                    bool
+	}{
+		{"body only", "", "abc", "abc", true},
+		{"header only", "aGVsbG8", "", "hello", true},
+		{"both", "aGVsbG8", "x", "", false},
+		{"bad base64", "!!", "", "", false},
+		{"too large", strings.Repeat("A", 40), "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/v1/topics/a", nil)
+			if tc.hdr != "" {
+				r.Header.Set(HeaderPayload, tc.hdr)
+			}
+			got, err := headerPayload(r, []byte(tc.body), 16)
+			if (err == nil) != tc.ok || (tc.ok && string(got) != tc.want) {
+				t.Fatalf("headerPayload = %q, %v", got, err)
+			}
+		})
+	}
+}

@@ -141,6 +141,16 @@ type Options struct {
 	// PacketConn, when set, is the UDP socket under quic-go's Transport, e.g.
 	// a counting wrapper; nil means a new socket on an ephemeral port.
 	PacketConn net.PacketConn
+	// SessionCache, when set, is the TLS session cache, shared by clients
+	// of one process so that a new client resumes the session of an
+	// earlier one (and, with the profile's allow_0rtt, sends its first
+	// publish in 0-RTT data); nil means a cache of the client's own when
+	// the profile resumes sessions. HTTP/3 only.
+	SessionCache tls.ClientSessionCache
+	// TokenStore, when set, keeps the broker's address-validation tokens
+	// (NEW_TOKEN, with the RTT measured) across clients of one process; nil
+	// means a store of the client's own. HTTP/3 only.
+	TokenStore quic.TokenStore
 	// Tracer, when set, is installed in the quic.Config.
 	Tracer func(ctx context.Context, isClient bool, connID quic.ConnectionID) qlogwriter.Trace
 	// Reconnect enables reconnection with exponential backoff and jitter;

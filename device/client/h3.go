@@ -3,9 +3,11 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +43,11 @@ const (
 	headerTime = "Quiot-Time"
 	// headerSeq carries the sequence number the broker gave a message.
 	headerSeq = "Quiot-Seq"
+	// headerMsgID carries a publish's message id (broker/idem.go): a
+	// repeat gets the first answer, so a publish may go in 0-RTT data.
+	headerMsgID = "Quiot-Msg-Id"
+	// headerPayload carries a 0-RTT publish's payload (base64url).
+	headerPayload = "Quiot-Payload"
 	// maxReasonBytes bounds how much of an error answer is read as its reason.
 	maxReasonBytes = 512
 )
@@ -169,8 +176,19 @@ func newH3(u *url.URL, opts *Options) (Client, error) {
 	if opts.Certificate != nil {
 		tc.Certificates = []tls.Certificate{*opts.Certificate}
 	}
+	tc.ClientSessionCache = opts.SessionCache
 	opts.Profile.ApplyClientTLS(tc)
 	qc := opts.Profile.QUICConfig()
+	// The broker's NEW_TOKEN of one connection is presented on the next:
+	// it skips address validation and both sides start from the RTT
+	// measured before instead of quic-go's 100 ms guess (connection.go
+	// token.rtt, server.go token.RTT), so a reconnect on a slow link does
+	// not fire spurious handshake PTOs. In memory: quic.ClientToken cannot
+	// be serialized outside quic-go, so it lasts as long as the process.
+	qc.TokenStore = opts.TokenStore
+	if qc.TokenStore == nil {
+		qc.TokenStore = quic.NewLRUTokenStore(4, 2)
+	}
 	if opts.Tracer != nil {
 		qc.Tracer = opts.Tracer
 	}
@@ -234,12 +252,34 @@ func (c *h3Client) conn(ctx context.Context) (*h3Conn, error) {
 		return nil, fmt.Errorf("couldn't resolve broker %s: %w", c.hostport, err)
 	}
 	start := time.Now()
-	qc, err := tr.Dial(ctx, addr, c.tlsConf, c.qconf)
+	dial := tr.Dial
+	if c.qconf.Allow0RTT {
+		// With a session ticket the connection is returned at once and
+		// a publish with a message id goes in 0-RTT data (publishEarly).
+		dial = tr.DialEarly
+	}
+	qc, err := dial(ctx, addr, c.tlsConf, c.qconf)
 	if err != nil {
 		return nil, fmt.Errorf("couldn't connect to %s: %w", c.hostport, err)
 	}
 	hs := time.Since(start)
 	hc := &h3Conn{qc: qc, cc: c.h3.NewClientConn(qc)}
+	if !handshakeDone(qc) {
+		c.mu.Lock()
+		first := c.conns == 0
+		c.mu.Unlock()
+		go func() {
+			select {
+			case <-qc.HandshakeComplete():
+				if first {
+					c.mu.Lock()
+					c.handshake = time.Since(start)
+					c.mu.Unlock()
+				}
+			case <-qc.Context().Done():
+			}
+		}()
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -248,7 +288,7 @@ func (c *h3Client) conn(ctx context.Context) (*h3Conn, error) {
 		return nil, ErrClosed
 	}
 	c.conns++
-	if c.conns == 1 {
+	if c.conns == 1 && handshakeDone(qc) {
 		c.handshake = hs
 	}
 	c.cur = hc
@@ -397,7 +437,10 @@ func (c *h3Client) Publish(ctx context.Context, topicName string, payload []byte
 		return Ack{}, fmt.Errorf("publish to %q: qos %d not supported (want 0 or 1)", topicName, po.QoS)
 	}
 	var ack Ack
-	op := c.publishRequest
+	id := newMsgID() // the same for every retry of this message
+	op := func(ctx context.Context, t string, p []byte, po PublishOptions) (Ack, error) {
+		return c.publishRequest(ctx, t, p, po, id)
+	}
 	if c.opts.PublishMode == "stream" {
 		op = c.publishStream
 	}
@@ -419,15 +462,20 @@ func sendTime(t time.Time) time.Time {
 	return t
 }
 
-// publishRequest publishes with one POST /v1/topics/{topic}.
-func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload []byte, po PublishOptions) (Ack, error) {
+// publishRequest publishes with one POST /v1/topics/{topic} carrying the
+// message id (header Quiot-Msg-Id), which makes a repeat harmless: the
+// broker answers it with the first answer (broker/idem.go). On a connection
+// still in its handshake (0-RTT allowed, a session ticket at hand) the
+// request goes in 0-RTT data; a 425 or a rejected 0-RTT sends it again once
+// the handshake is done.
+func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload []byte, po PublishOptions, id string) (Ack, error) {
 	op := fmt.Sprintf("publish to %q", topicName)
 	q := url.Values{"qos": {strconv.Itoa(int(po.QoS))}}
 	if po.Retain {
 		q.Set("retain", "1")
 	}
 	u := c.pathFor("/v1/topics/", topicName, q)
-	resp, _, err := c.do(ctx, func(ctx context.Context) (*http.Request, error) {
+	newReq := func(ctx context.Context) (*http.Request, error) {
 		var body io.Reader = http.NoBody
 		if len(payload) > 0 {
 			body = bytes.NewReader(payload)
@@ -438,8 +486,13 @@ func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload
 		}
 		req.ContentLength = int64(len(payload))
 		req.Header.Set(headerTime, strconv.FormatInt(sendTime(po.Sent).UnixNano(), 10))
+		req.Header.Set(headerMsgID, id)
 		return req, nil
-	})
+	}
+	resp, err := c.publishEarly(ctx, newReq, payload)
+	if resp == nil && err == nil {
+		resp, _, err = c.do(ctx, newReq)
+	}
 	if err != nil {
 		return Ack{}, fmt.Errorf("%s: %w", op, err)
 	}
@@ -457,6 +510,95 @@ func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload
 		ack.Seq = n
 	}
 	return ack, nil
+}
+
+// handshakeDone reports whether qc's handshake has completed.
+func handshakeDone(qc *quic.Conn) bool {
+	select {
+	case <-qc.HandshakeComplete():
+		return true
+	default:
+		return false
+	}
+}
+
+// publishEarly sends a publish in 0-RTT data when the connection is still
+// in its handshake. It returns (nil, nil) when the request is to go the
+// ordinary way (no 0-RTT, handshake done, the broker answered 425, or the
+// broker rejected 0-RTT).
+func (c *h3Client) publishEarly(ctx context.Context, newReq func(ctx context.Context) (*http.Request, error), payload []byte) (*http.Response, error) {
+	if !c.qconf.Allow0RTT {
+		return nil, nil
+	}
+	hc, err := c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if handshakeDone(hc.qc) {
+		return nil, nil
+	}
+	req, err := newReq(ctx)
+	if err != nil {
+		return nil, err
+	}
+	done, err := c.authorize(ctx, hc, req)
+	if err != nil {
+		return nil, err
+	}
+	// http3's RoundTrip waits for the handshake unless the method is
+	// GET_0RTT/HEAD_0RTT; a request stream does not: the header, the
+	// payload as a DATA frame and the FIN go in the first flight.
+	str, err := hc.cc.OpenRequestStream(ctx)
+	if err != nil {
+		done(false)
+		return c.earlyFailed(hc, err)
+	}
+	// quic-go's request writer declares "content-length: 0" for a POST
+	// sent with SendRequestHeader, so the payload travels in the
+	// Quiot-Payload header (base64url) instead of a body.
+	hdr := req.Clone(ctx)
+	hdr.Body, hdr.ContentLength = nil, 0
+	if len(payload) > 0 {
+		hdr.Header.Set(headerPayload, base64.RawURLEncoding.EncodeToString(payload))
+	}
+	if err := str.SendRequestHeader(hdr); err != nil {
+		done(false)
+		return c.earlyFailed(hc, err)
+	}
+	_ = str.Close()
+	resp, err := str.ReadResponse()
+	if err != nil {
+		done(false)
+		return c.earlyFailed(hc, err)
+	}
+	done(authBound(resp.StatusCode))
+	if resp.StatusCode == http.StatusTooEarly {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxReasonBytes))
+		_ = resp.Body.Close()
+		c.log.Debug("broker answered 425 to a 0-RTT publish; sending it after the handshake")
+		return nil, nil
+	}
+	return resp, nil
+}
+
+// earlyFailed handles a failed 0-RTT request: a rejected 0-RTT (the broker
+// forgot the ticket or does not take early data) ends the connection and
+// the request goes again on a new one.
+func (c *h3Client) earlyFailed(hc *h3Conn, err error) (*http.Response, error) {
+	if errors.Is(err, quic.Err0RTTRejected) {
+		c.log.Debug("0-RTT rejected by the broker; publishing after a full handshake")
+		_ = hc.qc.CloseWithError(0, "0-RTT rejected")
+		<-hc.qc.Context().Done()
+		return nil, nil
+	}
+	return nil, err
+}
+
+// newMsgID returns a random message id (16 hex digits).
+func newMsgID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
+	return hex.EncodeToString(b[:])
 }
 
 // Subscribe implements Client. It returns nil when ctx is done, and an
