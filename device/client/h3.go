@@ -795,3 +795,17 @@ func (c *h3Client) Close() error {
 	}
 	return err
 }
+
+// Used0RTT reports whether c is an HTTP/3 client whose current connection
+// sent application data in 0-RTT (resumed session, allow_0rtt); false for
+// other clients and without a connection.
+func Used0RTT(c Client) bool {
+	h, ok := c.(*h3Client)
+	if !ok {
+		return false
+	}
+	h.mu.Lock()
+	cur := h.cur
+	h.mu.Unlock()
+	return cur != nil && cur.qc.ConnectionState().Used0RTT
+}

@@ -1,0 +1,41 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/quiot/quiot/internal/quictune"
+)
+
+// TestReconnectWorkload runs three wake-ups over the lan profile with real
+// broker and client: the first is a cold start, the later ones resume the
+// session and publish in 0-RTT data.
+func TestReconnectWorkload(t *testing.T) {
+	link, err := NewImpairLink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tun := quictune.Lean()
+	tun.Allow0RTT = true
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ws, err := Reconnect(ctx, ReconnectOptions{Link: link, Profile: "lan", Tuning: tun, Wakeups: 3, Sleep: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 3 {
+		t.Fatalf("%d wake-ups", len(ws))
+	}
+	if ws[0].Used0RTT {
+		t.Error("cold start used 0-RTT")
+	}
+	for i, w := range ws {
+		if w.Bytes <= 0 || w.Datagrams <= 0 || w.TTFDMs <= 0 {
+			t.Errorf("wake-up %d: %+v", i+1, w)
+		}
+		if i > 0 && !w.Used0RTT {
+			t.Errorf("wake-up %d did not use 0-RTT", i+1)
+		}
+	}
+}
