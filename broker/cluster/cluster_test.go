@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -413,4 +415,120 @@ func TestNATSUnreachable(t *testing.T) {
 		}
 	}
 	waitFor(t, func() bool { return b.link.Stats().RemoteGaps == 1 }, "gap announcement on b")
+}
+
+// accountConf is the NATS account of docs/cluster.md: quiot's brokers in an
+// account of their own, each broker's user allowed quiot's subjects and
+// the JetStream API of quiot's stream and bucket only. PORT and DIR are
+// filled in by the test.
+const accountConf = `
+listen: 127.0.0.1:PORT
+quiot_broker: {
+  publish: {
+    allow: [
+      "quiot.>",
+      "$JS.API.INFO",
+      "$JS.API.STREAM.CREATE.quiot_history", "$JS.API.STREAM.INFO.quiot_history",
+      "$JS.API.STREAM.CREATE.KV_quiot_retained", "$JS.API.STREAM.UPDATE.KV_quiot_retained", "$JS.API.STREAM.INFO.KV_quiot_retained",
+      "$JS.API.CONSUMER.CREATE.KV_quiot_retained.>", "$JS.API.CONSUMER.DELETE.KV_quiot_retained.>", "$JS.API.CONSUMER.INFO.KV_quiot_retained.>",
+      "$JS.API.DIRECT.GET.KV_quiot_retained.>", "$JS.API.STREAM.MSG.GET.KV_quiot_retained",
+      "$JS.FC.KV_quiot_retained.>",
+      "$KV.quiot_retained.>"
+    ]
+  }
+  subscribe: { allow: [ "quiot.>", "_INBOX.>" ] }
+}
+jetstream { store_dir: "DIR", max_memory_store: 64MB, max_file_store: 1GB }
+accounts {
+  QUIOT {
+    jetstream: { max_file: 1GB, max_mem: 0, max_streams: 2, max_consumers: 64 }
+    users: [
+      { user: edge1, password: "edge1-secret", permissions: $quiot_broker }
+    ]
+  }
+  OTHER {
+    users: [ { user: other, password: "other-secret" } ]
+  }
+}
+`
+
+// TestAccountConfig: brokers join with user/password credentials of the
+// documented account, whose permissions confine them to quiot's subjects:
+// delivery and retained messages work, a publish outside quiot's subjects
+// is refused by NATS, and another account sees none of quiot's messages.
+func TestAccountConfig(t *testing.T) {
+	dir := t.TempDir()
+	conf := strings.NewReplacer("PORT", "-1", "DIR", dir).Replace(accountConf)
+	path := dir + "/nats.conf"
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.NoLog, o.NoSigs = true, true
+	s, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	if !s.ReadyForConnections(timeout) {
+		t.Fatal("nats not ready")
+	}
+	pki := testutil.NewPKI(t)
+	creds := func(_ *broker.Options, co *cluster.Options) {
+		co.Replicas = 1
+		co.User, co.Password = "edge1", "edge1-secret"
+	}
+	a := startNode(t, pki, "a", s.ClientURL(), creds)
+	b := startNode(t, pki, "b", s.ClientURL(), creds)
+
+	other, err := nats.Connect(s.ClientURL(), nats.UserInfo("other", "other-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	spy, err := other.SubscribeSync(">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = other.Flush()
+
+	sb := b.subscribe("acc/#", "")
+	probe(t, a, "acc/probe", func() bool { return len(sb.frames) > 0 })
+	a.publish("acc/r", "kept", "retain=1&qos=1")
+	waitFor(t, func() bool {
+		for _, m := range b.b.RetainedMessages() {
+			if m.Topic == "acc/r" {
+				return true
+			}
+		}
+		return false
+	}, "retained message through the account")
+
+	edge, err := nats.Connect(s.ClientURL(), nats.UserInfo("edge1", "edge1-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer edge.Close()
+	errs := make(chan error, 1)
+	edge.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })
+	_ = edge.Publish("elsewhere.x", []byte("x"))
+	_ = edge.Flush()
+	select {
+	case err := <-errs:
+		if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			t.Fatalf("publish outside quiot's subjects: %v", err)
+		}
+	case <-time.After(timeout):
+		t.Fatal("publish outside quiot's subjects was not refused")
+	}
+	if m, err := spy.NextMsg(50 * time.Millisecond); err == nil {
+		t.Fatalf("another account saw %s", m.Subject)
+	}
 }
