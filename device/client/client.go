@@ -145,11 +145,12 @@ type Options struct {
 	// of one process so that a new client resumes the session of an
 	// earlier one (and, with the profile's allow_0rtt, sends its first
 	// publish in 0-RTT data); nil means a cache of the client's own when
-	// the profile resumes sessions. HTTP/3 only.
+	// the profile resumes sessions. MQTT over QUIC and TLS use it for
+	// resumption (no 0-RTT).
 	SessionCache tls.ClientSessionCache
 	// TokenStore, when set, keeps the broker's address-validation tokens
 	// (NEW_TOKEN, with the RTT measured) across clients of one process; nil
-	// means a store of the client's own. HTTP/3 only.
+	// means a store of the client's own (HTTP/3) or none (MQTT over QUIC).
 	TokenStore quic.TokenStore
 	// Tracer, when set, is installed in the quic.Config.
 	Tracer func(ctx context.Context, isClient bool, connID quic.ConnectionID) qlogwriter.Trace

@@ -144,6 +144,7 @@ func (c *mqttClient) tlsConfig() *tls.Config {
 	if c.opts.Certificate != nil {
 		tc.Certificates = []tls.Certificate{*c.opts.Certificate}
 	}
+	tc.ClientSessionCache = c.opts.SessionCache // shared across clients when set
 	c.opts.Profile.ApplyClientTLS(tc)
 	return tc
 }
@@ -174,6 +175,7 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 		return packets.NewThreadSafeConn(nc), nil
 	}
 	qconf := c.opts.Profile.QUICConfig()
+	qconf.TokenStore = c.opts.TokenStore // the token's RTT on reconnects (h3.go)
 	if c.opts.Tracer != nil {
 		qconf.Tracer = c.opts.Tracer
 	}
