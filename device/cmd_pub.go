@@ -137,7 +137,15 @@ type pubResult struct {
 	LastSeq   uint64        // sequence number of the last acknowledged message
 	Handshake time.Duration // QUIC (or TCP) handshake of the first connection
 	Stopped   bool          // ctx ended the run before count was reached
+	// StampDelays are, per publish call in call order (the first
+	// maxStampDelays), the acknowledged message's send-time stamp minus
+	// the call: the connection setup it waited for (bench: latency from
+	// the publish call).
+	StampDelays []time.Duration
 }
+
+// maxStampDelays bounds pubResult.StampDelays.
+const maxStampDelays = 10000
 
 // publishLoop publishes p.count messages (or until ctx is done) at p.rate,
 // with up to p.inflight publishes in flight; order is kept with inflight 1.
@@ -155,10 +163,16 @@ func publishLoop(ctx context.Context, c client.Client, p pubPlan, log *slog.Logg
 		slots = make(chan struct{}, p.inflight)
 	)
 	res.Start = time.Now()
-	done := func(ack client.Ack, err error) {
+	done := func(i int, asked time.Time, ack client.Ack, err error) {
 		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
+		if err == nil && !ack.Sent.IsZero() && i < maxStampDelays {
+			if len(res.StampDelays) <= i {
+				res.StampDelays = append(res.StampDelays, make([]time.Duration, i+1-len(res.StampDelays))...)
+			}
+			res.StampDelays[i] = max(0, ack.Sent.Sub(asked))
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				cancel(err)
@@ -217,16 +231,17 @@ loop:
 			}
 			payload = b
 		}
+		asked := time.Now() // the application asked to publish
 		if p.inflight == 1 {
 			ack, err := c.Publish(ctx, p.topic, payload, opts)
-			done(ack, err)
+			done(i, asked, ack, err)
 			<-slots
 			continue
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
 			ack, err := c.Publish(ctx, p.topic, payload, opts)
-			done(ack, err)
+			done(i, asked, ack, err)
 		})
 	}
 	wg.Wait()
@@ -367,6 +382,9 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		m.MessagesSent = uint64(res.Sent)
 		m.HandshakeMs = qmetrics.Ms(res.Handshake)
 		m.TTFDMs = qmetrics.Ms(res.TTFD)
+		for _, d := range res.StampDelays {
+			m.StampDelaysMs = append(m.StampDelaysMs, qmetrics.Ms(d))
+		}
 	})
 	return errors.Join(err, merr)
 }

@@ -25,9 +25,17 @@ type Latency struct {
 // and other figures are in the run's diagnostics.
 type Metrics struct {
 	// The fields are DESIGN.md's metrics 1-8, named as in summary.json.
-	HandshakeMs     float64 `json:"handshake_ms"`
-	TTFDMs          float64 `json:"ttfd_ms"`
-	LatencyMs       Latency `json:"latency_ms"`
+	HandshakeMs float64 `json:"handshake_ms"`
+	TTFDMs      float64 `json:"ttfd_ms"`
+	LatencyMs   Latency `json:"latency_ms"`
+	// LatencyAppMs is the latency from the application's publish call
+	// (issue 12's common clock: both protocols start at the same event,
+	// before any connection setup), where LatencyMs starts at the
+	// message's send-time stamp, taken once the connection is up: each
+	// subscriber latency plus the publisher's wait before the stamp,
+	// matched in order (QoS 1 keeps it; with several publishes in flight
+	// only the first window waits for the connection).
+	LatencyAppMs    Latency `json:"latency_app_ms"`
 	ThroughputMsgsS float64 `json:"throughput_msgs_s"`
 	DeliveryRatio   float64 `json:"delivery_ratio"`
 	CompletionS     float64 `json:"completion_s"`
@@ -56,6 +64,10 @@ var MetricFields = []metricField{
 	{"latency_ms.p95", "ms", func(m *Metrics) float64 { return m.LatencyMs.P95 }, func(m *Metrics, v float64) { m.LatencyMs.P95 = v }},
 	{"latency_ms.p99", "ms", func(m *Metrics) float64 { return m.LatencyMs.P99 }, func(m *Metrics, v float64) { m.LatencyMs.P99 = v }},
 	{"latency_ms.max", "ms", func(m *Metrics) float64 { return m.LatencyMs.Max }, func(m *Metrics, v float64) { m.LatencyMs.Max = v }},
+	{"latency_app_ms.p50", "ms", func(m *Metrics) float64 { return m.LatencyAppMs.P50 }, func(m *Metrics, v float64) { m.LatencyAppMs.P50 = v }},
+	{"latency_app_ms.p95", "ms", func(m *Metrics) float64 { return m.LatencyAppMs.P95 }, func(m *Metrics, v float64) { m.LatencyAppMs.P95 = v }},
+	{"latency_app_ms.p99", "ms", func(m *Metrics) float64 { return m.LatencyAppMs.P99 }, func(m *Metrics, v float64) { m.LatencyAppMs.P99 = v }},
+	{"latency_app_ms.max", "ms", func(m *Metrics) float64 { return m.LatencyAppMs.Max }, func(m *Metrics, v float64) { m.LatencyAppMs.Max = v }},
 	{"throughput_msgs_s", "msg/s", func(m *Metrics) float64 { return m.ThroughputMsgsS }, func(m *Metrics, v float64) { m.ThroughputMsgsS = v }},
 	{"delivery_ratio", "", func(m *Metrics) float64 { return m.DeliveryRatio }, func(m *Metrics, v float64) { m.DeliveryRatio = v }},
 	{"completion_s", "s", func(m *Metrics) float64 { return m.CompletionS }, func(m *Metrics, v float64) { m.CompletionS = v }},
@@ -137,6 +149,9 @@ type RoleDoc struct {
 	Values map[string]float64
 	// Latencies are per-message latencies in ms, when the role wrote them.
 	Latencies []float64
+	// StampDelays are a publisher's per-call waits before the send-time
+	// stamp in ms (qmetrics.RoleMetrics.StampDelaysMs).
+	StampDelays []float64
 }
 
 // ParseRoleMetrics reads a role's metrics JSON. It accepts the eight
@@ -160,6 +175,14 @@ func ParseRoleMetrics(b []byte) (*RoleDoc, error) {
 			}
 			delete(m, k)
 		}
+	}
+	if arr, ok := m["stamp_delays_ms"].([]any); ok {
+		for _, e := range arr {
+			if f, ok := e.(float64); ok {
+				d.StampDelays = append(d.StampDelays, f)
+			}
+		}
+		delete(m, "stamp_delays_ms")
 	}
 	flatten("", m, d.Values)
 	return d, nil
@@ -226,6 +249,7 @@ func Combine(s *Sample, pub, sub *RoleDoc) {
 	m.PeakRSSKiB = int64(pub.get("peak_rss_kib"))
 	if sub != nil {
 		s.Latencies = sub.Latencies
+		m.LatencyAppMs = appLatency(sub.Latencies, pub)
 	}
 	s.Diag = map[string]float64{}
 	for role, d := range map[string]*RoleDoc{"pub": pub, "sub": sub} {
@@ -271,4 +295,23 @@ func (s *Sample) WireBytesPerMsg() float64 {
 		return 0
 	}
 	return float64(s.Metrics.WireBytes) / float64(s.Sent)
+}
+
+// appLatency is the latency from the publish call: the subscriber's
+// latencies (arrival order) each plus the publisher's wait before the
+// stamp of the message sent in the same place (call order). Without the
+// publisher's waits it is the stamped latency (a role that wrote none: no
+// wait recorded is no wait known).
+func appLatency(lat []float64, pub *RoleDoc) Latency {
+	if len(lat) == 0 {
+		return Latency{}
+	}
+	xs := make([]float64, len(lat))
+	for i, l := range lat {
+		xs[i] = l
+		if pub != nil && i < len(pub.StampDelays) {
+			xs[i] += pub.StampDelays[i]
+		}
+	}
+	return Latency{P50: Quantile(xs, 0.5), P95: Quantile(xs, 0.95), P99: Quantile(xs, 0.99), Max: Quantile(xs, 1)}
 }

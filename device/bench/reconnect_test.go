@@ -45,3 +45,24 @@ func testReconnect(t *testing.T, proto string) {
 		}
 	}
 }
+
+func TestAppLatency(t *testing.T) {
+	pub := &RoleDoc{StampDelays: []float64{900, 0, 0}}
+	for _, tc := range []struct {
+		name     string
+		lat      []float64
+		pub      *RoleDoc
+		p50, max float64
+	}{
+		{"first waited for the connection", []float64{100, 100, 100, 100}, pub, 100, 1000},
+		{"no publisher waits", []float64{200, 200, 200}, nil, 200, 200},
+		{"no latencies", nil, pub, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := appLatency(tc.lat, tc.pub)
+			if got.P50 != tc.p50 || got.Max != tc.max {
+				t.Fatalf("appLatency = %+v, want p50 %v max %v", got, tc.p50, tc.max)
+			}
+		})
+	}
+}

@@ -102,9 +102,9 @@ func StudyKnobs() []Knob {
 			}},
 		{ID: "pmtud", Title: "Path MTU discovery",
 			What: "DPLPMTUD probes for bigger packets after the handshake. Probes cost bytes and, on lossy links, look like loss.",
-			Lean: "on",
+			Lean: "off",
 			Variants: []KnobValue{
-				{Value: "off", TOML: "disable_path_mtu_discovery = true\n"},
+				{Value: "on", TOML: "disable_path_mtu_discovery = false\n"},
 			}},
 		{ID: "cipher", Title: "Cipher suite",
 			What: "TLS 1.3 AEAD. Go's crypto/tls picks the suite itself: AES-128-GCM where the CPU has AES instructions (this host), ChaCha20-Poly1305 where it has none (the Pi Zero). The variant runs every role with GODEBUG=cpu.aes=off, so crypto/tls sees no AES hardware and negotiates ChaCha20-Poly1305, as on a Pi Zero. Side effect: QUIC Initial packets (always AES-128-GCM) use software AES in that variant.",

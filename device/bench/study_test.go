@@ -41,7 +41,7 @@ func TestResolveTunings(t *testing.T) {
 	if err := os.WriteFile(f, []byte("max_incoming_streams = 50\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ResolveTunings([]string{"default", "lean", "lean/pmtud=off", f})
+	got, err := ResolveTunings([]string{"default", "lean", "lean/pmtud=on", f})
 	if err != nil {
 		t.Fatal(err)
 	}

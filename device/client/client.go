@@ -77,6 +77,11 @@ type Ack struct {
 	Spooled bool
 	// SpoolID is the message's ID in the spool (when Spooled).
 	SpoolID uint64
+	// Sent is the send time stamped into the message (the subscriber's
+	// latency starts there); zero when unknown (spooled). The stamp is
+	// taken once the connection is up, so Sent minus the time Publish was
+	// called is the connection setup the message waited for.
+	Sent time.Time
 }
 
 // Client is a connection to a broker that publishes and subscribes.

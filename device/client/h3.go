@@ -475,6 +475,7 @@ func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload
 		q.Set("retain", "1")
 	}
 	u := c.pathFor("/v1/topics/", topicName, q)
+	var stamp time.Time
 	newReq := func(ctx context.Context) (*http.Request, error) {
 		var body io.Reader = http.NoBody
 		if len(payload) > 0 {
@@ -485,7 +486,8 @@ func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload
 			return nil, err
 		}
 		req.ContentLength = int64(len(payload))
-		req.Header.Set(headerTime, strconv.FormatInt(sendTime(po.Sent).UnixNano(), 10))
+		stamp = sendTime(po.Sent)
+		req.Header.Set(headerTime, strconv.FormatInt(stamp.UnixNano(), 10))
 		req.Header.Set(headerMsgID, id)
 		return req, nil
 	}
@@ -501,7 +503,7 @@ func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxReasonBytes))
 	_ = resp.Body.Close()
-	var ack Ack
+	ack := Ack{Sent: stamp}
 	if s := resp.Header.Get(headerSeq); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {

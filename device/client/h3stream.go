@@ -217,13 +217,13 @@ func (sp *streamPub) send(ctx context.Context, topicName string, payload []byte,
 	}
 	return func(ctx context.Context) (Ack, error) {
 		if ch == nil {
-			return Ack{}, nil
+			return Ack{Sent: time.Unix(0, p.Time)}, nil
 		}
 		answer := func(a wire.Ack) (Ack, error) {
 			if a.Status != 0 {
 				return Ack{}, &StatusError{Op: op, Code: int(a.Status), Reason: a.Reason}
 			}
-			return Ack{Seq: a.Seq}, nil
+			return Ack{Seq: a.Seq, Sent: time.Unix(0, p.Time)}, nil
 		}
 		select {
 		case a := <-ch:

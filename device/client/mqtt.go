@@ -406,7 +406,7 @@ func (c *mqttClient) Publish(ctx context.Context, topic string, payload []byte, 
 		}
 		pr, err := cm.Publish(ctx, p)
 		if err == nil {
-			return Ack{}, nil
+			return Ack{Sent: sent}, nil
 		}
 		if pr != nil && pr.ReasonCode >= 0x80 {
 			return Ack{}, &mqttRefusal{code: pr.ReasonCode, err: fmt.Errorf("%w: publish to %q: %s (reason 0x%02x)", ErrMQTTRefused, topic, mqttPubackReason(pr.ReasonCode, pr.Properties), pr.ReasonCode)}

@@ -55,6 +55,12 @@ type RoleMetrics struct {
 	// LatenciesMs are raw per-message latencies (a bounded prefix), for CDF
 	// plots; omitted when not recorded.
 	LatenciesMs []float64 `json:"latencies_ms,omitempty"`
+	// StampDelaysMs are a publisher's per-message waits between the
+	// application's publish call and the send-time stamp (connection
+	// setup), in call order (a bounded prefix); with the subscriber's
+	// LatenciesMs they give the latency from the publish call (issue 12's
+	// common clock). Omitted when not recorded.
+	StampDelaysMs []float64 `json:"stamp_delays_ms,omitempty"`
 }
 
 // Diag are the diagnostics beside the eight metrics.
