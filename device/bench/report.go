@@ -278,8 +278,8 @@ func WriteReport(in ReportInput) error {
 	m.line("")
 	m.p("Handshake, TTFD (first publish started, connection setup included -> broker acknowledgement), CPU, wire bytes and RSS " +
 		"are the publisher's (the constrained device); latency (publisher send time -> delivery) and delivery ratio are " +
-		"measured at the subscriber. Latency \"from call\" (latency_app_ms) starts at the application's publish call instead, before any connection setup, "+
-		"the same event for both protocols (issue 12): the subscriber's latency plus the publisher's wait before the stamp, matched in order. "+
+		"measured at the subscriber. Latency \"from call\" (latency_app_ms) starts at the application's publish call instead, before any connection setup, " +
+		"the same event for both protocols (issue 12): the subscriber's latency plus the publisher's wait before the stamp, matched in order. " +
 		"Wire bytes are UDP payload bytes sent and received at the publisher's own socket.")
 
 	writeClaims(&m, s, ix, in.Links)
