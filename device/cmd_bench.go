@@ -1,6 +1,6 @@
-//go:build !arm
+//go:build !arm && !nobench
 
-// `quiot bench` is left out of the 32-bit ARM (Pi) build: pibuild_arm.go.
+// `quiot bench` is left out of the 32-bit ARM (Pi) build and of -tags nobench: pibuild.go.
 
 package main
 

@@ -1,7 +1,7 @@
-//go:build !arm
+//go:build !arm && !nobench
 
-// `quiot bench-reconnect` is left out of the 32-bit ARM (Pi) build with the
-// rest of device/bench (pibuild_arm.go).
+// `quiot bench-reconnect` is left out of the 32-bit ARM (Pi) build and of
+// -tags nobench with the rest of device/bench (pibuild.go).
 
 package main
 

@@ -11,7 +11,8 @@
 // what only a host runs, to stay within its size budget: `quiot bench` (the
 // broker, pub and sub roles it runs are in) and the quick bench at the end
 // of `quiot demo`; each says "not in the Pi build; run it on a host".
-// pibuild_arm.go lists them.
+// pibuild.go lists them; the build tag nobench leaves the same out on any
+// architecture.
 package main
 
 import (

@@ -7,7 +7,7 @@ import "errors"
 // On 32-bit ARM the bench writes every table, CSV and JSON file but no PNG
 // plots: gonum/plot with its fonts adds about 7 MB to a binary whose budget
 // is 12 MB. The quiot Pi binary leaves the whole bench out
-// (device/pibuild_arm.go); this stub keeps the package building and testing
+// (device/pibuild.go); this stub keeps the package building and testing
 // on 32-bit ARM, and `quiot bench --report DIR` on any other host draws the
 // plots of a run made with an ARM build of the package.
 
