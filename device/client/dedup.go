@@ -2,6 +2,7 @@ package client
 
 import (
 	"hash/crc32"
+	"sync"
 )
 
 // Deduper drops the duplicates a subscriber may see with QoS 1 (at least
@@ -28,7 +29,9 @@ type dedupKey struct {
 	sum   uint32 // CRC-32C of the payload
 }
 
-var dedupTable = crc32.MakeTable(crc32.Castagnoli)
+// dedupTable returns the CRC-32C table, made on first use (not at the start
+// of every quiot process: 9 KB of heap, device/spool's table is lazy too).
+var dedupTable = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
 
 // Duplicate reports whether m repeats a message seen before, and
 // remembers m otherwise.
@@ -36,7 +39,7 @@ func (d *Deduper) Duplicate(m *Message) bool {
 	if m.Gap {
 		return false
 	}
-	k := dedupKey{topic: m.Topic, sum: crc32.Checksum(m.Payload, dedupTable)}
+	k := dedupKey{topic: m.Topic, sum: crc32.Checksum(m.Payload, dedupTable())}
 	switch {
 	case !m.Sent.IsZero():
 		k.sent = m.Sent.UnixNano()
