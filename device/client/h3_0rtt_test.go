@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/quicvarint"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/internal/quictune"
@@ -44,11 +48,11 @@ func zeroRTTProfile() *quictune.Profile {
 
 // wakeClient is one wake-up of a device: a new client that shares the
 // process's session cache and token store.
-func wakeClient(t *testing.T, b *testutil.Broker, cache tls.ClientSessionCache, ts quic.TokenStore) *h3Client {
+func wakeClient(t *testing.T, b *testutil.Broker, cache tls.ClientSessionCache, ts quic.TokenStore, pc net.PacketConn) *h3Client {
 	t.Helper()
 	c, err := New(Options{
 		Broker: b.URL, RootCAs: b.PKI.Pool(), Logger: testutil.DiscardLogger(),
-		Profile: zeroRTTProfile(), SessionCache: cache, TokenStore: ts,
+		Profile: zeroRTTProfile(), SessionCache: cache, TokenStore: ts, PacketConn: pc,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +71,7 @@ func TestH3ZeroRTTPublishWithMsgID(t *testing.T) {
 	cache := tls.NewLRUClientSessionCache(4)
 	ts := &countingTokenStore{TokenStore: quic.NewLRUTokenStore(4, 2)}
 
-	first := wakeClient(t, b, cache, ts)
+	first := wakeClient(t, b, cache, ts, nil)
 	ack1, err := first.Publish(ctx, "dev/t", []byte("one"), PublishOptions{QoS: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +89,13 @@ func TestH3ZeroRTTPublishWithMsgID(t *testing.T) {
 	}
 	_ = first.Close()
 
-	second := wakeClient(t, b, cache, ts)
-	ack2, err := second.Publish(ctx, "dev/t", []byte("two"), PublishOptions{QoS: 1})
+	// Incoming datagrams are held until the publish has gone out in 0-RTT
+	// data (well over the control streams' bytes: its header carries 300
+	// payload bytes), so the client cannot finish its handshake first.
+	g := newEarlyGate(t, 400)
+	second := wakeClient(t, b, cache, ts, g)
+	t.Cleanup(g.release)
+	ack2, err := second.Publish(ctx, "dev/t", make([]byte, 300), PublishOptions{QoS: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,50 +113,212 @@ func TestH3ZeroRTTPublishWithMsgID(t *testing.T) {
 	}
 }
 
-// TestH3ZeroRTTPublishWithoutMsgIDRefused: a publish in 0-RTT data without a
-// message id is answered 425.
-func TestH3ZeroRTTPublishWithoutMsgIDRefused(t *testing.T) {
+// earlyGate holds a client's incoming datagrams until released (so the
+// client cannot finish its handshake: whatever it sends meanwhile goes in
+// 0-RTT data) and can drop the client's Handshake packets (so the broker's
+// handshake does not complete: every request it handles arrived in early
+// data).
+type earlyGate struct {
+	net.PacketConn
+	dropHandshake atomic.Bool
+	hold          chan struct{}
+	once          sync.Once
+	zeroRTTBytes  atomic.Int64
+	releaseAt     int64 // release once this many 0-RTT bytes were sent; 0: by hand
+}
+
+func newEarlyGate(t *testing.T, releaseAt int64) *earlyGate {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &earlyGate{PacketConn: pc, hold: make(chan struct{}), releaseAt: releaseAt}
+	t.Cleanup(func() { g.release(); _ = pc.Close() })
+	return g
+}
+
+func (g *earlyGate) release() { g.once.Do(func() { close(g.hold) }) }
+
+// longType is the QUIC v1 long-header packet type of a datagram's first
+// packet: 0 Initial, 1 0-RTT, 2 Handshake, 3 Retry; -1 for a short header.
+func longType(p []byte) int {
+	if len(p) == 0 || p[0]&0x80 == 0 {
+		return -1
+	}
+	return int(p[0]&0x30) >> 4
+}
+
+// hasHandshakePacket reports whether a datagram holds a Handshake packet
+// (alone, or coalesced behind an Initial one).
+func hasHandshakePacket(p []byte) bool {
+	for longType(p) >= 0 {
+		typ := longType(p)
+		if typ == 2 {
+			return true
+		}
+		i := 5 // first byte, version
+		if len(p) <= i {
+			return false
+		}
+		i += 1 + int(p[i]) // destination connection ID
+		if len(p) <= i {
+			return false
+		}
+		i += 1 + int(p[i]) // source connection ID
+		if typ == 0 {      // token
+			tl, n, err := quicvarint.Parse(p[min(i, len(p)):])
+			if err != nil {
+				return false
+			}
+			i += n + int(tl)
+		}
+		l, n, err := quicvarint.Parse(p[min(i, len(p)):])
+		if err != nil {
+			return false
+		}
+		i += n + int(l)
+		if i > len(p) {
+			return false
+		}
+		p = p[i:]
+	}
+	return false
+}
+
+func (g *earlyGate) WriteTo(p []byte, a net.Addr) (int, error) {
+	if g.dropHandshake.Load() && hasHandshakePacket(p) {
+		return len(p), nil
+	}
+	switch longType(p) {
+	case 1:
+		if n := g.zeroRTTBytes.Add(int64(len(p))); g.releaseAt > 0 && n >= g.releaseAt {
+			defer g.release()
+		}
+	}
+	return g.PacketConn.WriteTo(p, a)
+}
+
+func (g *earlyGate) ReadFrom(p []byte) (int, net.Addr, error) {
+	<-g.hold
+	return g.PacketConn.ReadFrom(p)
+}
+
+// TestH3ZeroRTTPublishAcceptance: in 0-RTT data (the broker's handshake
+// held incomplete), a publish with a message id and a current time is
+// accepted, one without an id is answered 425 and not published.
+func TestH3ZeroRTTPublishAcceptance(t *testing.T) {
 	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cache := tls.NewLRUClientSessionCache(4)
 	ts := quic.NewLRUTokenStore(4, 2)
-	first := wakeClient(t, b, cache, ts)
+	first := wakeClient(t, b, cache, ts, nil)
 	if _, err := first.Publish(ctx, "dev/t", []byte("one"), PublishOptions{QoS: 1}); err != nil {
 		t.Fatal(err)
 	}
 	_ = first.Close()
+	held := 1 // messages the broker holds
 
-	second := wakeClient(t, b, cache, ts)
-	hc, err := second.conn(ctx)
-	if err != nil {
+	for _, tc := range []struct {
+		name   string
+		id     string
+		status int
+	}{
+		{"with a message id", "m-1", http.StatusNoContent},
+		{"without a message id", "", http.StatusTooEarly},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newEarlyGate(t, 0)
+			g.dropHandshake.Store(true)
+			c := wakeClient(t, b, cache, ts, g)
+			t.Cleanup(g.release) // before the client's Close (cleanups run last first)
+			hc, err := c.conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			str, err := hc.cc.OpenRequestStream(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+"/v1/topics/dev%2Ft", nil)
+			req.Header.Set(headerTime, strconv.FormatInt(time.Now().UnixNano(), 10))
+			req.Header.Set(headerPayload, "eA")
+			if tc.id != "" {
+				req.Header.Set(headerMsgID, tc.id)
+			}
+			if err := str.SendRequestHeader(req); err != nil {
+				t.Fatal(err)
+			}
+			_ = str.Close()
+			g.release()
+			resp, err := str.ReadResponse()
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("answer %d %q, want %d", resp.StatusCode, body, tc.status)
+			}
+			if !hc.qc.ConnectionState().Used0RTT {
+				t.Fatal("the request did not go in 0-RTT data")
+			}
+			if tc.status/100 == 2 {
+				held++
+			}
+			if n := b.Stats().HistoryMessages; n != held {
+				t.Fatalf("broker holds %d messages, want %d", n, held)
+			}
+		})
+	}
+}
+
+// TestH3FileSessionCacheAcrossProcesses: a session kept in a file is
+// resumed by a client of a new cache read from that file (a new process),
+// which then publishes in 0-RTT data.
+func TestH3FileSessionCacheAcrossProcesses(t *testing.T) {
+	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	file := t.TempDir() + "/session.json"
+
+	first := wakeClient(t, b, NewFileSessionCache(file, testutil.DiscardLogger()), nil, nil)
+	if _, err := first.Publish(ctx, "dev/t", []byte("one"), PublishOptions{QoS: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if handshakeDone(hc.qc) {
-		t.Skip("the handshake completed before the request could go in 0-RTT data (no ticket?)")
+	// The ticket comes after the handshake, with the first answers.
+	for {
+		if st, err := os.Stat(file); err == nil {
+			if st.Mode().Perm() != 0o600 {
+				t.Fatalf("session file mode %v, want 0600", st.Mode().Perm())
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no session file written")
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	str, err := hc.cc.OpenRequestStream(ctx)
-	if err != nil {
+	_ = first.Close()
+
+	second := wakeClient(t, b, NewFileSessionCache(file, testutil.DiscardLogger()), nil, nil)
+	if _, err := second.Publish(ctx, "dev/t", []byte("two"), PublishOptions{QoS: 1}); err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+"/v1/topics/dev%2Ft", nil)
-	req.Header.Set(headerTime, strconv.FormatInt(time.Now().UnixNano(), 10))
-	if err := str.SendRequestHeader(req); err != nil {
+	cs := second.cur.qc.ConnectionState()
+	if !cs.TLS.DidResume || !cs.Used0RTT {
+		t.Fatalf("resumed %v, 0-RTT %v: want both", cs.TLS.DidResume, cs.Used0RTT)
+	}
+}
+
+func TestFileSessionCacheBadFile(t *testing.T) {
+	file := t.TempDir() + "/session.json"
+	if err := os.WriteFile(file, []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_ = str.Close()
-	resp, err := str.ReadResponse()
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusTooEarly {
-		t.Fatalf("answer %d %q, want 425", resp.StatusCode, body)
-	}
-	if !hc.qc.ConnectionState().Used0RTT {
-		t.Fatal("the request did not go in 0-RTT data")
-	}
-	if n := b.Stats().HistoryMessages; n != 1 {
-		t.Fatalf("broker holds %d messages, want 1", n)
+	c := NewFileSessionCache(file, testutil.DiscardLogger())
+	if _, ok := c.Get("x"); ok {
+		t.Fatal("entry from a bad file")
 	}
 }
