@@ -48,6 +48,7 @@ type connState struct {
 	identity string
 	gen      uint64 // the authenticator's generation when identity was bound
 	counted  bool   // holds a MaxConnsPerIdentity slot
+	ended    bool   // the connection has ended (its slot is free)
 
 	subs atomic.Int32
 }

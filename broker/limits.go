@@ -225,7 +225,7 @@ func limitedOf(c net.Conn) *limitedConn {
 // bindLocked binds the connection to identity id, within
 // MaxConnsPerIdentity. cs.mu held.
 func (cs *connState) bindLocked(id string) error {
-	if cs.b != nil {
+	if cs.b != nil && !cs.ended {
 		if _, over := cs.b.lim.idConns.acquire(id); over {
 			cs.b.stats.refuse(RefusedConnsPerIdentity)
 			return fmt.Errorf("%w: identity %q has %d connections open, its limit", ErrTooManyConns, id, cs.b.opts.Limits.MaxConnsPerIdentity)
@@ -236,10 +236,12 @@ func (cs *connState) bindLocked(id string) error {
 	return nil
 }
 
-// closed frees the connection's identity slot.
+// closed frees the connection's identity slot; a request still running
+// on the ended connection binds without taking one.
 func (cs *connState) closed() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	cs.ended = true
 	if cs.counted {
 		cs.counted = false
 		cs.b.lim.idConns.release(cs.identity)
