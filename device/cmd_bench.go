@@ -50,10 +50,18 @@ var (
 	// about 15 minutes on two cores.
 	studyPreset = benchPreset{protos: "h3,mqtt", modes: "request", profiles: "nbiot,lossy",
 		payloads: "256", repeat: 3, count: 10, rate: 5, inflight: 4}
+	// comparisonPreset is `quiot bench --preset study` (issue 12): every
+	// link profile x both protocols x both HTTP/3 modes x default and lean,
+	// 50 messages, 5 repeats; bench.EstimateDuration puts it at about 44
+	// minutes on two cores (docs/results/nbiot/ compares with measured
+	// per-run times).
+	comparisonPreset = benchPreset{protos: "h3,mqtt", modes: "request,stream", profiles: "lan,wifi,ltem,nbiot,lossy,sat",
+		payloads: "256", tunings: "default,lean", repeat: 5, count: 50, rate: 5, inflight: 4}
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench", stderr)
+	presetName := fs.String("preset", "", `"study": the protocol comparison of issue 12 (all six link profiles, both protocols and HTTP/3 modes, default and lean, 256 B, 50 messages, 5 repeats; about 45 minutes)`)
 	quick := fs.Bool("quick", false, "the quick comparison (make demo): lan and nbiot, 256 B, lean, 3 repeats, 10 messages a run")
 	study := fs.String("study", "", `"tuning": vary one knob at a time from lean on nbiot and lossy and write TUNING.md`)
 	knobs := fs.String("knobs", "", "with --study tuning: only these knobs, with all their values (comma-separated, or all; default: the 15-minute selection)")
@@ -108,6 +116,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *quick:
 		preset = quickPreset
 	}
+	switch *presetName {
+	case "":
+	case "study":
+		if *quick || *study != "" {
+			return fmt.Errorf("%w: --preset goes without --quick and --study", errUsage)
+		}
+		preset = comparisonPreset
+		title = "quiot bench: HTTP/3 vs MQTT over QUIC, the study preset"
+	default:
+		return fmt.Errorf("%w: --preset %q (want study)", errUsage, *presetName)
+	}
 	pick := func(flagVal, def string) string {
 		if flagVal != "" {
 			return flagVal
@@ -161,8 +180,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		opts.Progress = stderr
 	}
 	runs := len(spec.Expand())
-	fmt.Fprintf(stderr, "quiot bench: %d runs (%d configurations x %d repeats), %d messages each -> %s\n",
-		runs, len(spec.Configs()), spec.Repeat, spec.Count, dir)
+	infos := map[string]bench.LinkInfo{}
+	for _, p := range spec.Profiles {
+		infos[p], _ = link.Info(p)
+	}
+	fmt.Fprintf(stderr, "quiot bench: %d runs (%d configurations x %d repeats), %d messages each, about %v -> %s\n",
+		runs, len(spec.Configs()), spec.Repeat, spec.Count, bench.EstimateDuration(spec, infos).Round(time.Minute), dir)
 	start := time.Now()
 	res, err := bench.Run(ctx, opts)
 	if res != nil && res.Summary != nil {
