@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -531,4 +532,30 @@ func TestAccountConfig(t *testing.T) {
 	if m, err := spy.NextMsg(50 * time.Millisecond); err == nil {
 		t.Fatalf("another account saw %s", m.Subject)
 	}
+}
+
+// TestInterestFollowsSubscriptions: a broker's NATS subscriptions follow
+// its local HTTP/3 and MQTT subscriptions: made when the first subscriber
+// of a filter comes, dropped when the last one goes (a repeated MQTT
+// SUBSCRIBE counts once).
+func TestInterestFollowsSubscriptions(t *testing.T) {
+	nc := startNATS(t, 1)
+	n := startNode(t, testutil.NewPKI(t), "i", nc.urls(), func(_ *broker.Options, co *cluster.Options) { co.Replicas = 1 })
+	subjects := func(want int) func() bool {
+		return func() bool { return n.link.Stats().Subjects == want }
+	}
+	h := n.subscribe("x/#", "")
+	waitFor(t, subjects(2), "x and x.> subscribed")
+	m := n.mqttConnect("mi")
+	m.subscribe("y/+")
+	m.subscribe("y/+")
+	waitFor(t, subjects(3), "y.* subscribed")
+	h.cancel()
+	waitFor(t, subjects(1), "x and x.> dropped after the HTTP/3 subscriber left")
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if _, err := m.c.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{"y/+"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, subjects(0), "y.* dropped after the MQTT unsubscribe")
 }
