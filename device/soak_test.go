@@ -29,7 +29,9 @@ import (
 // Each publisher's topic has 100 subscribers (1000 deliveries/s). It
 // reports the broker's RSS and goroutines (slope per minute after the
 // first minute), CPU per delivery, end-to-end latency percentiles and
-// loss. Run it alone: flock /tmp/quiot-heavy.lock.
+// loss. QUIOT_SOAK_BROKER_ARGS adds broker flags (e.g. "--memory-limit
+// 128MiB", a 512 MB Pi's automatic limit). Run it alone: flock
+// /tmp/quiot-heavy.lock.
 func TestSoak(t *testing.T) {
 	d, _ := time.ParseDuration(os.Getenv("QUIOT_SOAK"))
 	if d <= 0 {
@@ -67,11 +69,12 @@ func TestSoak(t *testing.T) {
 		idCerts = append(idCerts, client.Options{Certificate: &c.TLS})
 	}
 	h3Port, mqPort, metricsPort := freePort(t), freePort(t), freePort(t)
-	p := startBrokerProc(t, "--config", "", "--cert", certFile, "--key", keyFile, "--client-ca", caFile,
+	args := []string{"--config", "", "--cert", certFile, "--key", keyFile, "--client-ca", caFile,
 		"--listen", fmt.Sprintf("127.0.0.1:%d", h3Port), "--mqtt-quic", fmt.Sprintf("127.0.0.1:%d", mqPort),
 		"--mqtt-tcp", "", "--metrics-listen", fmt.Sprintf("127.0.0.1:%d", metricsPort), "--metrics-trace=false",
 		"--data-dir", filepath.Join(dir, "state"), "--log-level", "warn",
-		"--max-conns", "4096", "--max-conns-per-addr", "4096", "--max-subscriptions-per-identity", "4096")
+		"--max-conns", "4096", "--max-conns-per-addr", "4096", "--max-subscriptions-per-identity", "4096"}
+	p := startBrokerProc(t, append(args, strings.Fields(os.Getenv("QUIOT_SOAK_BROKER_ARGS"))...)...)
 	pid := p.cmd.Process.Pid
 
 	ctx, cancel := context.WithCancel(context.Background())
