@@ -41,9 +41,12 @@
 // Errors are answered with a one-line text/plain reason: 400 bad topic,
 // filter or parameter; 401 missing or bad credentials; 403 denied by the
 // ACL; 404/405 unknown path or method; 413 payload too large; 415 wrong
-// content type; 429 too many subscriptions on the connection; 503 shutting
-// down; 507 retained-message store full (Limits.RetainedBytes); 425 a
-// publish sent in 0-RTT data (only when the tuning allows 0-RTT).
+// content type; 429 a per-connection or per-identity limit reached
+// (subscriptions, connections of the identity); 431 header section too
+// large; 503 shutting down, or a broker-wide limit reached (connections on
+// TCP, subscriptions); 507 retained-message store full
+// (Limits.RetainedBytes); 425 a publish sent in 0-RTT data (only when the
+// tuning allows 0-RTT). Limits and their refusals: limits.go.
 //
 // # Authentication
 //
