@@ -48,14 +48,23 @@ func newRawConn(t testing.TB, c net.Conn, ver byte) *rawConn {
 
 func (r *rawConn) send(pk packets.Packet, enc func(*packets.Packet, *bytes.Buffer) error) {
 	r.t.Helper()
+	if err := r.sendErr(pk, enc); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// sendErr is send returning the write's error: for a packet that may
+// cross the server's close of the connection (over QUIC the write then
+// fails with the stream canceled by the server).
+func (r *rawConn) sendErr(pk packets.Packet, enc func(*packets.Packet, *bytes.Buffer) error) error {
+	r.t.Helper()
 	pk.ProtocolVersion = r.ver
 	var buf bytes.Buffer
 	if err := enc(&pk, &buf); err != nil {
 		r.t.Fatal(err)
 	}
-	if _, err := r.c.Write(buf.Bytes()); err != nil {
-		r.t.Fatal(err)
-	}
+	_, err := r.c.Write(buf.Bytes())
+	return err
 }
 
 // read returns the next packet, decoded.
