@@ -363,7 +363,8 @@ func TestBrokerCloseMidStream(t *testing.T) {
 // delivering locally, holds what the other brokers should get (bounded:
 // beyond HoldMessages the oldest are dropped and counted), shows the state
 // on /healthz, and when NATS is back sends what it held and announces the
-// gap to the other brokers.
+// gap to the other brokers; a broker that comes back after them reads what
+// it missed from the history stream.
 func TestNATSUnreachable(t *testing.T) {
 	nc := startNATS(t, 1)
 	pki := testutil.NewPKI(t)
@@ -374,7 +375,12 @@ func TestNATSUnreachable(t *testing.T) {
 		co.MaxReconnectWait = 100 * time.Millisecond
 	}
 	a := startNode(t, pki, "a", nc.urls(), mod)
-	b := startNode(t, pki, "b", nc.urls(), mod)
+	// b comes back later than a, so that a's held messages are usually
+	// sent before b's subscriptions are back: b reads them in its catch-up.
+	b := startNode(t, pki, "b", nc.urls(), func(bo *broker.Options, co *cluster.Options) {
+		mod(bo, co)
+		co.ReconnectWait, co.MaxReconnectWait = 300*time.Millisecond, 600*time.Millisecond
+	})
 	sb := b.subscribe("u/#", "")
 	probe(t, a, "u/probe", func() bool { return len(sb.frames) > 0 })
 	if h := a.healthz(); !strings.Contains(h, "cluster: connected") {
@@ -416,6 +422,7 @@ func TestNATSUnreachable(t *testing.T) {
 		}
 	}
 	waitFor(t, func() bool { return b.link.Stats().RemoteGaps == 1 }, "gap announcement on b")
+	t.Logf("b: %+v", b.link.Stats())
 }
 
 // accountConf is the NATS account of docs/cluster.md: quiot's brokers in an
@@ -430,6 +437,8 @@ quiot_broker: {
       "quiot.>",
       "$JS.API.INFO",
       "$JS.API.STREAM.CREATE.quiot_history", "$JS.API.STREAM.INFO.quiot_history",
+      "$JS.API.CONSUMER.CREATE.quiot_history.>", "$JS.API.CONSUMER.DELETE.quiot_history.>",
+      "$JS.API.CONSUMER.INFO.quiot_history.>", "$JS.API.CONSUMER.MSG.NEXT.quiot_history.>",
       "$JS.API.STREAM.CREATE.KV_quiot_retained", "$JS.API.STREAM.UPDATE.KV_quiot_retained", "$JS.API.STREAM.INFO.KV_quiot_retained",
       "$JS.API.CONSUMER.CREATE.KV_quiot_retained.>", "$JS.API.CONSUMER.DELETE.KV_quiot_retained.>", "$JS.API.CONSUMER.INFO.KV_quiot_retained.>",
       "$JS.API.DIRECT.GET.KV_quiot_retained.>", "$JS.API.STREAM.MSG.GET.KV_quiot_retained",

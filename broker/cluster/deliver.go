@@ -175,6 +175,7 @@ func (l *Link) Stats() Stats {
 	s.Forwarded, s.Received, s.Duplicates = l.forwarded.Load(), l.received.Load(), l.dups.Load()
 	s.Denied, s.Refused, s.Dropped, s.Resent = l.denied.Load(), l.refused.Load(), l.dropped.Load(), l.resent.Load()
 	s.SlowConsumer, s.RemoteGaps, s.Reconnects = l.slow.Load(), l.remoteGaps.Load(), l.reconn.Load()
+	s.CaughtUp = l.caughtUp.Load()
 	return s
 }
 

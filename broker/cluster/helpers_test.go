@@ -221,6 +221,7 @@ func (n *node) subscribe(filter, query string) *h3sub {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req.Header.Set("Quiot-Heartbeat", "1") // a quiet subscription outlives the QUIC idle timeout
 	resp, err := n.h3.Do(req)
 	if err != nil {
 		cancel()

@@ -20,7 +20,9 @@
 // While NATS is unreachable local delivery goes on; the messages for the
 // cluster are held (bounded by Options.HoldMessages/HoldBytes) and sent on
 // reconnection; when the bound forces the link to drop some, it counts and
-// logs them and announces the gap to the other brokers. See docs/cluster.md.
+// logs them and announces the gap to the other brokers. A link that was cut
+// off reads what it missed from the history stream when it is back
+// (catchup.go). See docs/cluster.md.
 package cluster
 
 import (
@@ -95,6 +97,10 @@ type Stats struct {
 	RemoteGaps uint64
 	// Reconnects counts reconnections to NATS.
 	Reconnects uint64
+	// CaughtUp counts messages read from the history stream after a
+	// reconnection (those published while this broker was cut off; the
+	// duplicate check drops the ones that had arrived).
+	CaughtUp uint64
 	// Subjects is the number of NATS subscriptions for local interest.
 	Subjects int
 }
@@ -147,6 +153,7 @@ type Link struct {
 	subs      map[string]*nats.Subscription
 	dirty     chan struct{} // cap 1: interest changed
 	lost      gapNote       // dropped while held, not yet announced
+	gapsSeen  map[string]struct{}
 	downSince time.Time
 
 	b    *broker.Broker
@@ -161,6 +168,7 @@ type Link struct {
 
 	forwarded, received, dups, denied, refused atomic.Uint64
 	dropped, resent, slow, remoteGaps, reconn  atomic.Uint64
+	caughtUp                                   atomic.Uint64
 }
 
 // gapNote is a run of dropped messages (this broker's sequence numbers).
@@ -189,6 +197,7 @@ func New(o Options) (*Link, error) {
 		wake:     make(chan struct{}, 1),
 		dirty:    make(chan struct{}, 1),
 		interest: map[string]int{},
+		gapsSeen: map[string]struct{}{},
 		subs:     map[string]*nats.Subscription{},
 		recv:     make(chan *nats.Msg, o.ReceiveBuffer),
 		retCh:    make(chan incoming, 1024),
@@ -395,7 +404,7 @@ func (l *Link) setup(ctx context.Context) error {
 	defer cancel()
 	cfg := jetstream.StreamConfig{
 		Name:       l.stream,
-		Subjects:   []string{l.subjM + ">"},
+		Subjects:   []string{l.subjM + ">", l.o.Prefix + ".gap"},
 		Storage:    jetstream.FileStorage,
 		Replicas:   l.o.Replicas,
 		Discard:    jetstream.DiscardOld,
@@ -486,6 +495,8 @@ func (l *Link) sendLoop() {
 			l.mu.Unlock()
 			if !down.IsZero() {
 				l.log.Info("cluster link up again", "down_for", time.Since(down).Round(time.Millisecond))
+				l.wg.Add(1)
+				go l.catchUp(down) // catchup.go
 			}
 			l.log.Info("cluster link ready", "stream", l.stream, "bucket", l.bucket, "replicas", l.o.Replicas, "id", l.id)
 			if lost.Count > 0 {
@@ -604,23 +615,42 @@ func (l *Link) putRetained(m *broker.Message) {
 }
 
 // announceGap tells the other brokers that messages of this one were lost
-// on their way to the cluster.
+// on their way to the cluster. The note goes into the history stream, so a
+// broker that reconnects later reads it in its catch-up.
 func (l *Link) announceGap(g gapNote) {
 	body := fmt.Sprintf(`{"origin":%q,"from":%d,"to":%d,"count":%d}`, l.id, g.From, g.To, g.Count)
-	if err := l.nc.Publish(l.o.Prefix+".gap", []byte(body)); err != nil {
-		l.log.Warn("cluster link: couldn't announce gap", "err", err)
+	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
+	defer cancel()
+	if _, err := l.js.Publish(ctx, l.o.Prefix+".gap", []byte(body)); err != nil {
+		l.log.Warn("cluster link: couldn't announce gap", "err", err, "gap", body)
 		return
 	}
 	l.log.Warn("cluster link: messages for other brokers were dropped while the link was down (gap announced)", "from_seq", g.From, "to_seq", g.To, "count", g.Count)
 }
 
+// remoteGap notes a gap another broker announced (once, whether it came
+// live or in a catch-up).
+func (l *Link) remoteGap(body []byte) {
+	l.mu.Lock()
+	_, seen := l.gapsSeen[string(body)]
+	if !seen {
+		if len(l.gapsSeen) > 1024 {
+			clear(l.gapsSeen)
+		}
+		l.gapsSeen[string(body)] = struct{}{}
+	}
+	l.mu.Unlock()
+	if seen {
+		return
+	}
+	l.remoteGaps.Add(1)
+	l.log.Warn("cluster: another broker lost messages on their way to the cluster", "gap", string(body))
+}
+
 // interestLoop keeps the NATS subscriptions equal to the local interest.
 func (l *Link) interestLoop() {
 	defer l.wg.Done()
-	gapSub, err := l.nc.Subscribe(l.o.Prefix+".gap", func(m *nats.Msg) {
-		l.remoteGaps.Add(1)
-		l.log.Warn("cluster: another broker lost messages on their way to the cluster", "gap", string(m.Data))
-	})
+	gapSub, err := l.nc.Subscribe(l.o.Prefix+".gap", func(m *nats.Msg) { l.remoteGap(m.Data) })
 	if err != nil {
 		l.log.Warn("cluster link: couldn't subscribe to gap announcements", "err", err)
 	}

@@ -32,6 +32,7 @@ func (l *Link) WritePrometheus(w io.Writer) {
 		{"slow_consumer_total", "counter", "Times NATS dropped messages because this broker did not take them fast enough.", s.SlowConsumer},
 		{"remote_gaps_total", "counter", "Gaps other brokers announced (messages they dropped while cut off).", s.RemoteGaps},
 		{"reconnects_total", "counter", "Reconnections to NATS.", s.Reconnects},
+		{"caught_up_total", "counter", "Messages read from the history stream after a reconnection.", s.CaughtUp},
 	} {
 		fmt.Fprintf(w, "# HELP quiot_cluster_%s %s\n# TYPE quiot_cluster_%s %s\nquiot_cluster_%s %d\n", m.name, m.help, m.name, m.typ, m.name, m.v)
 	}
