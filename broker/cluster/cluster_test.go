@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -567,4 +568,63 @@ func TestInterestFollowsSubscriptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, subjects(0), "y.* dropped after the MQTT unsubscribe")
+}
+
+// TestTLSToNATS: the link reaches NATS over TLS, verifying the server with
+// --cluster-ca, presenting a client certificate (NATS `verify`) and a
+// token; a client without a certificate is refused.
+func TestTLSToNATS(t *testing.T) {
+	dir := t.TempDir()
+	pki := testutil.NewPKI(t)
+	cl, err := pki.CA.Issue("edge1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"ca.pem": pki.CA.CertPEM(), "srv.pem": pki.Server.CertPEM, "srv.key": pki.Server.KeyPEM, "cl.pem": cl.CertPEM, "cl.key": cl.KeyPEM}
+	for name, b := range files {
+		if err := os.WriteFile(dir+"/"+name, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := fmt.Sprintf(`
+listen: 127.0.0.1:-1
+jetstream { store_dir: %q }
+tls { cert_file: %q, key_file: %q, ca_file: %q, verify: true }
+authorization { token: "t0ken-s3cret" }
+`, dir+"/js", dir+"/srv.pem", dir+"/srv.key", dir+"/ca.pem")
+	if err := os.WriteFile(dir+"/nats.conf", []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := server.ProcessConfigFile(dir + "/nats.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.NoLog, o.NoSigs = true, true
+	s, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	if !s.ReadyForConnections(timeout) {
+		t.Fatal("nats not ready")
+	}
+	u := fmt.Sprintf("tls://127.0.0.1:%d", s.Addr().(*net.TCPAddr).Port)
+	tlsOpts := func(_ *broker.Options, co *cluster.Options) {
+		co.Replicas = 1
+		co.CAFile, co.CertFile, co.KeyFile = dir+"/ca.pem", dir+"/cl.pem", dir+"/cl.key"
+		co.Token = "t0ken-s3cret"
+	}
+	a := startNode(t, pki, "a", u, tlsOpts)
+	b := startNode(t, pki, "b", u, tlsOpts)
+	sb := b.subscribe("tls/#", "")
+	probe(t, a, "tls/probe", func() bool { return len(sb.frames) > 0 })
+
+	if nc, err := nats.Connect(u, nats.RootCAs(dir+"/ca.pem")); err == nil {
+		nc.Close()
+		t.Fatal("a client without a certificate was let in")
+	}
 }
