@@ -18,6 +18,7 @@ import (
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/broker/cluster"
+	"github.com/quiot/quiot/broker/store"
 	"github.com/quiot/quiot/internal/testutil"
 	"github.com/quiot/quiot/internal/wire"
 )
@@ -626,5 +627,54 @@ authorization { token: "t0ken-s3cret" }
 	if nc, err := nats.Connect(u, nats.RootCAs(dir+"/ca.pem")); err == nil {
 		nc.Close()
 		t.Fatal("a client without a certificate was let in")
+	}
+}
+
+// TestRestartedStoreForwardsAgain: a durable broker acknowledges a QoS 1
+// publish once its store has it. If it stops before the cluster has the
+// message (here NATS is down, so the message is only held), the restarted
+// broker (same store, same epoch) forwards again what its store holds after
+// the last forwarded mark: the other brokers get it.
+func TestRestartedStoreForwardsAgain(t *testing.T) {
+	nc := startNATS(t, 1)
+	pki := testutil.NewPKI(t)
+	dir := t.TempDir()
+	fast := func(co *cluster.Options) {
+		co.Replicas = 1
+		co.ReconnectWait, co.MaxReconnectWait = 20*time.Millisecond, 100*time.Millisecond
+	}
+	b := startNode(t, pki, "b", nc.urls(), func(_ *broker.Options, co *cluster.Options) { fast(co) })
+	sb := b.subscribe("d/#", "")
+	durable := func(bo *broker.Options, co *cluster.Options) {
+		st, err := store.Open(store.Options{Dir: dir, Logger: testutil.DiscardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bo.Store = st
+		fast(co)
+	}
+	a := startNode(t, pki, "a", nc.urls(), durable)
+	probe(t, a, "d/probe", func() bool { return len(sb.frames) > 0 })
+	a.publish("d/x", "before", "qos=1")
+
+	nc.nodes[0].Shutdown()
+	nc.nodes[0].WaitForShutdown()
+	waitFor(t, func() bool { return !a.link.Stats().Connected }, "link down")
+	a.publish("d/x", "while-down", "qos=1") // stored, held for the cluster
+	_ = a.link.Close()                      // the held copy is lost with the run
+	_ = a.mqtt.Close()
+	_ = a.b.Close()
+
+	nc.restart(0)
+	a2 := startNode(t, pki, "a", nc.urls(), durable)
+	waitFor(t, func() bool { return a2.link.Stats().Forwarded > 0 }, "forwarded again after the restart")
+	for {
+		p := string(sb.nextMessage().Payload)
+		if p == "while-down" {
+			break
+		}
+		if p != "probe" && p != "before" {
+			t.Fatalf("b got %q", p)
+		}
 	}
 }

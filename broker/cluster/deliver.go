@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -141,8 +142,8 @@ func (l *Link) watchRetained(w jetstream.KeyWatcher) {
 			if !ok {
 				return
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // nil: the initial values are all in
+			if e == nil || e.Operation() != jetstream.KeyValuePut || strings.HasPrefix(e.Key(), markPrefix) {
+				continue // nil: the initial values are all in; marks: mark.go
 			}
 			t, err := DecodeTopic(e.Key())
 			if err != nil {

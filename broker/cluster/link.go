@@ -154,6 +154,8 @@ type Link struct {
 	dirty     chan struct{} // cap 1: interest changed
 	lost      gapNote       // dropped while held, not yet announced
 	gapsSeen  map[string]struct{}
+	marked    bool      // requeueAfterMark ran (sendLoop only)
+	markAt    time.Time // last putMark (sendLoop only)
 	downSince time.Time
 
 	b    *broker.Broker
@@ -189,7 +191,7 @@ func New(o Options) (*Link, error) {
 	_, _ = crand.Read(rb[:])
 	l := &Link{
 		o:        o,
-		id:       sanitizeName(o.Name) + "-" + hex.EncodeToString(rb[:]),
+		id:       sanitizeName(o.Name) + "-" + hex.EncodeToString(rb[:]), // Start: name-epoch
 		log:      o.Logger.With("part", "cluster"),
 		subjM:    o.Prefix + ".m.",
 		stream:   o.Prefix + "_history",
@@ -294,6 +296,10 @@ func (l *Link) Interest(filter string, delta int) {
 // Options.Cluster = l.
 func (l *Link) Start(b *broker.Broker) error {
 	l.b = b
+	// The origin id is the name and the broker's epoch: a durable broker
+	// keeps its epoch across restarts, so its message ids stay the same
+	// (mark.go); a memory-only broker takes a new epoch each run.
+	l.id = sanitizeName(l.o.Name) + "-" + strconv.FormatUint(b.Epoch(), 16)
 	lim := b.Limits()
 	if l.o.HistoryPerTopic == 0 {
 		l.o.HistoryPerTopic = max(lim.HistoryPerTopic, 0)
@@ -502,6 +508,10 @@ func (l *Link) sendLoop() {
 			if lost.Count > 0 {
 				l.announceGap(lost)
 			}
+			if !l.marked {
+				l.marked = true
+				l.requeueAfterMark() // mark.go
+			}
 			signal(l.dirty)
 		}
 		l.mu.Lock()
@@ -530,6 +540,10 @@ func (l *Link) sendLoop() {
 			l.queue = nil
 		}
 		l.mu.Unlock()
+		if sent > 0 && (time.Since(l.markAt) >= markEvery || sent == n && l.heldCount() == 0) {
+			l.markAt = time.Now()
+			l.putMark(batch[sent-1].m.Seq)
+		}
 		if sent < n {
 			l.resent.Add(uint64(n - sent))
 			if !wait(backoff) {
@@ -540,6 +554,13 @@ func (l *Link) sendLoop() {
 			backoff = l.o.ReconnectWait
 		}
 	}
+}
+
+// heldCount is the number of held messages.
+func (l *Link) heldCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
 }
 
 // sendBatch publishes the batch and returns how many from the front are
