@@ -42,7 +42,7 @@ func (d *dedup) add(key string) bool {
 // deliver hands one message from another broker to the local broker, once,
 // if the local ACL lets its publisher publish to its topic.
 func (l *Link) deliver(in incoming) {
-	if in.origin == l.id {
+	if in.origin == l.ID() {
 		return
 	}
 	if !l.seen.add(in.key) {
@@ -187,13 +187,13 @@ func (l *Link) Status() string {
 	down := l.downSince
 	l.mu.Unlock()
 	if s.Connected {
-		return fmt.Sprintf("connected %s (id %s, %d held, %d subjects)", s.Server, l.id, s.Held, s.Subjects)
+		return fmt.Sprintf("connected %s (id %s, %d held, %d subjects)", s.Server, l.ID(), s.Held, s.Subjects)
 	}
 	since := ""
 	if !down.IsZero() {
 		since = " since " + down.UTC().Format(time.RFC3339)
 	}
-	return fmt.Sprintf("down%s (id %s, %d held, %d dropped; local delivery goes on)", since, l.id, s.Held, s.Dropped)
+	return fmt.Sprintf("down%s (id %s, %d held, %d dropped; local delivery goes on)", since, l.ID(), s.Held, s.Dropped)
 }
 
 // Close stops the link: held messages not yet acknowledged are lost (their

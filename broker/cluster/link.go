@@ -134,7 +134,7 @@ func (c *commit) finish(err error) {
 // broker.Federation and broker.FederationStatus.
 type Link struct {
 	o      Options
-	id     string // origin tag: name-random
+	idp    atomic.Pointer[string] // origin tag: name-epoch (ID)
 	log    *slog.Logger
 	subjM  string // PREFIX.m.
 	stream string
@@ -191,7 +191,6 @@ func New(o Options) (*Link, error) {
 	_, _ = crand.Read(rb[:])
 	l := &Link{
 		o:        o,
-		id:       sanitizeName(o.Name) + "-" + hex.EncodeToString(rb[:]), // Start: name-epoch
 		log:      o.Logger.With("part", "cluster"),
 		subjM:    o.Prefix + ".m.",
 		stream:   o.Prefix + "_history",
@@ -206,6 +205,7 @@ func New(o Options) (*Link, error) {
 		seen:     newDedup(1 << 16),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.setID(sanitizeName(o.Name) + "-" + hex.EncodeToString(rb[:])) // Start: name-epoch
 	return l, nil
 }
 
@@ -223,8 +223,11 @@ func sanitizeName(s string) string {
 	return b.String()
 }
 
-// ID returns this link's origin tag (unique per run).
-func (l *Link) ID() string { return l.id }
+// ID returns this link's origin tag: --cluster-name and the broker's epoch
+// (unique per broker run; kept across restarts of a durable broker).
+func (l *Link) ID() string { return *l.idp.Load() }
+
+func (l *Link) setID(id string) { l.idp.Store(&id) }
 
 func signal(c chan struct{}) {
 	select {
@@ -299,7 +302,7 @@ func (l *Link) Start(b *broker.Broker) error {
 	// The origin id is the name and the broker's epoch: a durable broker
 	// keeps its epoch across restarts, so its message ids stay the same
 	// (mark.go); a memory-only broker takes a new epoch each run.
-	l.id = sanitizeName(l.o.Name) + "-" + strconv.FormatUint(b.Epoch(), 16)
+	l.setID(sanitizeName(l.o.Name) + "-" + strconv.FormatUint(b.Epoch(), 16))
 	lim := b.Limits()
 	if l.o.HistoryPerTopic == 0 {
 		l.o.HistoryPerTopic = max(lim.HistoryPerTopic, 0)
@@ -333,7 +336,7 @@ func (l *Link) Start(b *broker.Broker) error {
 func (l *Link) natsOptions() ([]nats.Option, error) {
 	o := l.o
 	opts := []nats.Option{
-		nats.Name("quiot " + l.id),
+		nats.Name("quiot " + l.ID()),
 		nats.NoEcho(), // our own messages are not handed back to us
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
@@ -344,7 +347,7 @@ func (l *Link) natsOptions() ([]nats.Option, error) {
 			return d/2 + rand.N(d/2+1)
 		}),
 		nats.ConnectHandler(func(nc *nats.Conn) {
-			l.log.Info("cluster link connected", "server", nc.ConnectedUrlRedacted(), "id", l.id)
+			l.log.Info("cluster link connected", "server", nc.ConnectedUrlRedacted(), "id", l.ID())
 			signal(l.wake)
 		}),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
@@ -504,7 +507,7 @@ func (l *Link) sendLoop() {
 				l.wg.Add(1)
 				go l.catchUp(down) // catchup.go
 			}
-			l.log.Info("cluster link ready", "stream", l.stream, "bucket", l.bucket, "replicas", l.o.Replicas, "id", l.id)
+			l.log.Info("cluster link ready", "stream", l.stream, "bucket", l.bucket, "replicas", l.o.Replicas, "id", l.ID())
 			if lost.Count > 0 {
 				l.announceGap(lost)
 			}
@@ -568,7 +571,7 @@ func (l *Link) heldCount() int {
 func (l *Link) sendBatch(batch []item) int {
 	futs := make([]jetstream.PubAckFuture, 0, len(batch))
 	for _, it := range batch {
-		f, err := l.js.PublishMsgAsync(l.msgOf(it.m), jetstream.WithMsgID(l.id+"-"+strconv.FormatUint(it.m.Seq, 10)), jetstream.WithExpectStream(l.stream))
+		f, err := l.js.PublishMsgAsync(l.msgOf(it.m), jetstream.WithMsgID(l.ID()+"-"+strconv.FormatUint(it.m.Seq, 10)), jetstream.WithExpectStream(l.stream))
 		if err != nil {
 			break
 		}
@@ -603,7 +606,7 @@ func (l *Link) sendBatch(batch []item) int {
 // msgOf is the NATS message of a forwarded broker message.
 func (l *Link) msgOf(m *broker.Message) *nats.Msg {
 	h := nats.Header{}
-	h.Set(hdrOrigin, l.id)
+	h.Set(hdrOrigin, l.ID())
 	h.Set(hdrSeq, strconv.FormatUint(m.Seq, 10))
 	if m.Identity != "" {
 		h.Set(hdrIdentity, m.Identity)
@@ -630,7 +633,7 @@ func (l *Link) putRetained(m *broker.Message) {
 	if l.kv == nil {
 		return
 	}
-	if _, err := l.kv.Put(ctx, EncodeTopic(m.Topic), encodeRetained(l.id, m)); err != nil {
+	if _, err := l.kv.Put(ctx, EncodeTopic(m.Topic), encodeRetained(l.ID(), m)); err != nil {
 		l.log.Warn("cluster link: couldn't store retained message", "topic", m.Topic, "err", err)
 	}
 }
@@ -639,7 +642,7 @@ func (l *Link) putRetained(m *broker.Message) {
 // on their way to the cluster. The note goes into the history stream, so a
 // broker that reconnects later reads it in its catch-up.
 func (l *Link) announceGap(g gapNote) {
-	body := fmt.Sprintf(`{"origin":%q,"from":%d,"to":%d,"count":%d}`, l.id, g.From, g.To, g.Count)
+	body := fmt.Sprintf(`{"origin":%q,"from":%d,"to":%d,"count":%d}`, l.ID(), g.From, g.To, g.Count)
 	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
 	defer cancel()
 	if _, err := l.js.Publish(ctx, l.o.Prefix+".gap", []byte(body)); err != nil {

@@ -29,7 +29,7 @@ const markPrefix = "=_fwd."
 // markEvery bounds how often the mark is written while messages flow.
 const markEvery = 250 * time.Millisecond
 
-func (l *Link) markKey() string { return markPrefix + l.id }
+func (l *Link) markKey() string { return markPrefix + l.ID() }
 
 // putMark records that everything up to seq is in the stream.
 func (l *Link) putMark(seq uint64) {
