@@ -134,6 +134,7 @@ func decodeRetained(topic string, v []byte) (incoming, error) {
 func (l *Link) watchRetained(w jetstream.KeyWatcher) {
 	defer l.wg.Done()
 	defer func() { _ = w.Stop() }()
+	defer l.watchedOnce.Do(func() { close(l.watched) }) // never leave requeueAfterMark waiting
 	for {
 		select {
 		case <-l.ctx.Done():
@@ -142,8 +143,20 @@ func (l *Link) watchRetained(w jetstream.KeyWatcher) {
 			if !ok {
 				return
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut || strings.HasPrefix(e.Key(), markPrefix) {
-				continue // nil: the initial values are all in; marks: mark.go
+			if e == nil {
+				l.watchedOnce.Do(func() { close(l.watched) }) // the initial values are all in
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			if strings.HasPrefix(e.Key(), markPrefix) {
+				if e.Key() == l.markKey() {
+					l.mu.Lock()
+					l.markVal = string(e.Value())
+					l.mu.Unlock()
+				}
+				continue // mark.go
 			}
 			t, err := DecodeTopic(e.Key())
 			if err != nil {

@@ -155,6 +155,7 @@ type Link struct {
 	lost      gapNote       // dropped while held, not yet announced
 	gapsSeen  map[string]struct{}
 	marked    bool      // requeueAfterMark ran (sendLoop only)
+	markVal   string    // this run's forwarded mark as the bucket has it
 	markAt    time.Time // last putMark (sendLoop only)
 	downSince time.Time
 
@@ -166,7 +167,10 @@ type Link struct {
 	// retCh carries retained messages from the bucket's watcher to
 	// receiveLoop, so that both paths share one duplicate check.
 	retCh chan incoming
-	seen  dedup
+	// watched is closed once the bucket watcher has read the initial values.
+	watched     chan struct{}
+	watchedOnce sync.Once
+	seen        dedup
 
 	forwarded, received, dups, denied, refused atomic.Uint64
 	dropped, resent, slow, remoteGaps, reconn  atomic.Uint64
@@ -202,6 +206,7 @@ func New(o Options) (*Link, error) {
 		subs:     map[string]*nats.Subscription{},
 		recv:     make(chan *nats.Msg, o.ReceiveBuffer),
 		retCh:    make(chan incoming, 1024),
+		watched:  make(chan struct{}),
 		seen:     newDedup(1 << 16),
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())

@@ -2,11 +2,8 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/quiot/quiot/broker"
 )
@@ -47,16 +44,20 @@ func (l *Link) putMark(seq uint64) {
 // restored store's messages that may never have reached the cluster) in
 // front of the held messages. Called once, when the link is first ready.
 func (l *Link) requeueAfterMark() {
-	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
-	defer cancel()
-	e, err := l.kv.Get(ctx, l.markKey())
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrKeyNotFound) {
-			l.log.Warn("cluster link: couldn't read the forwarded mark", "err", err)
-		}
+	// The bucket watcher reads the mark with the retained messages (no
+	// direct get: fewer JetStream API permissions).
+	select {
+	case <-l.watched:
+	case <-l.ctx.Done():
 		return
 	}
-	mark, err := strconv.ParseUint(string(e.Value()), 10, 64)
+	l.mu.Lock()
+	v := l.markVal
+	l.mu.Unlock()
+	if v == "" {
+		return
+	}
+	mark, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
 		return
 	}
