@@ -48,6 +48,10 @@ type ReconnectOptions struct {
 	Sleep time.Duration
 	// Payload is the message size in bytes; zero means 256.
 	Payload int
+	// ProbeHold passes the previous wake-up's smoothed RTT as the next
+	// one's client.Options.HandshakeRTT (HTTP/3 only): handshake probes
+	// are held back for 1.5 of it.
+	ProbeHold bool
 	// Logger receives diagnostics; nil means discard.
 	Logger *slog.Logger
 }
@@ -127,6 +131,7 @@ func Reconnect(ctx context.Context, o ReconnectOptions) ([]Wakeup, error) {
 	tokens := quic.NewLRUTokenStore(4, 2)
 	payload := make([]byte, o.Payload)
 	var out []Wakeup
+	var rtt time.Duration
 	for i := range o.Wakeups {
 		if i > 0 {
 			select {
@@ -135,47 +140,51 @@ func Reconnect(ctx context.Context, o ReconnectOptions) ([]Wakeup, error) {
 			case <-time.After(o.Sleep):
 			}
 		}
-		w, err := wakeOnce(ctx, scheme+"://"+addr, o, cache, tokens, payload)
+		w, srtt, err := wakeOnce(ctx, scheme+"://"+addr, o, cache, tokens, payload, rtt)
 		if err != nil {
 			return out, fmt.Errorf("reconnect: wake-up %d: %w", i+1, err)
 		}
 		out = append(out, w)
+		if o.ProbeHold {
+			rtt = srtt
+		}
 	}
 	return out, nil
 }
 
 // wakeOnce is one connect-publish-close cycle.
-func wakeOnce(ctx context.Context, url string, o ReconnectOptions, cache tls.ClientSessionCache, tokens quic.TokenStore, payload []byte) (Wakeup, error) {
+func wakeOnce(ctx context.Context, url string, o ReconnectOptions, cache tls.ClientSessionCache, tokens quic.TokenStore, payload []byte, rtt time.Duration) (Wakeup, time.Duration, error) {
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
-		return Wakeup{}, err
+		return Wakeup{}, 0, err
 	}
 	pc := &radioConn{PacketConn: udp}
 	defer udp.Close()
 	var used0RTT bool
 	c, err := client.New(client.Options{
 		Broker: url, Insecure: true, Profile: o.Tuning, SessionCache: cache, TokenStore: tokens,
-		PacketConn: pc, Logger: o.Logger,
+		PacketConn: pc, Logger: o.Logger, HandshakeRTT: rtt,
 	})
 	if err != nil {
-		return Wakeup{}, err
+		return Wakeup{}, 0, err
 	}
 	start := time.Now()
 	if _, err := c.Publish(ctx, "wake/up", payload, client.PublishOptions{QoS: 1}); err != nil {
 		_ = c.Close()
-		return Wakeup{}, err
+		return Wakeup{}, 0, err
 	}
 	ttfd := time.Since(start)
 	used0RTT = client.Used0RTT(c)
+	srtt := client.SmoothedRTT(c)
 	if err := c.Close(); err != nil {
-		return Wakeup{}, err
+		return Wakeup{}, 0, err
 	}
 	// The CONNECTION_CLOSE is the wake-up's last datagram; the socket
 	// stays open a moment for stragglers of the broker.
 	w := pc.summary()
 	w.TTFDMs = float64(ttfd) / float64(time.Millisecond)
 	w.Used0RTT = used0RTT
-	return w, nil
+	return w, srtt, nil
 }
 
 // radioConn counts a wake-up's datagrams and their first and last times.
@@ -246,6 +255,9 @@ type ReconnectVariant struct {
 	Proto string `json:"proto"`
 	// ZeroRTT turns on allow_0rtt (broker and client).
 	ZeroRTT bool `json:"zero_rtt"`
+	// ProbeHold holds handshake probes back for 1.5 x the previous
+	// wake-up's RTT (ReconnectOptions.ProbeHold).
+	ProbeHold bool `json:"probe_hold"`
 }
 
 // DefaultReconnectVariants compares HTTP/3 with and without 0-RTT and MQTT
@@ -253,6 +265,7 @@ type ReconnectVariant struct {
 // CONNECT is not sent in 0-RTT data).
 func DefaultReconnectVariants() []ReconnectVariant {
 	return []ReconnectVariant{
+		{Name: "HTTP/3, 0-RTT, probe hold", Proto: ProtoH3, ZeroRTT: true, ProbeHold: true},
 		{Name: "HTTP/3, 0-RTT", Proto: ProtoH3, ZeroRTT: true},
 		{Name: "HTTP/3, no 0-RTT", Proto: ProtoH3},
 		{Name: "MQTT/QUIC", Proto: ProtoMQTT},
@@ -297,7 +310,7 @@ func RunReconnectStudy(ctx context.Context, link Link, profile string, base *qui
 			tun.Allow0RTT = v.ZeroRTT
 			tun.SessionResumption = true
 			ws, err := Reconnect(ctx, ReconnectOptions{Link: link, Profile: profile, Proto: v.Proto, Tuning: &tun,
-				Wakeups: wakeups, Sleep: sleep, Payload: payload, Logger: log})
+				Wakeups: wakeups, Sleep: sleep, Payload: payload, Logger: log, ProbeHold: v.ProbeHold})
 			if err != nil {
 				return st, fmt.Errorf("%s, repeat %d: %w", v.Name, r+1, err)
 			}

@@ -26,7 +26,7 @@ func testReconnect(t *testing.T, proto string) {
 	tun.Allow0RTT = true
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ws, err := Reconnect(ctx, ReconnectOptions{Link: link, Profile: "lan", Proto: proto, Tuning: tun, Wakeups: 3, Sleep: time.Millisecond})
+	ws, err := Reconnect(ctx, ReconnectOptions{Link: link, Profile: "lan", Proto: proto, Tuning: tun, ProbeHold: proto == ProtoH3, Wakeups: 3, Sleep: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

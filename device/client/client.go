@@ -157,6 +157,12 @@ type Options struct {
 	// (NEW_TOKEN, with the RTT measured) across clients of one process; nil
 	// means a store of the client's own (HTTP/3) or none (MQTT over QUIC).
 	TokenStore quic.TokenStore
+	// HandshakeRTT, when set, is the RTT expected to the broker (e.g. the
+	// smoothed RTT of an earlier connection, SmoothedRTT): until the
+	// broker's first datagram arrives, handshake probes that quic-go would
+	// send sooner than 1.5 x HandshakeRTT after a flight are held back
+	// (h3probe.go). Zero means quic-go's own probing. HTTP/3 only.
+	HandshakeRTT time.Duration
 	// Tracer, when set, is installed in the quic.Config.
 	Tracer func(ctx context.Context, isClient bool, connID quic.ConnectionID) qlogwriter.Trace
 	// Reconnect enables reconnection with exponential backoff and jitter;

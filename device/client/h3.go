@@ -221,6 +221,9 @@ func (c *h3Client) transport() (*quic.Transport, error) {
 		pc = udp
 		c.ownPC = udp
 	}
+	if c.opts.HandshakeRTT > 0 {
+		pc = newProbeGovernor(pc, c.opts.HandshakeRTT*3/2)
+	}
 	c.tr = &quic.Transport{Conn: pc}
 	return c.tr, nil
 }

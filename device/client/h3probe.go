@@ -1,0 +1,121 @@
+package client
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// probeGovernor holds back handshake probes on a slow link. quic-go (v0.65)
+// probes an unanswered handshake after 200 ms, 600 ms, 1.4 s, ... (its PTO
+// is 2 x 100 ms until the connection has an RTT sample of its own; an RTT
+// restored from a token or ticket does not change it), and each probe is
+// one or two padded 1200-byte datagrams: on a 20 kbit/s NB-IoT uplink that
+// is 480 ms of airtime each, queued ahead of everything else, for a reply
+// that cannot arrive before the RTT measured on earlier connections. Until
+// the first datagram from the peer arrives, the governor lets one flight of
+// long-header datagrams through per hold and drops (reports as sent) the
+// probes quic-go makes in between; a genuinely lost first flight is resent
+// at the first probe after hold. Once anything arrives it passes every
+// datagram: from then on quic-go has its own RTT sample.
+type probeGovernor struct {
+	net.PacketConn
+	hold time.Duration
+	now  func() time.Time // nil: time.Now
+
+	mu        sync.Mutex
+	received  bool
+	flightEnd time.Time // datagrams until then belong to the current flight
+	next      time.Time // probes before then are held back
+	held      int       // datagrams held back (tests, logs)
+}
+
+// flightGap is how long after a flight's first datagram the rest of that
+// flight (coalesced 0-RTT data, a second probe packet) still passes.
+const flightGap = 20 * time.Millisecond
+
+func newProbeGovernor(pc net.PacketConn, hold time.Duration) *probeGovernor {
+	return &probeGovernor{PacketConn: pc, hold: hold}
+}
+
+func (g *probeGovernor) clock() time.Time {
+	if g.now != nil {
+		return g.now()
+	}
+	return time.Now()
+}
+
+// pass reports whether datagram p may go out now.
+func (g *probeGovernor) pass(p []byte) bool {
+	if len(p) == 0 || p[0]&0x80 == 0 { // short header: the handshake is done
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.received {
+		return true
+	}
+	now := g.clock()
+	switch {
+	case now.Before(g.flightEnd):
+		return true
+	case now.Before(g.next):
+		g.held++
+		return false
+	}
+	g.flightEnd = now.Add(flightGap)
+	g.next = now.Add(g.hold)
+	return true
+}
+
+// WriteTo implements net.PacketConn.
+func (g *probeGovernor) WriteTo(p []byte, addr net.Addr) (int, error) {
+	if !g.pass(p) {
+		return len(p), nil
+	}
+	return g.PacketConn.WriteTo(p, addr)
+}
+
+// ReadFrom implements net.PacketConn.
+func (g *probeGovernor) ReadFrom(p []byte) (int, net.Addr, error) {
+	n, a, err := g.PacketConn.ReadFrom(p)
+	if err == nil {
+		g.mu.Lock()
+		g.received = true
+		g.mu.Unlock()
+	}
+	return n, a, err
+}
+
+// SetReadBuffer passes quic-go's buffer sizing to the socket.
+func (g *probeGovernor) SetReadBuffer(n int) error {
+	if s, ok := g.PacketConn.(interface{ SetReadBuffer(int) error }); ok {
+		return s.SetReadBuffer(n)
+	}
+	return nil
+}
+
+// SetWriteBuffer passes quic-go's buffer sizing to the socket.
+func (g *probeGovernor) SetWriteBuffer(n int) error {
+	if s, ok := g.PacketConn.(interface{ SetWriteBuffer(int) error }); ok {
+		return s.SetWriteBuffer(n)
+	}
+	return nil
+}
+
+// SmoothedRTT returns the smoothed RTT of c's current HTTP/3 connection
+// (0 for other clients and without a connection): what a later client of
+// the same broker may pass as Options.HandshakeRTT.
+func SmoothedRTT(c Client) time.Duration {
+	h, ok := c.(*h3Client)
+	if !ok {
+		return 0
+	}
+	h.mu.Lock()
+	cur := h.cur
+	h.mu.Unlock()
+	if cur == nil {
+		return 0
+	}
+	return cur.qc.ConnectionStats().SmoothedRTT
+}
