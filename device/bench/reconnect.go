@@ -366,7 +366,8 @@ func (st *ReconnectStudy) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "## Reconnect workload (NB-IoT PSM/eDRX pattern) on %s\n\n", st.Link.Name)
 	fmt.Fprintf(&b, "Each wake-up: a new connection, one %d B QoS 1 publish, close, sleep %.0f ms; %d wake-ups per run, %d runs per variant, tuning %s. "+
 		"The first wake-up of a run is cold (no session ticket, no token); the later ones resume the TLS session and present the broker's NEW_TOKEN "+
-		"(the RTT measured before replaces quic-go's 100 ms first guess). TTFD: the application's publish call -> the broker's acknowledgement. "+
+		"(quic-go v0.65 restores the RTT from it, but its handshake PTO stays 2 x 100 ms until the connection has an RTT sample of its own; "+
+		"\"probe hold\" holds those probes back for 1.5 x the previous wake-up's RTT). TTFD: the application's publish call -> the broker's acknowledgement. "+
 		"Radio on: first to last datagram of the wake-up on the device's socket. Bytes: both directions. Medians.\n\n",
 		st.Payload, st.SleepMs, st.Wakeups, st.Repeat, st.Tuning)
 	fmt.Fprintf(&b, "Host: %s, %s/%s, %d CPUs (%s), %s; quiot %s.\n\n", st.Host.Hostname, st.Host.OS, st.Host.Arch, st.Host.CPUs, st.Host.CPUModel, st.Host.Go, st.Version)
