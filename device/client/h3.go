@@ -180,11 +180,12 @@ func newH3(u *url.URL, opts *Options) (Client, error) {
 	opts.Profile.ApplyClientTLS(tc)
 	qc := opts.Profile.QUICConfig()
 	// The broker's NEW_TOKEN of one connection is presented on the next:
-	// it skips address validation and both sides start from the RTT
-	// measured before instead of quic-go's 100 ms guess (connection.go
-	// token.rtt, server.go token.RTT), so a reconnect on a slow link does
-	// not fire spurious handshake PTOs. In memory: quic.ClientToken cannot
-	// be serialized outside quic-go, so it lasts as long as the process.
+	// it skips address validation and both sides restore the RTT measured
+	// before (connection.go token.rtt, server.go token.RTT). In quic-go
+	// v0.65 that does not change the handshake PTO (2 x 100 ms until an own
+	// RTT sample): Options.HandshakeRTT does (h3probe.go). In memory:
+	// quic.ClientToken cannot be serialized outside quic-go, so it lasts as
+	// long as the process.
 	qc.TokenStore = opts.TokenStore
 	if qc.TokenStore == nil {
 		qc.TokenStore = quic.NewLRUTokenStore(4, 2)
