@@ -222,8 +222,12 @@ func (c *h3Client) transport() (*quic.Transport, error) {
 		pc = udp
 		c.ownPC = udp
 	}
-	if c.opts.HandshakeRTT > 0 {
-		pc = newProbeGovernor(pc, c.opts.HandshakeRTT*3/2)
+	hold := c.opts.HandshakeRTT
+	if hold == 0 {
+		hold = time.Duration(c.opts.Profile.HandshakeRTT)
+	}
+	if hold > 0 {
+		pc = newProbeGovernor(pc, hold*3/2)
 	}
 	c.tr = &quic.Transport{Conn: pc}
 	return c.tr, nil

@@ -4,6 +4,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/quiot/quiot/internal/quictune"
 )
 
 // recConn records what was written and returns one datagram on ReadFrom.
@@ -58,5 +60,39 @@ func TestProbeGovernor(t *testing.T) {
 	before := rc.written
 	if _, err := g.WriteTo(long, nil); err != nil || rc.written != before+1 {
 		t.Fatalf("after an answer: written %d, want %d (%v)", rc.written, before+1, err)
+	}
+}
+
+// TestProbeGovernorFromProfile: the tuning's handshake_rtt puts the governor
+// under the client's QUIC transport; Options.HandshakeRTT wins over it.
+func TestProbeGovernorFromProfile(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		profile  time.Duration
+		opt      time.Duration
+		wantHold time.Duration
+		governed bool
+	}{
+		{"off", 0, 0, 0, false},
+		{"profile", time.Second, 0, 1500 * time.Millisecond, true},
+		{"option wins", time.Second, 2 * time.Second, 3 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := quictune.Lean()
+			p.HandshakeRTT = quictune.Duration(tc.profile)
+			c, err := New(Options{Broker: "https://127.0.0.1:4433", Profile: p, HandshakeRTT: tc.opt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tr, err := c.(*h3Client).transport()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, ok := tr.Conn.(*probeGovernor)
+			if ok != tc.governed || (ok && g.hold != tc.wantHold) {
+				t.Fatalf("governed %v (%T), want %v with hold %v", ok, tr.Conn, tc.governed, tc.wantHold)
+			}
+		})
 	}
 }

@@ -70,6 +70,13 @@ type Profile struct {
 	// Allow0RTT lets clients send early data on resumed sessions and servers
 	// accept it (only idempotent requests should be sent early).
 	Allow0RTT bool `toml:"allow_0rtt" json:"allow_0rtt"`
+	// HandshakeRTT is the RTT a client expects to its broker (e.g. "1.5s"
+	// on NB-IoT): until the broker's first datagram arrives, the HTTP/3
+	// client holds back quic-go's handshake probes (2 x 100 ms, doubling,
+	// whatever the link) for 1.5 x this. Zero means quic-go's own probing.
+	// Clients only; a client's Options.HandshakeRTT (the RTT of an earlier
+	// connection) takes precedence.
+	HandshakeRTT Duration `toml:"handshake_rtt" json:"handshake_rtt"`
 }
 
 // Default is quic-go's own configuration, unchanged.
@@ -178,6 +185,9 @@ func (p *Profile) Validate() error {
 	}
 	if p.MaxConnectionReceiveWindow != 0 && p.InitialConnectionReceiveWindow > p.MaxConnectionReceiveWindow {
 		return errors.New("initial_connection_receive_window exceeds max_connection_receive_window")
+	}
+	if p.HandshakeRTT < 0 {
+		return errors.New("handshake_rtt must not be negative")
 	}
 	if p.MaxIncomingStreams < 0 || p.MaxIncomingUniStreams < 0 {
 		return errors.New("stream limits must not be negative")

@@ -82,3 +82,13 @@ func TestLoadFileAndMissing(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+func TestHandshakeRTTKnob(t *testing.T) {
+	p, err := Parse([]byte("handshake_rtt = \"1.5s\"\n"), "t.toml")
+	if err != nil || time.Duration(p.HandshakeRTT) != 1500*time.Millisecond {
+		t.Fatalf("handshake_rtt: %v %v", p, err)
+	}
+	if _, err := Parse([]byte("handshake_rtt = \"-1s\"\n"), "t.toml"); err == nil {
+		t.Fatal("negative handshake_rtt accepted")
+	}
+}
