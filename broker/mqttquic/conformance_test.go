@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/quic-go/quic-go"
 
@@ -743,5 +746,85 @@ func TestReceiveMaximumAfterReconnect(t *testing.T) {
 				t.Fatalf("after the resent message, %d more were sent unacknowledged (%q); receive maximum is 2", len(more), more)
 			}
 		})
+	}
+}
+
+// slowSessionEnd holds the end of client id's session (mochi runs
+// OnDisconnect before it forgets a session that ends with its connection)
+// until release is closed: a clean-up slowed down, as on a loaded host.
+type slowSessionEnd struct {
+	mqtt.HookBase
+	id      string
+	once    sync.Once
+	blocked chan struct{} // closed once the clean-up is held
+	release chan struct{}
+}
+
+func (h *slowSessionEnd) ID() string { return "test-slow-session-end" }
+
+func (h *slowSessionEnd) Provides(b byte) bool { return b == mqtt.OnDisconnect }
+
+func (h *slowSessionEnd) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
+	if cl.ID != h.id || !expire {
+		return
+	}
+	h.once.Do(func() {
+		close(h.blocked)
+		<-h.release
+	})
+}
+
+// TestSessionEndAwaitedHowEverSlow: a client that reconnects while mochi
+// is still forgetting its session that ended with the connection (MQTT 5
+// Session Expiry 0) gets a new session (CONNACK session present 0,
+// MQTT-3.1.2-23) that stays its session, however long that clean-up
+// takes. mochi's clean-up forgets the session by client id (subscriptions
+// and the client entry), so a new session established before it ends was
+// lost with it: no longer held, its subscription gone. Before, the CONNECT
+// waited for the old client to leave mochi's table (which mochi's once a
+// second expiry sweep can do before the clean-up ends) or 2 s; it now
+// waits for the end of the old connection's handling, an event. Over TCP,
+// where the client sees the close before mochi's clean-up (over QUIC the
+// stream ends only after it).
+func TestSessionEndAwaitedHowEverSlow(t *testing.T) {
+	b := startBridged(t, nil)
+	const id = "slow-end"
+	gate := &slowSessionEnd{id: id, blocked: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(gate.release) }) }
+	t.Cleanup(release) // before the server closes, also on failure
+	mq := b.mqtt.MQTT()
+	if err := mq.AddHook(gate, nil); err != nil {
+		t.Fatal(err)
+	}
+	expiry := func(n uint32) func(*packets.Properties) {
+		return func(p *packets.Properties) { p.SessionExpiryInterval, p.SessionExpiryIntervalFlag = n, true }
+	}
+	r := dialTransport(t, b, "tcp", 5)
+	r.connect(id, false, expiry(0))
+	r.subscribe(1, 1, "slow/t")
+	disconnect(r)
+	<-gate.blocked
+	// The clean-up stays held for 3 s, longer than the old wait's bound
+	// and mochi's expiry sweep (the duration of the slowness, not a
+	// synchronisation): the CONNECT below is answered once it is over.
+	time.AfterFunc(3*time.Second, release)
+	r = dialTransport(t, b, "tcp", 5)
+	if ack := r.connect(id, false, expiry(600)); ack.SessionPresent {
+		t.Fatal("a session with expiry 0 was handed to the reconnecting client")
+	}
+	r.subscribe(1, 1, "slow/t")
+	// The old connection's handling has ended once only the new one is
+	// counted.
+	waitUntil(t, func() bool { return atomic.LoadInt64(&mq.Info.ClientsConnected) == 1 }, "end of the old connection")
+	if cl, ok := mq.Clients.Get(id); !ok || cl.Closed() {
+		t.Fatalf("the new session is no longer held (found %v)", ok)
+	}
+	pub := dialTransport(t, b, "tcp", 5)
+	pub.connect(id+"-pub", true, nil)
+	pub.publish(1, 1, "slow/t", []byte("still subscribed"), nil)
+	checkAck(t, pub.read(), 1, 1, 0)
+	if m := r.expect(packets.Publish); string(m.Payload) != "still subscribed" {
+		t.Fatalf("got %q", m.Payload)
 	}
 }

@@ -240,13 +240,13 @@ func (s *Server) Start() error {
 
 			StatelessResetKey: s.resetKey,
 		})
-		if err := s.mq.AddListener(s.quic); err != nil {
+		if err := s.mq.AddListener(sessionEnds{s.quic, s.compat}); err != nil {
 			return fmt.Errorf("mqtt server: %w", err)
 		}
 	}
 	if s.opts.TCPAddr != "" {
 		s.tcp = listeners.NewTCP(listeners.Config{ID: "mqtt-tcp", Address: s.opts.TCPAddr})
-		if err := s.mq.AddListener(s.tcp); err != nil {
+		if err := s.mq.AddListener(sessionEnds{s.tcp, s.compat}); err != nil {
 			s.closeListeners()
 			return fmt.Errorf("mqtt server: %w", err)
 		}
@@ -396,6 +396,42 @@ type compatHook struct {
 	ending     sync.Map     // *mqtt.Client -> struct{}: sent DISCONNECT, its session ends with the connection
 	ids        sync.Map     // *mqtt.Client -> *idState: packet identifiers used by both sides
 	idClients  atomic.Int32 // entries in ids
+	conns      sync.Map     // net.Conn -> *connTrack: connections mochi is handling (sessionEnds)
+	latest     sync.Map     // client id -> *connTrack: its latest connection with a session
+}
+
+// connTrack follows one connection through mochi's handling of it.
+type connTrack struct {
+	cl   *mqtt.Client  // set when its session is established (the connection's own goroutine)
+	done chan struct{} // closed once mochi is done with the connection
+}
+
+// sessionEndWait bounds awaitSessionEnd; it only guards against a clean-up
+// that hangs.
+const sessionEndWait = 30 * time.Second
+
+// sessionEnds wraps a listener so that the compat hook learns when mochi
+// is done with each connection: attachClient has returned, so a session
+// that ended with the connection is forgotten by then (awaitSessionEnd).
+type sessionEnds struct {
+	listeners.Listener
+	h *compatHook
+}
+
+// Serve serves the wrapped listener, tracking each connection.
+func (l sessionEnds) Serve(establish listeners.EstablishFn) {
+	l.Listener.Serve(func(id string, c net.Conn) error {
+		t := &connTrack{done: make(chan struct{})}
+		l.h.conns.Store(c, t)
+		defer func() {
+			l.h.conns.Delete(c)
+			if t.cl != nil {
+				l.h.latest.CompareAndDelete(t.cl.ID, t)
+			}
+			close(t.done)
+		}()
+		return establish(id, c)
+	})
 }
 
 // ID names the hook.
@@ -472,32 +508,43 @@ func (h *compatHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 // session that ended with its connection and marks the client's CONNACK
 // (limits' properties for MQTT 5, the session's order for all).
 func (h *compatHook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
-	h.awaitSessionEnd(cl.ID)
+	h.awaitSessionEnd(cl)
 	if _, loaded := h.pending.LoadOrStore(cl, struct{}{}); !loaded {
 		h.connacking.Add(1)
 	}
 }
 
-// awaitSessionEnd waits until a session of client id that ended with its
-// connection (MQTT 5 Session Expiry 0, 3.1.1 Clean Session 1) is gone.
-// mochi closes the connection first and forgets the session a moment
-// later; a client reconnecting in between would get that session back
+// awaitSessionEnd waits, before cl's session is established, until mochi
+// is done with the previous connection of cl's client id if that
+// connection's session ended with it (MQTT 5 Session Expiry 0, 3.1.1
+// Clean Session 1). mochi closes the connection first and forgets the
+// session a moment later, by client id: its subscriptions and its entry in
+// the client table. A client reconnecting in between got that session back
 // (Session Present 1, its subscriptions) instead of a new one
-// (MQTT-3.1.2-23). The wait is for mochi's own clean-up, bounded in case
-// it never comes.
-func (h *compatHook) awaitSessionEnd(id string) {
-	old, ok := h.mq.Clients.Get(id)
-	if !ok {
-		return
+// (MQTT-3.1.2-23), or, once mochi's expiry sweep had already dropped the
+// old client from the table, a new session that the end of the clean-up
+// then forgot (no longer held, subscriptions gone). The wait is for the
+// event (sessionEnds), bounded only in case the clean-up hangs.
+func (h *compatHook) awaitSessionEnd(cl *mqtt.Client) {
+	var cur *connTrack
+	if v, ok := h.conns.Load(cl.Net.Conn); ok {
+		cur = v.(*connTrack)
+		cur.cl = cl
 	}
-	if _, disconnecting := h.ending.Load(old); !disconnecting && !(old.Closed() && endsWithConnection(old)) {
-		return
-	}
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
-		if cur, ok := h.mq.Clients.Get(id); !ok || cur != old {
-			return
+	if v, ok := h.latest.Load(cl.ID); ok {
+		prev := v.(*connTrack)
+		old := prev.cl
+		if _, disconnecting := h.ending.Load(old); disconnecting || old.Closed() && endsWithConnection(old) {
+			t := time.NewTimer(sessionEndWait)
+			select {
+			case <-prev.done:
+			case <-t.C:
+			}
+			t.Stop()
 		}
-		time.Sleep(time.Millisecond) // polling mochi's clean-up, not synchronising on time
+	}
+	if cur != nil {
+		h.latest.Store(cl.ID, cur)
 	}
 }
 

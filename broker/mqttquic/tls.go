@@ -35,7 +35,7 @@ func (s *Server) startTLS() error {
 		return nil
 	}
 	s.tlsl = listeners.NewTCP(listeners.Config{ID: "mqtt-tls", Address: s.opts.TLSAddr, TLSConfig: s.serverTLS()})
-	if err := s.mq.AddListener(s.tlsl); err != nil {
+	if err := s.mq.AddListener(sessionEnds{s.tlsl, s.compat}); err != nil {
 		return fmt.Errorf("mqtt server: tls listener: %w", err)
 	}
 	return nil
