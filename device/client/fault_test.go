@@ -2,22 +2,20 @@ package client_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/quiot/quiot/broker/mqttquic"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/netimpair"
 	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/testutil"
+	"github.com/quiot/quiot/internal/testutil/inorder"
 )
 
 // Fault tests of issue 11 for the publisher: a spooled publisher behind
@@ -34,7 +32,7 @@ type faultRig struct {
 	pki    *testutil.PKI
 	relay  *netimpair.Relay
 	pubURL string // through the relay
-	count  *counter
+	count  *inorder.Counter
 }
 
 // protoSetup starts a broker and returns its UDP address, the publisher
@@ -52,18 +50,7 @@ func h3Broker(t *testing.T, pki *testutil.PKI) (net.Addr, string, client.Client)
 }
 
 func mqttBroker(t *testing.T, pki *testutil.PKI) (net.Addr, string, client.Client) {
-	s, err := mqttquic.New(mqttquic.Options{
-		QUICAddr: "127.0.0.1:0",
-		TLS:      &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}},
-		Logger:   testutil.DiscardLogger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := startMQTT(t, pki)
 	sub, err := client.New(client.Options{Broker: "mqtt-quic://localhost:" + quicPort(s), RootCAs: pki.Pool(), Reconnect: true, MaxBackoff: time.Second, Logger: testutil.DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +83,7 @@ func newFaultRig(t *testing.T, setup protoSetup, imp netimpair.Direction) *fault
 	r := &faultRig{
 		t: t, pki: pki, relay: relay,
 		pubURL: fmt.Sprintf("%s://localhost:%d", scheme, relay.Addr().Port),
-		count:  newCounter(),
+		count:  inorder.New(inorder.Options{}),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	subDone := make(chan error, 1)
@@ -104,7 +91,7 @@ func newFaultRig(t *testing.T, setup protoSetup, imp netimpair.Direction) *fault
 	ready := make(chan struct{})
 	var once sync.Once
 	sctx := client.WithSubscribed(ctx, func() { once.Do(func() { close(ready) }) })
-	go func() { subDone <- sub.Subscribe(sctx, "fault/#", 0, r.count.handle) }()
+	go func() { subDone <- sub.Subscribe(sctx, "fault/#", 0, r.count.Handle) }()
 	select {
 	case <-ready:
 	case err := <-subDone:
@@ -131,91 +118,6 @@ func (r *faultRig) publisher(dir, mode string) *client.Spooled {
 	return p
 }
 
-// counter checks a subscriber's stream: messages "fault/<topic>" with
-// payloads 0, 1, 2, ... per topic.
-type counter struct {
-	mu      sync.Mutex
-	dedup   client.Deduper
-	next    map[string]int
-	total   int
-	dups    int
-	errs    []string
-	changed chan struct{}
-}
-
-func newCounter() *counter {
-	return &counter{next: map[string]int{}, changed: make(chan struct{})}
-}
-
-func (c *counter) handle(m client.Message) {
-	c.mu.Lock()
-	defer func() {
-		close(c.changed)
-		c.changed = make(chan struct{})
-		c.mu.Unlock()
-	}()
-	if m.Gap {
-		c.errs = append(c.errs, fmt.Sprintf("gap announced on %s before seq %d", m.Topic, m.Seq))
-		return
-	}
-	if c.dedup.Duplicate(&m) {
-		c.dups++
-		return
-	}
-	i, err := strconv.Atoi(string(m.Payload))
-	if err != nil {
-		c.errs = append(c.errs, fmt.Sprintf("%s: bad payload %q", m.Topic, m.Payload))
-		return
-	}
-	if want := c.next[m.Topic]; i != want {
-		c.errs = append(c.errs, fmt.Sprintf("%s: got #%d, want #%d (a gap, reordering or an unrecognisable duplicate)", m.Topic, i, want))
-		if i < want {
-			return
-		}
-	}
-	c.next[m.Topic] = i + 1
-	c.total++
-}
-
-// waitTotal waits until the subscriber has counted n distinct messages.
-func (c *counter) waitTotal(t *testing.T, n int, timeout time.Duration) {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		c.mu.Lock()
-		got, ch, errs := c.total, c.changed, c.errs
-		c.mu.Unlock()
-		if len(errs) > 0 {
-			t.Fatalf("subscriber: %s", strings.Join(errs, "; "))
-		}
-		if got >= n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("subscriber counted %d of %d messages in %v", got, n, timeout)
-		}
-	}
-}
-
-// check verifies the end state: published[topic] messages each, no more.
-func (c *counter) check(t *testing.T, published map[string]int) {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.errs) > 0 {
-		t.Fatalf("subscriber: %s", strings.Join(c.errs, "; "))
-	}
-	for tp, n := range published {
-		if c.next[tp] != n {
-			t.Errorf("%s: subscriber got %d messages, publisher accepted %d", tp, c.next[tp], n)
-		}
-	}
-	t.Logf("delivered %d distinct messages, %d duplicates removed", c.total, c.dups)
-}
-
 // publishLoop publishes to fault/a and fault/b alternately, one message
 // per tick, until stop is closed; it returns how many each topic got.
 func publishLoop(t *testing.T, p client.Client, tick time.Duration, stop <-chan struct{}, published chan<- map[string]int, accepted *atomic.Int64) {
@@ -239,6 +141,21 @@ func publishLoop(t *testing.T, p client.Client, tick time.Duration, stop <-chan 
 	}
 }
 
+// publishN publishes n messages to fault/a and fault/b alternately, the
+// counters 0, 1, 2, ... on each; it returns how many each topic got.
+func publishN(t *testing.T, p client.Client, n int) map[string]int {
+	t.Helper()
+	pub := map[string]int{}
+	for i := range n {
+		tp := "fault/" + string(rune('a'+i%2))
+		if _, err := p.Publish(context.Background(), tp, []byte(strconv.Itoa(pub[tp])), client.PublishOptions{QoS: 1}); err != nil {
+			t.Fatal(err)
+		}
+		pub[tp]++
+	}
+	return pub
+}
+
 // TestFaultBlackout: the publisher's link is cut for 30 s while it keeps
 // publishing; the spool takes the messages and delivers them, in order,
 // once the link is back.
@@ -259,7 +176,7 @@ func TestFaultBlackout(t *testing.T) {
 			published := make(chan map[string]int, 1)
 			var accepted atomic.Int64
 			go publishLoop(t, p, 50*time.Millisecond, stop, published, &accepted)
-			r.count.waitTotal(t, 10, 30*time.Second) // flowing
+			r.count.WaitTotal(t, 10, 30*time.Second) // flowing
 			r.relay.SetBlackout(true)
 			cut := time.Now()
 			atCut := accepted.Load()
@@ -275,8 +192,8 @@ func TestFaultBlackout(t *testing.T) {
 			r.relay.SetBlackout(false)
 			back := time.Now()
 			// Publish a little more after the link is back, then stop.
-			before := r.count.snapshot()
-			r.count.waitTotal(t, before+5, 30*time.Second)
+			before := r.count.Total()
+			r.count.WaitTotal(t, before+5, 30*time.Second)
 			close(stop)
 			n := <-published
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -284,8 +201,8 @@ func TestFaultBlackout(t *testing.T) {
 			if err := p.Drain(ctx); err != nil {
 				t.Fatalf("drain: %v (stats %+v)", err, p.SpoolStats())
 			}
-			r.count.waitTotal(t, n["fault/a"]+n["fault/b"], 30*time.Second)
-			r.count.check(t, n)
+			r.count.WaitTotal(t, n["fault/a"]+n["fault/b"], 30*time.Second)
+			r.count.Check(t, n)
 			st := p.SpoolStats()
 			rs := r.relay.Stats()
 			t.Logf("blackout %v; recovered %v after the link came back; spool %+v; relay dropped %d up, %d down",
@@ -297,12 +214,6 @@ func TestFaultBlackout(t *testing.T) {
 	}
 }
 
-func (c *counter) snapshot() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.total
-}
-
 // TestFaultLoss: 20 % loss both ways for the whole run.
 func TestFaultLoss(t *testing.T) {
 	for _, pr := range faultProtos {
@@ -311,21 +222,14 @@ func TestFaultLoss(t *testing.T) {
 			const n = 100
 			r := newFaultRig(t, pr.setup, netimpair.Direction{LossPct: 20, Delay: 2 * time.Millisecond})
 			p := r.publisher(t.TempDir(), pr.mode)
-			pub := map[string]int{}
-			for i := range n {
-				tp := "fault/" + string(rune('a'+i%2))
-				if _, err := p.Publish(context.Background(), tp, []byte(strconv.Itoa(pub[tp])), client.PublishOptions{QoS: 1}); err != nil {
-					t.Fatal(err)
-				}
-				pub[tp]++
-			}
+			pub := publishN(t, p, n)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			if err := p.Drain(ctx); err != nil {
 				t.Fatalf("drain: %v (stats %+v)", err, p.SpoolStats())
 			}
-			r.count.waitTotal(t, n, 30*time.Second)
-			r.count.check(t, pub)
+			r.count.WaitTotal(t, n, 30*time.Second)
+			r.count.Check(t, pub)
 			rs := r.relay.Stats()
 			t.Logf("spool %+v; relay dropped %d of %d up, %d of %d down", p.SpoolStats(), rs.Up.Dropped(), rs.Up.Received, rs.Down.Dropped(), rs.Down.Received)
 			if rs.Up.DroppedRandom == 0 || rs.Down.DroppedRandom == 0 {
@@ -342,14 +246,7 @@ func TestSpooledRestart(t *testing.T) {
 	dir := t.TempDir()
 	r.relay.SetBlackout(true)
 	p := r.publisher(dir, "")
-	pub := map[string]int{}
-	for i := range 20 {
-		tp := "fault/" + string(rune('a'+i%2))
-		if _, err := p.Publish(context.Background(), tp, []byte(strconv.Itoa(pub[tp])), client.PublishOptions{QoS: 1}); err != nil {
-			t.Fatal(err)
-		}
-		pub[tp]++
-	}
+	pub := publishN(t, p, 20)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -363,8 +260,8 @@ func TestSpooledRestart(t *testing.T) {
 	if err := p.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r.count.waitTotal(t, 20, 30*time.Second)
-	r.count.check(t, pub)
+	r.count.WaitTotal(t, 20, 30*time.Second)
+	r.count.Check(t, pub)
 }
 
 // TestFaultStreamWindowResend: a streamed publish with a window of
@@ -384,15 +281,8 @@ func TestFaultStreamWindowResend(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	pub := map[string]int{}
-	for i := range n {
-		tp := "fault/" + string(rune('a'+i%2))
-		if _, err := p.Publish(context.Background(), tp, []byte(strconv.Itoa(pub[tp])), client.PublishOptions{QoS: 1}); err != nil {
-			t.Fatal(err)
-		}
-		pub[tp]++
-	}
-	r.count.waitTotal(t, 30, 30*time.Second) // delivering
+	pub := publishN(t, p, n)
+	r.count.WaitTotal(t, 30, 30*time.Second) // delivering
 	r.relay.SetBlackout(true)
 	// Keep the link cut until the client has given up the connection and
 	// is retrying (a readiness poll, not a timed wait).
@@ -409,7 +299,7 @@ func TestFaultStreamWindowResend(t *testing.T) {
 	if err := p.Drain(ctx); err != nil {
 		t.Fatalf("drain: %v (stats %+v)", err, p.SpoolStats())
 	}
-	r.count.waitTotal(t, n, 30*time.Second)
-	r.count.check(t, pub)
+	r.count.WaitTotal(t, n, 30*time.Second)
+	r.count.Check(t, pub)
 	t.Logf("spool %+v", p.SpoolStats())
 }
