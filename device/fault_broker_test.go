@@ -6,12 +6,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,22 +18,8 @@ import (
 	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/quictune"
+	"github.com/quiot/quiot/internal/testutil/inorder"
 )
-
-// faultChildEnv carries the arguments of a `quiot` run by the test binary
-// itself (TestFaultChild), so that the fault test can kill -9 a real broker
-// process without building one.
-const faultChildEnv = "QUIOT_FAULT_CHILD_ARGS"
-
-// TestFaultChild is not a test: run with faultChildEnv set, it is the
-// quiot command (the args are separated by U+001F).
-func TestFaultChild(t *testing.T) {
-	args := os.Getenv(faultChildEnv)
-	if args == "" {
-		t.Skip("helper process for TestBrokerKill9 (runs only when re-executed by it)")
-	}
-	os.Exit(run(strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
-}
 
 // freePort returns a port free on 127.0.0.1 for both UDP and TCP now.
 func freePort(t *testing.T) int {
@@ -56,80 +41,12 @@ func freePort(t *testing.T) int {
 	return 0
 }
 
-// brokerProc is a `quiot broker` process.
-type brokerProc struct {
-	cmd    *exec.Cmd
-	stdout *lineWaiter
-	stderr *lineWaiter
-	done   chan struct{}
-}
-
-func startBrokerProc(t *testing.T, args ...string) *brokerProc {
+// startBrokerProc runs `quiot broker args...` and waits until it listens.
+func startBrokerProc(t *testing.T, args ...string) *childProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFaultChild$")
-	cmd.Env = append(os.Environ(), faultChildEnv+"="+strings.Join(append([]string{"broker"}, args...), "\x1f"))
-	p := &brokerProc{cmd: cmd, stdout: newLineWaiter(`^mqtt listening: (.*)`), stderr: newLineWaiter(`^$^`), done: make(chan struct{})}
-	so, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	se, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { p.stdout.consume(so) })
-	wg.Go(func() { p.stderr.consume(se) })
-	go func() { wg.Wait(); _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.kill() })
-	select {
-	case <-p.stdout.match:
-	case <-p.done:
-		t.Fatalf("broker exited before listening\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("broker not listening within 30 s\nstderr:\n%s", p.stderr)
-	}
+	p := startChild(t, false, append([]string{"broker"}, args...)...)
+	p.stdout.wait(t, regexp.MustCompile(`^mqtt listening: `), 30*time.Second)
 	return p
-}
-
-// kill sends SIGKILL and waits for the process to end.
-func (p *brokerProc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-// received is what one subscriber got, per topic, in arrival order.
-type received struct {
-	mu   sync.Mutex
-	msgs map[string][]client.Message
-	gaps []client.Message
-}
-
-func (r *received) add(m client.Message) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if m.Gap {
-		r.gaps = append(r.gaps, m)
-		return
-	}
-	r.msgs[m.Topic] = append(r.msgs[m.Topic], m)
-}
-
-// counters returns the payload counters received on topic, in order.
-func (r *received) counters(topic string) []int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []int
-	for _, m := range r.msgs[topic] {
-		n, err := strconv.Atoi(string(m.Payload))
-		if err == nil {
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 func logLevel() string {
@@ -189,11 +106,24 @@ func TestBrokerKill9(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 
-	subs := map[string]*received{"h3": {msgs: map[string][]client.Message{}}, "mqtt": {msgs: map[string][]client.Message{}}}
+	// Each subscriber checks its messages arrive in order per topic, with no
+	// gap, and takes a repeated counter for a duplicate: a publisher below
+	// publishes a message again, with a new send time, when the kill cut off
+	// its acknowledgement.
+	subs := map[string]*inorder.Counter{"h3": inorder.New(inorder.Options{RepeatsByValue: true}), "mqtt": inorder.New(inorder.Options{RepeatsByValue: true})}
+	var probed sync.Map // subscriber name -> true once a probe reached it
 	for name, url := range map[string]string{"h3": h3URL, "mqtt": mqURL} {
 		c := newClient(url, "fault-sub-"+name)
 		r := subs[name]
-		go func() { _ = c.Subscribe(ctx, "fault/#", 0, r.add) }()
+		go func() {
+			_ = c.Subscribe(ctx, "fault/#", 0, func(m client.Message) {
+				if m.Topic == "fault/probe" && !m.Gap {
+					probed.Store(name, true)
+					return
+				}
+				r.Handle(m)
+			})
+		}()
 	}
 	// Both subscriptions are live once a probe reaches them.
 	probe := newClient(h3URL, "")
@@ -201,7 +131,9 @@ func TestBrokerKill9(t *testing.T) {
 		if _, err := probe.Publish(ctx, "fault/probe", []byte("-1"), client.PublishOptions{QoS: 1}); err != nil {
 			t.Fatal(err)
 		}
-		live = len(subs["h3"].counters("fault/probe")) > 0 && len(subs["mqtt"].counters("fault/probe")) > 0
+		_, h3Live := probed.Load("h3")
+		_, mqLive := probed.Load("mqtt")
+		live = h3Live && mqLive
 		if ctx.Err() != nil {
 			t.Fatal("subscriptions not live")
 		}
@@ -284,12 +216,7 @@ func TestBrokerKill9(t *testing.T) {
 		t.Fatal("the publishers did not reach the kill point")
 	}
 	t.Logf("killed after %v", time.Since(start))
-	p2 := startBrokerProc(t, args...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("restarted broker's log:\n%s", p2.stderr)
-		}
-	})
+	startBrokerProc(t, args...)
 	t.Logf("restarted after %v", time.Since(start))
 	wg.Wait()
 	t.Logf("all acknowledged after %v", time.Since(start))
@@ -300,43 +227,18 @@ func TestBrokerKill9(t *testing.T) {
 	// Every acknowledged message reaches both subscribers.
 	for _, topic := range []string{"fault/h3", "fault/mqtt", "fault/spool"} {
 		v, _ := acked.Load(topic)
-		want := v.([]int)
-		if len(want) != total {
+		if want := v.([]int); len(want) != total {
 			t.Fatalf("%s: %d acknowledged, want %d", topic, len(want), total)
 		}
 		for name, r := range subs {
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				got := r.counters(topic)
-				seen := map[int]bool{}
-				for _, n := range got {
-					seen[n] = true
-				}
-				if len(seen) >= total {
-					t.Logf("%s subscriber, %s: all delivered after %v", name, topic, time.Since(start))
-					checkOrder(t, name, topic, got, total)
-					break
-				}
-				if time.Now().After(deadline) {
-					var missing []int
-					for _, n := range want {
-						if !seen[n] {
-							missing = append(missing, n)
-						}
-					}
-					t.Fatalf("%s subscriber, %s: %d of %d acknowledged messages delivered; missing %v", name, topic, len(seen), total, missing)
-				}
-				time.Sleep(20 * time.Millisecond) // polling for deliveries, bounded by the deadline
-			}
+			r.WaitTopic(t, topic, total, 60*time.Second)
+			t.Logf("%s subscriber, %s: all delivered after %v", name, topic, time.Since(start))
 		}
 	}
 	t.Logf("all delivered after %v", time.Since(start))
 	for name, r := range subs {
-		r.mu.Lock()
-		if len(r.gaps) > 0 {
-			t.Errorf("%s subscriber was told of gaps after an intact restart: %+v", name, r.gaps)
-		}
-		r.mu.Unlock()
+		r.Check(t, map[string]int{"fault/h3": total, "fault/mqtt": total, "fault/spool": total})
+		t.Logf("%s subscriber: %d duplicates", name, r.Dups())
 	}
 }
 
@@ -355,29 +257,4 @@ type tWriter struct{ t *testing.T }
 func (w tWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(b), "\n"))
 	return len(b), nil
-}
-
-// checkOrder checks that the counters got (with QoS 1 duplicates) are in
-// order: each first arrival of a counter comes after the first arrival of
-// every smaller one, and every duplicate is a counter seen before.
-func checkOrder(t *testing.T, sub, topic string, got []int, total int) {
-	t.Helper()
-	seen := map[int]bool{}
-	next, dups := 0, 0
-	for _, n := range got {
-		if seen[n] {
-			dups++
-			continue
-		}
-		if n != next {
-			t.Errorf("%s subscriber, %s: %d arrived first while %d was due (out of order or a gap): %v", sub, topic, n, next, got)
-			return
-		}
-		seen[n] = true
-		next++
-	}
-	if next != total {
-		t.Errorf("%s subscriber, %s: %d distinct, want %d", sub, topic, next, total)
-	}
-	t.Logf("%s subscriber, %s: %d messages, %d duplicates", sub, topic, len(got), dups)
 }
