@@ -1,7 +1,6 @@
 package mqttquic_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"log/slog"
@@ -20,37 +19,23 @@ import (
 	"github.com/quiot/quiot/internal/testutil"
 )
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func startTLSServer(t *testing.T, pki *testutil.PKI, tcpAddr string, log *slog.Logger) *mqttquic.Server {
+// startTLSServer starts a server of o on loopback with the PKI's server
+// certificate, asking for client certificates of its CA; QUICAddr and
+// TLSAddr default to 127.0.0.1:0 and Logger to one that discards.
+func startTLSServer(t *testing.T, pki *testutil.PKI, o mqttquic.Options) *mqttquic.Server {
 	t.Helper()
-	if log == nil {
-		log = testutil.DiscardLogger()
+	if o.QUICAddr == "" {
+		o.QUICAddr = "127.0.0.1:0"
 	}
-	s, err := mqttquic.New(mqttquic.Options{
-		QUICAddr:  "127.0.0.1:0",
-		TLSAddr:   "127.0.0.1:0",
-		TCPAddr:   tcpAddr,
-		TLS:       &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}},
-		ClientCAs: pki.Pool(),
-		Logger:    log,
-	})
+	if o.TLSAddr == "" {
+		o.TLSAddr = "127.0.0.1:0"
+	}
+	if o.Logger == nil {
+		o.Logger = testutil.DiscardLogger()
+	}
+	o.TLS = &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}}
+	o.ClientCAs = pki.Pool()
+	s, err := mqttquic.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +50,7 @@ func startTLSServer(t *testing.T, pki *testutil.PKI, tcpAddr string, log *slog.L
 // subscriber, through the quiot client.
 func TestMQTTSRoundTrip(t *testing.T) {
 	pki := testutil.NewPKI(t)
-	s := startTLSServer(t, pki, "", nil)
+	s := startTLSServer(t, pki, mqttquic.Options{})
 	_, port, _ := net.SplitHostPort(s.TLSAddr())
 	newC := func() client.Client {
 		c, err := client.New(client.Options{Broker: "mqtts://localhost:" + port, RootCAs: pki.Pool(), Logger: testutil.DiscardLogger()})
@@ -115,7 +100,7 @@ func TestMQTTSRoundTrip(t *testing.T) {
 // checks that a client limited to TLS 1.2 gets no connection.)
 func TestMQTTListenersRefuseTLS12(t *testing.T) {
 	pki := testutil.NewPKI(t)
-	s := startTLSServer(t, pki, "", nil)
+	s := startTLSServer(t, pki, mqttquic.Options{})
 	tls12 := &tls.Config{RootCAs: pki.Pool(), ServerName: "localhost", MaxVersion: tls.VersionTLS12}
 	t.Run("tls", func(t *testing.T) {
 		d := &net.Dialer{Timeout: 30 * time.Second}
@@ -159,8 +144,8 @@ func TestPlainTCPWarning(t *testing.T) {
 		warn bool
 	}{{"127.0.0.1:0", false}, {":0", true}} {
 		t.Run(tt.addr, func(t *testing.T) {
-			var buf syncBuffer
-			startTLSServer(t, pki, tt.addr, slog.New(slog.NewTextHandler(&buf, nil)))
+			var buf testutil.SyncBuffer
+			startTLSServer(t, pki, mqttquic.Options{TCPAddr: tt.addr, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 			if got := strings.Contains(buf.String(), "plain MQTT over TCP listens on a non-loopback address"); got != tt.warn {
 				t.Fatalf("warning logged %v, want %v; log:\n%s", got, tt.warn, buf.String())
 			}
@@ -192,21 +177,7 @@ func TestMQTTSClientCertificateIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := testutil.StartBroker(t, pki, &broker.Options{Auth: acl})
-	s, err := mqttquic.New(mqttquic.Options{
-		QUICAddr:  "off",
-		TLSAddr:   "127.0.0.1:0",
-		TLS:       &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}},
-		ClientCAs: pki.Pool(),
-		Broker:    b.Broker,
-		Logger:    testutil.DiscardLogger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := startTLSServer(t, pki, mqttquic.Options{QUICAddr: "off", Broker: b.Broker})
 	_, port := splitPort(t, s.TLSAddr())
 	publish := func(cert *tls.Certificate, topic string) error {
 		c, err := client.New(client.Options{Broker: "mqtts://localhost:" + port, RootCAs: pki.Pool(), Certificate: cert, Logger: testutil.DiscardLogger()})

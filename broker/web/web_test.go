@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -42,27 +41,9 @@ publish = ["bob/#"]
 subscribe = ["bob/#"]
 `
 
-// syncBuffer is a log sink tests read while the broker writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type env struct {
 	*testutil.Broker
-	logs *syncBuffer
+	logs *testutil.SyncBuffer
 	h3   *http.Client
 	tcp  *http.Client
 }
@@ -71,7 +52,7 @@ type env struct {
 // web part with opts, and debug logs captured.
 func start(t *testing.T, acl string, opts web.Options) *env {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	o := &broker.Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Web: &opts}
 	if acl != "" {
 		a, err := auth.Parse([]byte(acl))
@@ -447,7 +428,7 @@ func TestSessionEndsOnACLReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := testutil.StartBroker(t, nil, &broker.Options{Auth: a, Web: &web.Options{}})
-	e := &env{Broker: b, logs: &syncBuffer{}, h3: newH3(t, b)}
+	e := &env{Broker: b, logs: &testutil.SyncBuffer{}, h3: newH3(t, b)}
 	alice := e.session(t, "alice", "alice-pw")
 	bob := e.session(t, "bob", "bob-pw")
 	sub := func(tok, filter string) (int, string) {
