@@ -191,15 +191,7 @@ func TestUncleanRestart(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	st2, err := store.Open(store.Options{Dir: crashed, Logger: testutil.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st2.Close()
-	s, err := st2.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := reopen(t, crashed)
 	if !s.Unclean || s.Epoch != 42 || s.Seq != 5 || len(s.History) != 5 || s.History[4].Payload[0] != 5 {
 		t.Errorf("loaded %+v", s)
 	}
@@ -529,15 +521,7 @@ func TestBatchRecords(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	st2, err := store.Open(store.Options{Dir: dir, Logger: testutil.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st2.Close()
-	s, err := st2.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := reopen(t, dir)
 	if len(s.History) != 10 {
 		t.Fatalf("%d messages loaded, want 10", len(s.History))
 	}
@@ -547,4 +531,20 @@ func TestBatchRecords(t *testing.T) {
 			t.Errorf("message %d loaded as %+v", i, m)
 		}
 	}
+}
+
+// reopen opens the store in dir again (closed at the end of the test) and
+// loads what it holds.
+func reopen(t *testing.T, dir string) *broker.StoredState {
+	t.Helper()
+	st, err := store.Open(store.Options{Dir: dir, Logger: testutil.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	s, err := st.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
