@@ -23,6 +23,38 @@ func init() {
 	})
 }
 
+// dedupFlagHelp explains --dedup and why it is on by default.
+const dedupFlagHelp = "drop QoS 1 redeliveries: a message with the topic, send stamp and payload of one among the last 4096 " +
+	"(a publisher or its spool sending again after a lost acknowledgement, a broker redelivering), or, for an unstamped one, " +
+	"with the topic, payload and broker sequence number of one since the last gap. " +
+	"On by default: QoS 1 is at least once, reconnects and retries repeat messages, and whoever reads the output " +
+	"(and --count) wants each message once; only such exact repeats are dropped. " +
+	"--dedup=false prints every delivery, e.g. to see the redeliveries"
+
+// subDeduper drops the redeliveries `quiot sub --dedup` leaves out. A
+// stamped message is recognised by its stamp, remembered across gaps; an
+// unstamped one by its broker sequence number, forgotten at a gap: a broker
+// that restarted without its history announces a gap and numbers from 1
+// again, and a new message must not be taken for an old one of the same
+// number. Not safe for concurrent use (a subscription's handler runs on one
+// goroutine).
+type subDeduper struct {
+	stamped, bySeq client.Deduper
+}
+
+// duplicate reports whether m repeats a message seen before.
+func (d *subDeduper) duplicate(m *client.Message) bool {
+	switch {
+	case m.Gap:
+		d.bySeq = client.Deduper{}
+		return false
+	case !m.Sent.IsZero():
+		return d.stamped.Duplicate(m)
+	default:
+		return d.bySeq.Duplicate(m)
+	}
+}
+
 // subFormats are the output formats of `quiot sub`.
 var subFormats = []string{"text", "json", "raw", "none"}
 
@@ -121,8 +153,9 @@ func orUnknown(s string) string {
 
 // subStats summarizes what a subscriber received.
 type subStats struct {
-	Count       int               // messages delivered (gaps excluded)
+	Count       int               // messages delivered (gaps and dropped duplicates excluded)
 	Gaps        int               // gap announcements
+	Dups        int               // QoS 1 redeliveries dropped by --dedup
 	Latency     *qmetrics.Latency // of messages carrying the publisher's send time
 	FirstSent   time.Time         // earliest publisher send time seen
 	First, Last time.Time         // first and last delivery
@@ -181,6 +214,9 @@ func (s *subStats) summary(filter string) string {
 	if s.Gaps > 0 {
 		fmt.Fprintf(&b, "; %d gap(s)", s.Gaps)
 	}
+	if s.Dups > 0 {
+		fmt.Fprintf(&b, "; %d duplicate(s) dropped", s.Dups)
+	}
 	return b.String()
 }
 
@@ -194,6 +230,7 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	format := fs.String("format", "text", "output: text, json (one object a line), raw (payload bytes only) or none")
 	quiet := fs.Bool("quiet", false, "print no summary line on stderr")
 	gpioOut := fs.String("gpio-out", "", gpioOutFlagHelp)
+	dedup := fs.Bool("dedup", true, dedupFlagHelp)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -235,9 +272,18 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	})
 	p := &subPrinter{w: bufio.NewWriter(stdout), format: *format}
 	st := newSubStats(meter != nil)
+	var dd *subDeduper
+	if *dedup {
+		dd = &subDeduper{}
+	}
 	var outErr error
 	err = c.Subscribe(ctx, *filter, *since, func(m client.Message) {
 		if outErr != nil {
+			return
+		}
+		if dd != nil && dd.duplicate(&m) {
+			st.Dups++
+			log.Debug("duplicate dropped", "topic", m.Topic, "seq", m.Seq)
 			return
 		}
 		st.add(&m)

@@ -28,6 +28,25 @@ import (
 // empty input; every line it accepted reaches the subscriber, in order,
 // with duplicates only around the kills (recognised by client.Deduper).
 
+// startMQTTQUIC starts an MQTT over QUIC broker on 127.0.0.1:0 with the
+// PKI's server certificate, closed at the end of the test.
+func startMQTTQUIC(t *testing.T, pki *testutil.PKI) *mqttquic.Server {
+	t.Helper()
+	s, err := mqttquic.New(mqttquic.Options{
+		QUICAddr: "127.0.0.1:0",
+		TLS:      &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}},
+		Logger:   testutil.DiscardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // pubFaultBroker starts a broker of proto on loopback and a subscriber
 // straight on it; it returns the broker's UDP address and URL scheme.
 func pubFaultBroker(t *testing.T, proto string, pki *testutil.PKI, topic string, h func(client.Message)) (net.Addr, string) {
@@ -42,18 +61,7 @@ func pubFaultBroker(t *testing.T, proto string, pki *testutil.PKI, topic string,
 		b := testutil.StartBroker(t, pki, nil)
 		addr, scheme, subURL = b.Addr(), "https", b.URL
 	default:
-		s, err := mqttquic.New(mqttquic.Options{
-			QUICAddr: "127.0.0.1:0",
-			TLS:      &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}},
-			Logger:   testutil.DiscardLogger(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
+		s := startMQTTQUIC(t, pki)
 		addr, scheme = s.QUICAddr(), "mqtt-quic"
 		subURL = fmt.Sprintf("mqtt-quic://localhost:%d", s.QUICAddr().(*net.UDPAddr).Port)
 	}
