@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"github.com/quiot/quiot/internal/netimpair"
 	"github.com/quiot/quiot/internal/testutil"
 	"github.com/quiot/quiot/internal/testutil/inorder"
+	"github.com/quiot/quiot/internal/testutil/mqtttest"
 )
 
 // Issue 11's publisher kill -9 fault test: a real `quiot pub --stdin
@@ -27,25 +27,6 @@ import (
 // killed again in the middle of delivering, then started a third time with
 // empty input; every line it accepted reaches the subscriber, in order,
 // with duplicates only around the kills (recognised by client.Deduper).
-
-// startMQTTQUIC starts an MQTT over QUIC broker on 127.0.0.1:0 with the
-// PKI's server certificate, closed at the end of the test.
-func startMQTTQUIC(t *testing.T, pki *testutil.PKI) *mqttquic.Server {
-	t.Helper()
-	s, err := mqttquic.New(mqttquic.Options{
-		QUICAddr: "127.0.0.1:0",
-		TLS:      &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}},
-		Logger:   testutil.DiscardLogger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
 
 // pubFaultBroker starts a broker of proto on loopback and a subscriber
 // straight on it; it returns the broker's UDP address and URL scheme.
@@ -61,9 +42,8 @@ func pubFaultBroker(t *testing.T, proto string, pki *testutil.PKI, topic string,
 		b := testutil.StartBroker(t, pki, nil)
 		addr, scheme, subURL = b.Addr(), "https", b.URL
 	default:
-		s := startMQTTQUIC(t, pki)
-		addr, scheme = s.QUICAddr(), "mqtt-quic"
-		subURL = fmt.Sprintf("mqtt-quic://localhost:%d", s.QUICAddr().(*net.UDPAddr).Port)
+		s := mqtttest.Start(t, pki, mqttquic.Options{})
+		addr, scheme, subURL = s.QUICAddr(), "mqtt-quic", mqtttest.QUICURL(s)
 	}
 	sub, err := client.New(client.Options{Broker: subURL, RootCAs: pki.Pool(), Reconnect: true, MaxBackoff: time.Second, Logger: testutil.DiscardLogger()})
 	if err != nil {

@@ -3,15 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/mqttquic"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/testutil"
+	"github.com/quiot/quiot/internal/testutil/mqtttest"
 )
 
 // TestSubDedup: a QoS 1 duplicate really reaches `quiot sub` through a
@@ -28,8 +29,7 @@ func TestSubDedup(t *testing.T) {
 			if proto == "h3" {
 				url = testutil.StartBroker(t, pki, nil).URL
 			} else {
-				s := startMQTTQUIC(t, pki)
-				url = fmt.Sprintf("mqtt-quic://localhost:%d", s.QUICAddr().(*net.UDPAddr).Port)
+				url = mqtttest.QUICURL(mqtttest.Start(t, pki, mqttquic.Options{}))
 			}
 			ca := filepath.Join(t.TempDir(), "ca.pem")
 			if err := os.WriteFile(ca, pki.CA.CertPEM(), 0o644); err != nil {

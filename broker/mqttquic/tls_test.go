@@ -17,33 +17,19 @@ import (
 	"github.com/quiot/quiot/broker/mqttquic"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/testutil"
+	"github.com/quiot/quiot/internal/testutil/mqtttest"
 )
 
-// startTLSServer starts a server of o on loopback with the PKI's server
-// certificate, asking for client certificates of its CA; QUICAddr and
-// TLSAddr default to 127.0.0.1:0 and Logger to one that discards.
+// startTLSServer starts a server of o (mqtttest.Start's defaults) with an
+// MQTT over TLS listener (TLSAddr default 127.0.0.1:0) asking for client
+// certificates of the PKI's CA.
 func startTLSServer(t *testing.T, pki *testutil.PKI, o mqttquic.Options) *mqttquic.Server {
 	t.Helper()
-	if o.QUICAddr == "" {
-		o.QUICAddr = "127.0.0.1:0"
-	}
 	if o.TLSAddr == "" {
 		o.TLSAddr = "127.0.0.1:0"
 	}
-	if o.Logger == nil {
-		o.Logger = testutil.DiscardLogger()
-	}
-	o.TLS = &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}}
 	o.ClientCAs = pki.Pool()
-	s, err := mqttquic.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return mqtttest.Start(t, pki, o)
 }
 
 // TestMQTTSRoundTrip: mqtts:// (MQTT over TLS 1.3) carries a publish to a
