@@ -69,6 +69,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -109,7 +110,8 @@ type Broker struct {
 
 	// epoch identifies this broker run (see internal/wire, "Epoch"): a
 	// subscriber's resume point from another run is announced as a restart.
-	epoch uint64
+	// A cluster link may set the cluster's epoch (federation.go).
+	epoch atomic.Uint64
 }
 
 // newEpoch returns a random non-zero epoch. It is random rather than taken
@@ -126,13 +128,14 @@ func newEpoch() uint64 {
 
 // Epoch returns the random identifier of this broker run, sent to
 // subscribers in the Quiot-Epoch header (see internal/wire).
-func (b *Broker) Epoch() uint64 { return b.epoch }
+func (b *Broker) Epoch() uint64 { return b.epoch.Load() }
 
 // New makes a broker from opts (nil means all defaults). It loads the
 // certificates but does not listen yet.
 func New(opts *Options) (*Broker, error) {
 	o := opts.ensureDefaults()
-	b := &Broker{opts: o, log: o.Logger, stats: &counters{}, done: make(chan struct{}), closed: make(chan struct{}), epoch: newEpoch()}
+	b := &Broker{opts: o, log: o.Logger, stats: &counters{}, done: make(chan struct{}), closed: make(chan struct{})}
+	b.epoch.Store(newEpoch())
 	b.hub = newHub(o.Limits, b.stats)
 	b.hub.fed = o.Cluster // federation.go
 	b.lim = newLimiters(o.Limits)
@@ -210,7 +213,7 @@ func (b *Broker) openStore() error {
 	if err != nil {
 		return fmt.Errorf("couldn't load broker state: %w", err)
 	}
-	b.epoch = epoch
+	b.epoch.Store(epoch)
 	switch {
 	case st.Fresh:
 		b.log.Info("no saved broker state: new epoch", "epoch", epoch)

@@ -2,7 +2,11 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/quiot/quiot/internal/topic"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // OriginCluster is the Message.Origin of messages that another broker
@@ -80,4 +84,242 @@ func (b *Broker) clusterStatus() string {
 		return s.Status()
 	}
 	return ""
+}
+
+// Sequencer is implemented by a Federation that numbers messages
+// cluster-wide (broker/cluster: the history stream's sequence). While
+// Sequencing reports true, a broker without a Store neither numbers nor
+// applies the messages it accepts: it hands them to Forward, and the link
+// applies every message of the cluster, its own included, in the cluster's
+// order through ApplySequenced. Sequence numbers and the epoch
+// (SetClusterEpoch) are then the cluster's, so a subscriber resumes on any
+// broker after the last message it saw.
+type Sequencer interface {
+	// Sequencing reports whether the link numbers messages. It must not
+	// change while the broker runs.
+	Sequencing() bool
+}
+
+// SeqCommit is a Commit of a sequencing Federation's Forward that knows,
+// once done without error, the message's cluster-wide sequence number.
+type SeqCommit interface {
+	Commit
+	// Seq is the message's sequence number (valid once Done is closed and
+	// Err is nil).
+	Seq() uint64
+}
+
+// sequenced reports whether the cluster numbers and applies messages (a
+// sequencing link, no Store).
+func (h *hub) sequenced() bool {
+	s, ok := h.fed.(Sequencer)
+	return ok && h.persist == nil && s.Sequencing()
+}
+
+// publishSequenced hands an accepted message to the sequencing link; it is
+// applied when the link hands it back numbered. A QoS 1 or 2 publisher's
+// acknowledgement waits for the cluster's sequence number; QoS 0 and
+// messages held while the cluster is unreachable are answered with 0 (not
+// numbered yet). h.mu is held on entry and released here.
+func (h *hub) publishSequenced(ctx context.Context, msg *Message) (uint64, error) {
+	if msg.Origin == OriginCluster {
+		h.mu.Unlock()
+		return 0, errors.New("a message from the cluster must come through ApplySequenced")
+	}
+	c := h.fed.Forward(msg)
+	h.mu.Unlock()
+	h.stats.proto(msg.Origin).in.Add(1)
+	if c == nil || msg.QoS == 0 {
+		return 0, nil
+	}
+	select {
+	case <-c.Done():
+		if err := c.Err(); err != nil {
+			return 0, fmt.Errorf("couldn't hand message to the cluster: %w", err)
+		}
+		if sc, ok := c.(SeqCommit); ok {
+			return sc.Seq(), nil
+		}
+		return 0, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// SetClusterEpoch makes e the epoch sent to subscribers (a sequencing link
+// sets the cluster's: sequence numbers are the cluster's).
+func (b *Broker) SetClusterEpoch(e uint64) {
+	if e != 0 {
+		b.epoch.Store(e)
+	}
+}
+
+// Sequenced reports whether this broker's sequence numbers come from its
+// federation link (Sequencer, and no Store).
+func (b *Broker) Sequenced() bool { return b.hub.sequenced() }
+
+// ErrOutOfOrder: ApplySequenced got a sequence number at or below the last
+// one applied (a duplicate); the message is not applied again.
+var ErrOutOfOrder = errors.New("sequence number already applied")
+
+// ApplySequenced puts a message the cluster numbered seq into the topic
+// space (history, retained message, subscribers, taps), as Publish does for
+// a message of its own; m.Origin is kept (the MQTT bridge does not hand an
+// MQTT message back to MQTT). Messages must come in increasing seq order:
+// numbers skipped since the last one are taken as messages this broker
+// cannot know of (announced as a gap to a subscriber resuming from before
+// them) unless AdvanceSequence passed them. Authorisation is the caller's
+// job.
+func (b *Broker) ApplySequenced(m Message, seq uint64) error {
+	h := b.hub
+	if err := h.validate(&m); err != nil {
+		b.AdvanceSequence(seq)
+		return err
+	}
+	msg := &m
+	msg.Seq = seq
+	h.mu.Lock()
+	if h.closing {
+		h.mu.Unlock()
+		return ErrShuttingDown
+	}
+	if seq <= h.seq {
+		h.mu.Unlock()
+		return ErrOutOfOrder
+	}
+	h.skipTo(seq)
+	if msg.Retain && len(msg.Payload) > 0 {
+		size := h.retainedSize + msgCost(msg)
+		if ts := h.topics[msg.Topic]; ts != nil && ts.retained != nil {
+			size -= msgCost(ts.retained)
+		}
+		if size > h.limits.RetainedBytes {
+			h.mu.Unlock()
+			return fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, h.retainedSize, h.limits.RetainedBytes)
+		}
+	}
+	h.apply(msg)
+	h.mu.Unlock()
+	if msg.Origin == OriginCluster {
+		h.stats.proto(msg.Origin).in.Add(1)
+	}
+	return nil
+}
+
+// AdvanceSequence records that the cluster's messages up to seq were seen
+// (those this broker does not apply: refused by its ACL, gap notes).
+func (b *Broker) AdvanceSequence(seq uint64) {
+	h := b.hub
+	h.mu.Lock()
+	if seq > h.seq {
+		h.skipTo(seq)
+	}
+	h.mu.Unlock()
+}
+
+// skipTo makes seq the last sequence number; numbers skipped (not seen:
+// gone from the cluster's history before this broker read them) are
+// announced to a subscriber resuming from before them. h.mu held.
+func (h *hub) skipTo(seq uint64) {
+	if seq > h.seq+1 {
+		h.forgotten = max(h.forgotten, seq-1)
+	}
+	h.seq = seq
+}
+
+// SetRetained sets topic's retained message from the cluster's retained
+// store when it is newer than the one held (m.Seq, the cluster's sequence
+// number; an empty payload clears it). Subscribers are not sent it: it is
+// for those that subscribe later.
+func (b *Broker) SetRetained(m Message) error {
+	h := b.hub
+	if err := h.validate(&m); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ts := h.topics[m.Topic]
+	if ts != nil && ts.retained != nil && ts.retained.Seq >= m.Seq {
+		return nil
+	}
+	if len(m.Payload) == 0 {
+		if ts != nil && ts.retained != nil {
+			h.retainedSize -= msgCost(ts.retained)
+			h.retainedCount--
+			ts.retained = nil
+			h.maybeForget(m.Topic, ts)
+		}
+		return nil
+	}
+	size := h.retainedSize + msgCost(&m)
+	if ts != nil && ts.retained != nil {
+		size -= msgCost(ts.retained)
+	}
+	if size > h.limits.RetainedBytes {
+		return fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, h.retainedSize, h.limits.RetainedBytes)
+	}
+	if ts == nil {
+		ts = &topicState{}
+		h.topics[m.Topic] = ts
+	}
+	if ts.retained != nil {
+		h.retainedSize -= msgCost(ts.retained)
+		h.retainedCount--
+	}
+	msg := m
+	ts.retained = &msg
+	h.retainedSize += msgCost(&msg)
+	h.retainedCount++
+	return nil
+}
+
+// AnnounceLoss tells the live subscribers whose filter matches one of
+// topics (all of them when topics is empty) that messages on it were lost
+// before any broker numbered them (another broker dropped them while cut
+// off from the cluster): a gap frame with the topic and no sequence numbers.
+// It returns the number of subscriptions told.
+func (b *Broker) AnnounceLoss(topics []string) int {
+	h := b.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	tell := func(s *subscriber) {
+		for _, t := range topics {
+			if topic.Match(s.filter, t) {
+				s.noteLoss(t)
+				n++
+				return
+			}
+		}
+		if len(topics) == 0 {
+			s.noteLoss("")
+			n++
+		}
+	}
+	for _, l := range h.exact {
+		for _, s := range l {
+			tell(s)
+		}
+	}
+	for _, s := range h.wild {
+		tell(s)
+	}
+	return n
+}
+
+// noteLoss queues a gap of unknown messages on topic t ("": several topics).
+func (s *subscriber) noteLoss(t string) {
+	s.mu.Lock()
+	if s.gaps == nil {
+		s.gaps = map[string]*wire.Gap{}
+	}
+	if len(s.gaps) >= 64 {
+		t = ""
+	}
+	if s.gaps[t] == nil {
+		s.gaps[t] = &wire.Gap{Topic: t}
+		s.gapOrder = append(s.gapOrder, t)
+	}
+	s.mu.Unlock()
+	s.signal()
 }

@@ -516,7 +516,8 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 		fail(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	otherRun := epoch != 0 && epoch != b.epoch
+	bepoch := b.Epoch() // one epoch for the whole response (a cluster link may set it)
+	otherRun := epoch != 0 && epoch != bepoch
 	limit := uint64(0) // messages to deliver before ending; 0 = unlimited
 	if cv := r.URL.Query().Get("count"); cv != "" {
 		n, err := strconv.ParseUint(cv, 10, 64)
@@ -569,7 +570,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 		h.Set("Content-Type", wire.ContentType)
 	}
 	h.Set("Cache-Control", "no-cache")
-	h.Set(HeaderEpoch, wire.FormatEpoch(b.epoch))
+	h.Set(HeaderEpoch, wire.FormatEpoch(bepoch))
 	if heartbeat > 0 {
 		h.Set(HeaderHeartbeat, strconv.FormatInt(heartbeat.Milliseconds(), 10))
 	}
@@ -577,7 +578,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	rc := http.NewResponseController(w)
 	encode := func(buf []byte, f *wire.Frame) []byte {
 		if sse {
-			return wire.AppendSSE(buf, f, b.epoch)
+			return wire.AppendSSE(buf, f, bepoch)
 		}
 		return wire.AppendFrame(buf, f)
 	}

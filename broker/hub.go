@@ -154,6 +154,9 @@ func (h *hub) publish(ctx context.Context, m Message) (uint64, error) {
 			return 0, fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, h.retainedSize, h.limits.RetainedBytes)
 		}
 	}
+	if h.sequenced() {
+		return h.publishSequenced(ctx, msg) // federation.go: the cluster numbers it
+	}
 	h.seq++
 	msg.Seq = h.seq
 	if h.persist != nil {
@@ -297,12 +300,13 @@ func (h *hub) start(s *subscriber, since *uint64, otherRun bool) ([]wire.Frame, 
 		}
 	} else {
 		from := *since
-		if otherRun || from > h.seq {
+		if otherRun || from > h.seq && !h.sequenced() { // sequenced: this broker may lag behind the cluster
 			// The broker restarted (sequence numbers are in memory): say so,
 			// then replay all it has.
 			out = append(out, wire.GapFrame(wire.Gap{From: max(from+1, from)})) // no wrap to 0 (unknown)
 			from = 0
 		}
+		s.after = from // live messages up to the resume point were seen
 		if h.forgotten > from {
 			out = append(out, wire.GapFrame(wire.Gap{From: from + 1, To: h.forgotten}))
 		}
@@ -415,8 +419,9 @@ type subscriber struct {
 	q        ring[*Message]
 	gaps     map[string]*wire.Gap // losses to announce, by topic
 	gapOrder []string
-	done     bool // no more messages will be queued
-	cut      bool // ended by the Disconnect policy
+	done     bool   // no more messages will be queued
+	cut      bool   // ended by the Disconnect policy
+	after    uint64 // the resume point: messages up to it are not queued
 	dropped  uint64
 }
 
@@ -434,7 +439,7 @@ func (s *subscriber) signal() {
 // enqueue adds a message without ever blocking the publisher.
 func (s *subscriber) enqueue(m *Message) {
 	s.mu.Lock()
-	if s.done {
+	if s.done || m.Seq <= s.after {
 		s.mu.Unlock()
 		return
 	}

@@ -60,7 +60,7 @@ type WebStats struct {
 func (w webBackend) Stats() any {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return WebStats{Stats: w.b.Stats(), Epoch: wire.FormatEpoch(w.b.epoch), Version: version.Version,
+	return WebStats{Stats: w.b.Stats(), Epoch: wire.FormatEpoch(w.b.Epoch()), Version: version.Version,
 		Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc, SysBytes: ms.Sys}
 }
 

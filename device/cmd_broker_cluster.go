@@ -37,7 +37,8 @@ func (f *clusterFlags) configure(o *broker.Options, _ io.Writer) error {
 		Prefix: f.prefix, Replicas: f.replicas,
 		HoldMessages: f.holdMessages, HoldBytes: f.holdBytes,
 		AckTimeout: f.ackTimeout, ReconnectWait: f.reconnectWait, MaxReconnectWait: f.maxReconnectWait,
-		Logger: o.Logger,
+		LocalNumbering: f.localNumbering,
+		Logger:         o.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

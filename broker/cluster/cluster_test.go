@@ -46,7 +46,9 @@ func threeBrokers(t *testing.T, mod func(i int, bo *broker.Options, co *cluster.
 // broker, which make NATS deliver it twice to that broker), and nothing
 // loops back.
 func TestCrossBrokerDelivery(t *testing.T) {
-	_, n := threeBrokers(t, nil)
+	// Interest and the duplicate check are LocalNumbering's (with
+	// cluster-wide numbers every broker reads the stream: TestResumeOnAnotherBroker).
+	_, n := threeBrokers(t, func(_ int, _ *broker.Options, co *cluster.Options) { co.LocalNumbering = true })
 	// Subscribers: HTTP/3 on b2 with two overlapping filters, MQTT on b3,
 	// HTTP/3 on b1 (local delivery).
 	s2a := n[1].subscribe("room/#", "")
@@ -331,7 +333,8 @@ func TestNATSNodeDiesMidStream(t *testing.T) {
 // broker that reconnects to another broker with its last sequence number
 // is told of the gap (another broker's sequence numbers), never silently.
 func TestBrokerCloseMidStream(t *testing.T) {
-	_, n := threeBrokers(t, nil)
+	// LocalNumbering: each broker's own numbers (cluster-wide ones: TestResumeOnAnotherBroker).
+	_, n := threeBrokers(t, func(_ int, _ *broker.Options, co *cluster.Options) { co.LocalNumbering = true })
 	s2 := n[1].subscribe("k/#", "")
 	s3 := n[2].subscribe("k/#", "")
 	probe(t, n[0], "k/probe", func() bool { return len(s2.frames) > 0 && len(s3.frames) > 0 })
@@ -373,6 +376,7 @@ func TestNATSUnreachable(t *testing.T) {
 	nc := startNATS(t, 1)
 	pki := testutil.NewPKI(t)
 	mod := func(_ *broker.Options, co *cluster.Options) {
+		co.LocalNumbering = true // local delivery goes on (cluster-wide numbers hold it: TestSequencedHoldAndGaps)
 		co.Replicas = 1
 		co.HoldMessages = 5
 		co.ReconnectWait = 20 * time.Millisecond
@@ -553,7 +557,7 @@ func TestAccountConfig(t *testing.T) {
 // SUBSCRIBE counts once).
 func TestInterestFollowsSubscriptions(t *testing.T) {
 	nc := startNATS(t, 1)
-	n := startNode(t, testutil.NewPKI(t), "i", nc.urls(), func(_ *broker.Options, co *cluster.Options) { co.Replicas = 1 })
+	n := startNode(t, testutil.NewPKI(t), "i", nc.urls(), func(_ *broker.Options, co *cluster.Options) { co.Replicas, co.LocalNumbering = 1, true })
 	subjects := func(want int) func() bool {
 		return func() bool { return n.link.Stats().Subjects == want }
 	}

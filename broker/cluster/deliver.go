@@ -56,6 +56,14 @@ func (l *Link) deliver(in incoming) {
 		}
 		return
 	}
+	if l.seqMode {
+		// Only retained messages come here (from the bucket; the stream's
+		// messages go through seq.go): kept for later subscribers.
+		if err := l.b.SetRetained(in.m); err != nil {
+			l.refused.Add(1)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(l.ctx, 30*time.Second)
 	defer cancel()
 	if _, err := l.b.Publish(ctx, in.m); err != nil {
@@ -76,14 +84,14 @@ func (l *Link) deliver(in incoming) {
 // QoS byte, then the payload (empty: the retained message was cleared).
 
 // encodeRetained returns the bucket value of retained message m.
-func encodeRetained(origin string, m *broker.Message) []byte {
+func encodeRetained(origin string, m *broker.Message, seq uint64) []byte {
 	b := make([]byte, 0, 32+len(origin)+len(m.Identity)+len(m.Origin)+len(m.Payload))
 	b = append(b, 1)
 	for _, s := range []string{origin, m.Identity, m.Origin} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	b = binary.AppendUvarint(b, m.Seq)
+	b = binary.AppendUvarint(b, seq)
 	b = binary.AppendVarint(b, m.Time)
 	b = append(b, m.QoS)
 	return append(b, m.Payload...)
@@ -125,7 +133,7 @@ func decodeRetained(topic string, v []byte) (incoming, error) {
 	payload := v[k+1:]
 	in.origin = strs[0]
 	in.key = fmt.Sprintf("%s-%d", strs[0], seq)
-	in.m = broker.Message{Topic: topic, Payload: payload, QoS: qos, Retain: true, Time: tm, Origin: broker.OriginCluster, Identity: strs[1]}
+	in.m = broker.Message{Topic: topic, Payload: payload, QoS: qos, Retain: true, Time: tm, Seq: seq, Origin: broker.OriginCluster, Identity: strs[1]}
 	return in, nil
 }
 
@@ -190,6 +198,7 @@ func (l *Link) Stats() Stats {
 	s.Denied, s.Refused, s.Dropped, s.Resent = l.denied.Load(), l.refused.Load(), l.dropped.Load(), l.resent.Load()
 	s.SlowConsumer, s.RemoteGaps, s.Reconnects = l.slow.Load(), l.remoteGaps.Load(), l.reconn.Load()
 	s.CaughtUp = l.caughtUp.Load()
+	s.Epoch = l.epoch.Load()
 	return s
 }
 

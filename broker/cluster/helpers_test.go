@@ -165,7 +165,10 @@ func startNode(t testing.TB, pki *testutil.PKI, name, urls string, mod func(*bro
 // waitConnected waits until the link has its stream and bucket.
 func (n *node) waitConnected() {
 	n.t.Helper()
-	waitFor(n.t, func() bool { return n.link.Stats().Connected }, "cluster link ready")
+	waitFor(n.t, func() bool {
+		s := n.link.Stats()
+		return s.Connected && (!n.b.Broker.Sequenced() || s.Epoch != 0 && n.b.Broker.Epoch() == s.Epoch)
+	}, "cluster link ready")
 }
 
 // waitFor polls cond (an observable state, not a time) until it holds; the

@@ -29,10 +29,12 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +45,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // Message headers of a forwarded message.
@@ -103,28 +106,36 @@ type Stats struct {
 	CaughtUp uint64
 	// Subjects is the number of NATS subscriptions for local interest.
 	Subjects int
+	// Epoch is the cluster epoch once the link read it from the stream
+	// (cluster-wide numbering; 0 before, or with LocalNumbering).
+	Epoch uint64
 }
 
 // item is one message on its way to the cluster.
 type item struct {
 	m    *broker.Message
+	id   uint64 // this broker run's number for it (the message id)
 	size int64
 	c    *commit
 }
 
 // commit implements broker.Commit.
+// (and broker.SeqCommit).
 type commit struct {
 	once sync.Once
 	done chan struct{}
 	err  error
+	seq  uint64 // the stream sequence number (set before done is closed)
 }
 
 func (c *commit) Done() <-chan struct{} { return c.done }
 func (c *commit) Err() error            { return c.err }
-func (c *commit) finish(err error) {
+func (c *commit) Seq() uint64           { return c.seq }
+func (c *commit) finish(err error)      { c.finishSeq(0, err) }
+func (c *commit) finishSeq(seq uint64, err error) {
 	if c != nil {
 		c.once.Do(func() {
-			c.err = err
+			c.seq, c.err = seq, err
 			close(c.done)
 		})
 	}
@@ -153,6 +164,11 @@ type Link struct {
 	subs      map[string]*nats.Subscription
 	dirty     chan struct{} // cap 1: interest changed
 	lost      gapNote       // dropped while held, not yet announced
+	lostLocal []string      // topics of dropped messages not yet announced to local subscribers (seqMode)
+	nextID    uint64        // the last item id (seqMode: the hub does not number)
+	// seqMode: the link numbers messages with the stream's sequence (set at
+	// Start: not Options.LocalNumbering and the broker has no Store).
+	seqMode   bool
 	gapsSeen  map[string]struct{}
 	marked    bool      // requeueAfterMark ran (sendLoop only)
 	markVal   string    // this run's forwarded mark as the bucket has it
@@ -175,12 +191,19 @@ type Link struct {
 	forwarded, received, dups, denied, refused atomic.Uint64
 	dropped, resent, slow, remoteGaps, reconn  atomic.Uint64
 	caughtUp                                   atomic.Uint64
+	epoch                                      atomic.Uint64 // seq.go
 }
 
-// gapNote is a run of dropped messages (this broker's sequence numbers).
+// gapNote is a run of dropped messages (this broker's message ids) and
+// their topics (at most maxGapTopics; More: there were more).
 type gapNote struct {
 	From, To, Count uint64
+	Topics          []string
+	More            bool
 }
+
+// maxGapTopics bounds the topics a gap note names.
+const maxGapTopics = 64
 
 var _ broker.Federation = (*Link)(nil)
 
@@ -243,14 +266,27 @@ func signal(c chan struct{}) {
 
 // Forward implements broker.Federation: it queues m for the cluster. When
 // the link is up, the returned commit ends with JetStream's
-// acknowledgement; while it is down, nil (the publisher is not held up:
-// local delivery goes on and the message waits in the bounded hold).
+// acknowledgement (and, with cluster-wide numbers, carries the stream
+// sequence number); while it is down, nil (the publisher is not held up:
+// the message waits in the bounded hold; with LocalNumbering local delivery
+// goes on, with cluster-wide numbers it is delivered, here too, once the
+// stream has numbered it). After Close: nil, or with cluster-wide numbers a
+// commit failed with ErrClosed.
 func (l *Link) Forward(m *broker.Message) broker.Commit {
-	it := item{m: m, size: int64(len(m.Topic) + len(m.Payload))}
+	it := item{m: m, id: m.Seq, size: int64(len(m.Topic) + len(m.Payload))}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx.Err() != nil {
+		if l.seqMode { // nobody will number it: the publisher must know
+			c := &commit{done: make(chan struct{})}
+			c.finish(ErrClosed)
+			return c
+		}
 		return nil
+	}
+	if l.seqMode {
+		l.nextID++
+		it.id = l.nextID
 	}
 	if l.ready {
 		it.c = &commit{done: make(chan struct{})}
@@ -261,7 +297,7 @@ func (l *Link) Forward(m *broker.Message) broker.Commit {
 		l.queue = l.queue[1:]
 		l.queueB -= old.size
 		old.c.finish(ErrDropped)
-		l.noteDropped(old.m.Seq)
+		l.noteDropped(old)
 	}
 	l.queue = append(l.queue, it)
 	l.queueB += it.size
@@ -273,13 +309,29 @@ func (l *Link) Forward(m *broker.Message) broker.Commit {
 }
 
 // noteDropped records a message lost at the hold bound. l.mu held.
-func (l *Link) noteDropped(seq uint64) {
+func (l *Link) noteDropped(it item) {
+	seq := it.id
 	n := l.dropped.Add(1)
 	if l.lost.Count == 0 {
 		l.lost.From = seq
 	}
 	l.lost.To = seq
 	l.lost.Count++
+	if !slices.Contains(l.lost.Topics, it.m.Topic) {
+		if len(l.lost.Topics) < maxGapTopics {
+			l.lost.Topics = append(l.lost.Topics, it.m.Topic)
+		} else {
+			l.lost.More = true
+		}
+	}
+	if l.seqMode {
+		// Never numbered, so never delivered here either: the local
+		// subscribers are told by the send loop (the hub's lock is held now).
+		if len(l.lostLocal) <= maxGapTopics && !slices.Contains(l.lostLocal, it.m.Topic) {
+			l.lostLocal = append(l.lostLocal, it.m.Topic)
+		}
+		signal(l.wake)
+	}
 	if n&(n-1) == 0 {
 		l.log.Warn("cluster hold full: dropping messages for other brokers (a gap is announced when the link is back)", "dropped", n, "hold_messages", l.o.HoldMessages, "hold_bytes", l.o.HoldBytes)
 	}
@@ -330,12 +382,21 @@ func (l *Link) Start(b *broker.Broker) error {
 		return fmt.Errorf("couldn't open jetstream: %w", err)
 	}
 	l.js = js
+	l.seqMode = b.Sequenced()
 	l.wg.Add(3)
 	go l.sendLoop()
 	go l.interestLoop()
 	go l.receiveLoop()
+	if l.seqMode {
+		l.wg.Add(1)
+		go l.seqLoop() // seq.go
+	}
 	return nil
 }
+
+// Sequencing implements broker.Sequencer: the cluster numbers messages
+// unless Options.LocalNumbering.
+func (l *Link) Sequencing() bool { return !l.o.LocalNumbering }
 
 // natsOptions turns Options into the NATS client's.
 func (l *Link) natsOptions() ([]nats.Option, error) {
@@ -418,6 +479,7 @@ func (l *Link) setup(ctx context.Context) error {
 	defer cancel()
 	cfg := jetstream.StreamConfig{
 		Name:       l.stream,
+		Metadata:   map[string]string{epochKey: wire.FormatEpoch(randomEpoch())}, // seq.go
 		Subjects:   []string{l.subjM + ">", l.o.Prefix + ".gap"},
 		Storage:    jetstream.FileStorage,
 		Replicas:   l.o.Replicas,
@@ -483,7 +545,15 @@ func (l *Link) sendLoop() {
 	for l.ctx.Err() == nil {
 		l.mu.Lock()
 		ready := l.ready
+		lostLocal := l.lostLocal
+		l.lostLocal = nil
 		l.mu.Unlock()
+		if len(lostLocal) > 0 {
+			if len(lostLocal) > maxGapTopics {
+				lostLocal = nil // several topics: every subscriber
+			}
+			l.b.AnnounceLoss(lostLocal)
+		}
 		if !ready {
 			if !l.nc.IsConnected() {
 				if !wait(time.Second) {
@@ -509,8 +579,10 @@ func (l *Link) sendLoop() {
 			l.mu.Unlock()
 			if !down.IsZero() {
 				l.log.Info("cluster link up again", "down_for", time.Since(down).Round(time.Millisecond))
-				l.wg.Add(1)
-				go l.catchUp(down) // catchup.go
+				if !l.seqMode { // the stream consumer resumes by itself (seq.go)
+					l.wg.Add(1)
+					go l.catchUp(down) // catchup.go
+				}
 			}
 			l.log.Info("cluster link ready", "stream", l.stream, "bucket", l.bucket, "replicas", l.o.Replicas, "id", l.ID())
 			if lost.Count > 0 {
@@ -548,9 +620,9 @@ func (l *Link) sendLoop() {
 			l.queue = nil
 		}
 		l.mu.Unlock()
-		if sent > 0 && (time.Since(l.markAt) >= markEvery || sent == n && l.heldCount() == 0) {
+		if sent > 0 && !l.seqMode && (time.Since(l.markAt) >= markEvery || sent == n && l.heldCount() == 0) {
 			l.markAt = time.Now()
-			l.putMark(batch[sent-1].m.Seq)
+			l.putMark(batch[sent-1].id)
 		}
 		if sent < n {
 			l.resent.Add(uint64(n - sent))
@@ -576,7 +648,7 @@ func (l *Link) heldCount() int {
 func (l *Link) sendBatch(batch []item) int {
 	futs := make([]jetstream.PubAckFuture, 0, len(batch))
 	for _, it := range batch {
-		f, err := l.js.PublishMsgAsync(l.msgOf(it.m), jetstream.WithMsgID(l.ID()+"-"+strconv.FormatUint(it.m.Seq, 10)), jetstream.WithExpectStream(l.stream))
+		f, err := l.js.PublishMsgAsync(l.msgOf(it), jetstream.WithMsgID(l.ID()+"-"+strconv.FormatUint(it.id, 10)), jetstream.WithExpectStream(l.stream))
 		if err != nil {
 			break
 		}
@@ -586,8 +658,9 @@ func (l *Link) sendBatch(batch []item) int {
 	defer timer.Stop()
 	sent := 0
 	for i, f := range futs {
+		var ack *jetstream.PubAck
 		select {
-		case <-f.Ok():
+		case ack = <-f.Ok():
 		case err := <-f.Err():
 			l.log.Debug("cluster publish failed", "err", err)
 			return sent
@@ -598,10 +671,14 @@ func (l *Link) sendBatch(batch []item) int {
 			return sent
 		}
 		it := batch[i]
-		if it.m.Retain {
-			l.putRetained(it.m)
+		seq := it.m.Seq // LocalNumbering: the broker's own
+		if l.seqMode {
+			seq = ack.Sequence
 		}
-		it.c.finish(nil)
+		if it.m.Retain {
+			l.putRetained(it.m, seq)
+		}
+		it.c.finishSeq(seq, nil)
 		l.forwarded.Add(1)
 		sent++
 	}
@@ -609,10 +686,11 @@ func (l *Link) sendBatch(batch []item) int {
 }
 
 // msgOf is the NATS message of a forwarded broker message.
-func (l *Link) msgOf(m *broker.Message) *nats.Msg {
+func (l *Link) msgOf(it item) *nats.Msg {
+	m := it.m
 	h := nats.Header{}
 	h.Set(hdrOrigin, l.ID())
-	h.Set(hdrSeq, strconv.FormatUint(m.Seq, 10))
+	h.Set(hdrSeq, strconv.FormatUint(it.id, 10))
 	if m.Identity != "" {
 		h.Set(hdrIdentity, m.Identity)
 	}
@@ -631,14 +709,15 @@ func (l *Link) msgOf(m *broker.Message) *nats.Msg {
 	return &nats.Msg{Subject: l.subjM + EncodeTopic(m.Topic), Header: h, Data: m.Payload}
 }
 
-// putRetained stores a retained message (or its clearing) in the bucket.
-func (l *Link) putRetained(m *broker.Message) {
+// putRetained stores a retained message (or its clearing) in the bucket,
+// with its sequence number seq.
+func (l *Link) putRetained(m *broker.Message, seq uint64) {
 	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
 	defer cancel()
 	if l.kv == nil {
 		return
 	}
-	if _, err := l.kv.Put(ctx, EncodeTopic(m.Topic), encodeRetained(l.ID(), m)); err != nil {
+	if _, err := l.kv.Put(ctx, EncodeTopic(m.Topic), encodeRetained(l.ID(), m, seq)); err != nil {
 		l.log.Warn("cluster link: couldn't store retained message", "topic", m.Topic, "err", err)
 	}
 }
@@ -647,19 +726,35 @@ func (l *Link) putRetained(m *broker.Message) {
 // on their way to the cluster. The note goes into the history stream, so a
 // broker that reconnects later reads it in its catch-up.
 func (l *Link) announceGap(g gapNote) {
-	body := fmt.Sprintf(`{"origin":%q,"from":%d,"to":%d,"count":%d}`, l.ID(), g.From, g.To, g.Count)
+	body, _ := json.Marshal(gapBody{Origin: l.ID(), From: g.From, To: g.To, Count: g.Count, Topics: g.Topics, More: g.More})
 	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
 	defer cancel()
-	if _, err := l.js.Publish(ctx, l.o.Prefix+".gap", []byte(body)); err != nil {
-		l.log.Warn("cluster link: couldn't announce gap", "err", err, "gap", body)
+	if _, err := l.js.Publish(ctx, l.o.Prefix+".gap", body); err != nil {
+		l.log.Warn("cluster link: couldn't announce gap", "err", err, "gap", string(body))
 		return
 	}
 	l.log.Warn("cluster link: messages for other brokers were dropped while the link was down (gap announced)", "from_seq", g.From, "to_seq", g.To, "count", g.Count)
 }
 
+// gapBody is a gap note on PREFIX.gap: messages From..To (the origin's
+// message ids), Count of them, on Topics (More: and others) never reached
+// the cluster.
+type gapBody struct {
+	Origin string   `json:"origin"`
+	From   uint64   `json:"from"`
+	To     uint64   `json:"to"`
+	Count  uint64   `json:"count"`
+	Topics []string `json:"topics,omitempty"`
+	More   bool     `json:"more,omitempty"`
+}
+
 // remoteGap notes a gap another broker announced (once, whether it came
-// live or in a catch-up).
+// live, in a catch-up or through the stream) and tells the local
+// subscribers of its topics (all of them when it does not name them all).
 func (l *Link) remoteGap(body []byte) {
+	if len(body) > 64<<10 {
+		body = body[:64<<10] // a bound on what is remembered; it no longer parses
+	}
 	l.mu.Lock()
 	_, seen := l.gapsSeen[string(body)]
 	if !seen {
@@ -672,8 +767,16 @@ func (l *Link) remoteGap(body []byte) {
 	if seen {
 		return
 	}
+	var g gapBody
+	if err := json.Unmarshal(body, &g); err != nil || g.More {
+		g.Topics = nil
+	}
+	if g.Origin == l.ID() {
+		return // our own note (through the stream): our subscribers were told
+	}
 	l.remoteGaps.Add(1)
-	l.log.Warn("cluster: another broker lost messages on their way to the cluster", "gap", string(body))
+	told := l.b.AnnounceLoss(g.Topics)
+	l.log.Warn("cluster: another broker lost messages on their way to the cluster", "gap", string(body), "subscriptions_told", told)
 }
 
 // interestLoop keeps the NATS subscriptions equal to the local interest.
@@ -698,8 +801,12 @@ func (l *Link) interestLoop() {
 	}
 }
 
-// syncInterest subscribes and unsubscribes NATS subjects.
+// syncInterest subscribes and unsubscribes NATS subjects (with cluster-wide
+// numbers every message comes from the stream instead, seq.go).
 func (l *Link) syncInterest() {
+	if l.seqMode {
+		return
+	}
 	l.mu.Lock()
 	want := map[string]bool{}
 	for f := range l.interest {

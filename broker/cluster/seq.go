@@ -1,0 +1,196 @@
+package cluster
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/wire"
+)
+
+// Cluster-wide sequence numbers (the default; Options.LocalNumbering turns
+// them off). The history stream orders every message of the cluster: its
+// stream sequence number is the message's sequence number on every broker,
+// and the stream's identity is the cluster's epoch. Each link reads the
+// whole stream in order through one ordered consumer, its own messages
+// included, and applies them to its broker (broker.ApplySequenced): the
+// broker applies nothing it accepts before the stream has numbered it. So
+// every broker delivers the cluster's messages in the same order under the
+// same numbers, and a subscriber that saw up to N on one broker resumes
+// after N on any other: that broker's history holds what came after N (or
+// it says what it no longer holds, as a gap), and live messages up to N are
+// not sent again.
+
+// epochKey is the stream metadata key that holds the cluster epoch (16 hex
+// digits), chosen by the broker that created the stream.
+const epochKey = "quiot_epoch"
+
+// randomEpoch returns a random non-zero epoch.
+func randomEpoch() uint64 {
+	for {
+		var b [8]byte
+		_, _ = crand.Read(b[:])
+		if e := binary.BigEndian.Uint64(b[:]); e != 0 {
+			return e
+		}
+	}
+}
+
+// streamEpoch is the cluster epoch of a stream: its quiot_epoch metadata,
+// or for a stream made without it (by an administrator) a hash of its name
+// and creation time. A stream deleted and made again has another epoch,
+// so resume points of the old one are announced as a restart.
+func streamEpoch(info *jetstream.StreamInfo) uint64 {
+	if e, err := wire.ParseEpoch(info.Config.Metadata[epochKey]); err == nil {
+		return e
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(info.Config.Name))
+	_ = binary.Write(h, binary.BigEndian, info.Created.UnixNano())
+	if e := h.Sum64(); e != 0 {
+		return e
+	}
+	return 1
+}
+
+// seqLoop reads the history stream in order and applies each message to the
+// broker under its stream sequence number. It (re)starts after the last
+// number applied whenever the consumer fails.
+func (l *Link) seqLoop() {
+	defer l.wg.Done()
+	backoff := l.o.ReconnectWait
+	var epoch uint64
+	for l.ctx.Err() == nil {
+		l.mu.Lock()
+		ready := l.ready
+		l.mu.Unlock()
+		if ready {
+			e, err := l.consume(epoch)
+			epoch = e
+			if err == nil {
+				backoff = l.o.ReconnectWait
+				continue
+			}
+			if l.ctx.Err() != nil {
+				return
+			}
+			l.log.Warn("cluster link: reading the history stream failed, retrying", "err", err, "in", backoff)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-l.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if ready {
+			backoff = min(backoff*2, l.o.MaxReconnectWait)
+		}
+	}
+}
+
+// errEpochChanged: the stream was made again under another epoch.
+var errEpochChanged = errors.New("history stream was deleted and made again (new epoch): restart the broker to take its numbers")
+
+// consume runs one ordered consumer from the broker's last sequence number
+// until it fails. epoch is the cluster epoch known so far (0: none); it
+// returns the one it found.
+func (l *Link) consume(epoch uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
+	str, err := l.js.Stream(ctx, l.stream)
+	cancel()
+	if err != nil {
+		return epoch, err
+	}
+	e := streamEpoch(str.CachedInfo())
+	if epoch == 0 {
+		l.b.SetClusterEpoch(e)
+		l.log.Info("cluster-wide sequence numbers", "epoch", wire.FormatEpoch(e), "stream", l.stream)
+	} else if e != epoch {
+		l.log.Error("cluster link: "+errEpochChanged.Error(), "was", wire.FormatEpoch(epoch), "now", wire.FormatEpoch(e))
+		return epoch, errEpochChanged
+	}
+	epoch = e
+	l.epoch.Store(e)
+	start := l.b.Stats().LastSeq + 1
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if start > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+	}
+	ctx, cancel = context.WithTimeout(l.ctx, l.o.AckTimeout)
+	cons, err := str.OrderedConsumer(ctx, cfg)
+	cancel()
+	if err != nil {
+		return epoch, err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return epoch, err
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(l.ctx, it.Stop)
+	defer stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return epoch, err
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return epoch, err
+		}
+		l.applyStream(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}, md.Sequence.Stream)
+	}
+}
+
+// applyStream applies one message of the stream numbered seq.
+func (l *Link) applyStream(nm *nats.Msg, seq uint64) {
+	if nm.Subject == l.o.Prefix+".gap" {
+		l.b.AdvanceSequence(seq)
+		l.remoteGap(nm.Data)
+		return
+	}
+	in, err := l.parseMsg(nm)
+	if err != nil {
+		l.b.AdvanceSequence(seq)
+		l.refused.Add(1)
+		l.log.Debug("cluster link: bad message in the stream", "subject", nm.Subject, "seq", seq, "err", err)
+		return
+	}
+	own := in.origin == l.ID()
+	if own {
+		in.m.Origin = nm.Header.Get(hdrProto) // as accepted here: the MQTT bridge does not hand MQTT's own back
+		if in.m.Origin == broker.OriginCluster || strings.TrimSpace(in.m.Origin) == "" {
+			in.m.Origin = broker.ProtoH3
+		}
+	} else if a := l.b.Auth(); a != nil && !a.Allow(in.m.Identity, auth.Publish, in.m.Topic) {
+		l.b.AdvanceSequence(seq)
+		n := l.denied.Add(1)
+		if n&(n-1) == 0 {
+			l.log.Warn("cluster: message refused by the local ACL", "identity", in.m.Identity, "topic", in.m.Topic, "origin", in.origin, "denied", n)
+		}
+		return
+	}
+	if err := l.b.ApplySequenced(in.m, seq); err != nil {
+		if errors.Is(err, broker.ErrOutOfOrder) || errors.Is(err, broker.ErrShuttingDown) {
+			return
+		}
+		n := l.refused.Add(1)
+		if n&(n-1) == 0 {
+			l.log.Warn("cluster: broker refused a message of the cluster", "topic", in.m.Topic, "err", err, "refused", n)
+		}
+		return
+	}
+	if !own {
+		l.received.Add(1)
+	}
+}

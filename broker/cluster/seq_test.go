@@ -1,0 +1,255 @@
+package cluster_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/cluster"
+	"github.com/quiot/quiot/internal/testutil"
+	"github.com/quiot/quiot/internal/wire"
+)
+
+// TestResumeOnAnotherBroker: with cluster-wide sequence numbers (the
+// default) every broker tells subscribers the same epoch; a subscriber reads
+// messages published on b1 (HTTP/3) and b3 (MQTT) from b1, disconnects,
+// more are published on b2 and b3, and it resumes on b2 with its last
+// sequence number and b1's epoch: it gets every later message once, in
+// order, with no gap announcement. An MQTT subscriber on b2 gets them too.
+func TestResumeOnAnotherBroker(t *testing.T) {
+	_, n := threeBrokers(t, nil)
+	e := n[0].b.Broker.Epoch()
+	for i, x := range n {
+		if got := x.b.Broker.Epoch(); got != e || got != x.link.Stats().Epoch {
+			t.Fatalf("b%d epoch %x, b1 %x, link %x: want one cluster epoch", i+1, got, e, x.link.Stats().Epoch)
+		}
+	}
+	m3 := n[2].mqttConnect("m3pub")
+	m2 := n[1].mqttConnect("m2sub")
+	m2.subscribe("r/#")
+	s1 := n[0].subscribe("r/#", "")
+	if s1.epoch != e {
+		t.Fatalf("subscribe response epoch %x, want the cluster's %x", s1.epoch, e)
+	}
+	const first, later = 20, 20
+	for i := range first {
+		if i%2 == 0 {
+			if seq := n[0].publish("r/a", fmt.Sprintf("m%d", i), "qos=1"); seq == 0 {
+				t.Fatalf("QoS 1 publish answered without the cluster's sequence number")
+			}
+		} else {
+			m3.publish("r/b", fmt.Sprintf("m%d", i), false)
+		}
+	}
+	seen := map[string]bool{}
+	var last uint64
+	for len(seen) < first {
+		f := s1.next()
+		if f.IsGap() {
+			t.Fatalf("gap on b1: %+v", f)
+		}
+		if f.Seq <= last || seen[string(f.Payload)] {
+			t.Fatalf("b1 delivered %q seq %d after seq %d (seen: %v)", f.Payload, f.Seq, last, seen[string(f.Payload)])
+		}
+		last = f.Seq
+		seen[string(f.Payload)] = true
+	}
+	s1.cancel()
+	for i := first; i < first+later; i++ {
+		if i%2 == 0 {
+			n[1].publish("r/a", fmt.Sprintf("m%d", i), "qos=1")
+		} else {
+			m3.publish("r/b", fmt.Sprintf("m%d", i), false)
+		}
+	}
+	r := n[1].subscribe("r/#", fmt.Sprintf("since=%d&epoch=%s", last, wire.FormatEpoch(s1.epoch)))
+	if r.epoch != e {
+		t.Fatalf("b2 epoch %x, want %x", r.epoch, e)
+	}
+	got := map[string]bool{}
+	prev := last
+	lastA, lastB := -1, -1
+	for len(got) < later {
+		f := r.next()
+		if f.IsGap() {
+			g, _ := f.Gap()
+			t.Fatalf("resume on b2 after seq %d announced a gap %+v", last, g)
+		}
+		p := string(f.Payload)
+		if f.Seq <= prev || got[p] || seen[p] {
+			t.Fatalf("resume on b2: %q seq %d after seq %d (again: %v)", p, f.Seq, prev, got[p] || seen[p])
+		}
+		var i int
+		if _, err := fmt.Sscanf(p, "m%d", &i); err != nil || i < first {
+			t.Fatalf("resume on b2: unexpected %q", p)
+		}
+		// Each publisher's messages in its order.
+		if f.Topic == "r/a" && i < lastA || f.Topic == "r/b" && i < lastB {
+			t.Fatalf("resume on b2: %q out of its publisher's order", p)
+		}
+		if f.Topic == "r/a" {
+			lastA = i
+		} else {
+			lastB = i
+		}
+		prev = f.Seq
+		got[p] = true
+	}
+	// The MQTT subscriber on b2 got all 40, once.
+	mg := map[string]bool{}
+	for len(mg) < first+later {
+		p := m2.next()
+		if mg[string(p.Payload)] {
+			t.Fatalf("MQTT on b2: %q twice", p.Payload)
+		}
+		mg[string(p.Payload)] = true
+	}
+	// The same resume point on b3 gives the same messages under the same numbers.
+	r3 := n[2].subscribe("r/#", fmt.Sprintf("since=%d&epoch=%s", last, wire.FormatEpoch(e)))
+	for range later {
+		f := r3.next()
+		if f.IsGap() || !got[string(f.Payload)] {
+			t.Fatalf("resume on b3: %+v", f)
+		}
+	}
+}
+
+// TestSequencedHoldAndGaps: with cluster-wide numbers, messages a broker
+// accepts while NATS is unreachable wait (bounded) for their number; those
+// dropped at the bound are announced as a gap on their topic to the
+// subscribers of that broker at once and, once NATS is back, to those of
+// the other brokers: never silently lost. The held ones arrive everywhere
+// in order, once.
+func TestSequencedHoldAndGaps(t *testing.T) {
+	nc := startNATS(t, 1)
+	pki := testutil.NewPKI(t)
+	mod := func(_ *broker.Options, co *cluster.Options) {
+		co.Replicas = 1
+		co.HoldMessages = 5
+		co.ReconnectWait = 20 * time.Millisecond
+		co.MaxReconnectWait = 100 * time.Millisecond
+	}
+	a := startNode(t, pki, "a", nc.urls(), mod)
+	b := startNode(t, pki, "b", nc.urls(), mod)
+	sa := a.subscribe("u/#", "")
+	sb := b.subscribe("u/#", "")
+	a.publish("u/probe", "probe", "qos=1")
+	for _, s := range []*h3sub{sa, sb} {
+		if p := string(s.nextMessage().Payload); p != "probe" {
+			t.Fatalf("before the cut: %q", p)
+		}
+	}
+
+	nc.nodes[0].Shutdown()
+	nc.nodes[0].WaitForShutdown()
+	waitFor(t, func() bool { return !a.link.Stats().Connected }, "link down")
+	for i := range 8 {
+		if seq := a.publish("u/x", fmt.Sprintf("m%d", i), "qos=1"); seq != 0 {
+			t.Fatalf("a message held for its number was answered with seq %d", seq)
+		}
+	}
+	// The 3 dropped at the hold bound: announced to a's subscriber now.
+	f := sa.next()
+	if g, err := f.Gap(); err != nil || g.Topic != "u/x" || g.From != 0 || g.To != 0 {
+		t.Fatalf("a's subscriber while NATS is down: %+v, want a gap on u/x without numbers", f)
+	}
+	if st := a.link.Stats(); st.Held != 5 || st.Dropped != 3 {
+		t.Fatalf("held %d dropped %d, want 5 and 3", st.Held, st.Dropped)
+	}
+
+	nc.restart(0)
+	// b: the gap note from a (through the stream), then m3..m7 in order.
+	f = sb.next()
+	if g, err := f.Gap(); err != nil || g.Topic != "u/x" {
+		t.Fatalf("b's subscriber after NATS is back: %+v, want a's gap on u/x", f)
+	}
+	for _, s := range []*h3sub{sa, sb} {
+		var prev uint64
+		for i := 3; i < 8; i++ {
+			f := s.next()
+			for g, err := f.Gap(); err == nil && g.Topic == "u/x" && g.From == 0 && g.To == 0; g, err = f.Gap() {
+				f = s.next() // each drop may be announced on its own
+			}
+			if f.IsGap() || string(f.Payload) != fmt.Sprintf("m%d", i) || f.Seq <= prev {
+				t.Fatalf("after NATS is back: %+v (payload %q), want m%d after seq %d", f, f.Payload, i, prev)
+			}
+			prev = f.Seq
+		}
+	}
+	if st := b.link.Stats(); st.RemoteGaps != 1 {
+		t.Fatalf("b counted %d remote gaps, want 1", st.RemoteGaps)
+	}
+	if h := a.healthz(); !strings.Contains(h, "cluster: connected") {
+		t.Fatalf("healthz: %q", h)
+	}
+}
+
+// TestNKeyCredentials: a broker authenticates to NATS with an nkey seed
+// file (--cluster-nkey); a wrong seed is refused by the server and the
+// link stays down (local service goes on) instead of failing the broker.
+func TestNKeyCredentials(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	other, _ := nkeys.CreateUser()
+	otherSeed, _ := other.Seed()
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.nk"), filepath.Join(dir, "bad.nk")
+	if err := os.WriteFile(good, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, otherSeed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true,
+		JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30, StoreDir: t.TempDir(),
+		Nkeys: []*server.NkeyUser{{Nkey: pub}}}
+	s, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(timeout) {
+		t.Fatal("nats not ready")
+	}
+	pki := testutil.NewPKI(t)
+	a := startNode(t, pki, "nk1", s.ClientURL(), func(_ *broker.Options, co *cluster.Options) { co.Replicas, co.NKeySeedFile = 1, good })
+	b := startNode(t, pki, "nk2", s.ClientURL(), func(_ *broker.Options, co *cluster.Options) { co.Replicas, co.NKeySeedFile = 1, good })
+	sb := b.subscribe("n/#", "")
+	a.publish("n/1", "hello", "qos=1")
+	if p := string(sb.nextMessage().Payload); p != "hello" {
+		t.Fatalf("got %q", p)
+	}
+
+	// A seed the server does not know: refused, the broker serves alone.
+	l, err := cluster.New(cluster.Options{URLs: s.ClientURL(), Name: "nk3", Replicas: 1, NKeySeedFile: bad, Logger: testutil.DiscardLogger(),
+		ReconnectWait: 20 * time.Millisecond, MaxReconnectWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testutil.StartBroker(t, pki, &broker.Options{Cluster: l})
+	if err := l.Start(c.Broker); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	waitFor(t, func() bool { return s.NumClients() == 2 && l.Stats().Reconnects == 0 && !l.Stats().Connected }, "the wrong nkey refused")
+	if _, err := cluster.New(cluster.Options{URLs: s.ClientURL(), NKeySeedFile: filepath.Join(dir, "missing.nk")}); err == nil {
+		l2, _ := cluster.New(cluster.Options{URLs: s.ClientURL(), Replicas: 1, NKeySeedFile: filepath.Join(dir, "missing.nk"), Logger: testutil.DiscardLogger()})
+		c2 := testutil.StartBroker(t, pki, &broker.Options{Cluster: l2})
+		if err := l2.Start(c2.Broker); err == nil {
+			_ = l2.Close()
+			t.Fatal("a missing nkey seed file was accepted")
+		}
+	}
+}
