@@ -3,14 +3,19 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quiot/quiot/broker/mqttquic"
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/device/spool"
+	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/testutil"
 	"github.com/quiot/quiot/internal/testutil/mqtttest"
 )
@@ -122,6 +127,173 @@ func TestSubDeduper(t *testing.T) {
 					t.Errorf("message %d (%+v): duplicate %v, want %v", i, tt.msgs[i], got, tt.want[i])
 				}
 			}
+		})
+	}
+}
+
+// ackCut is a UDP relay between QUIC clients and a server that can cut
+// the way back: while cut, it drops every datagram from the server
+// (acknowledgements included) and still forwards the clients' ones. It
+// ends the cut by itself when a client dials a new connection (a QUIC v1
+// Initial packet), so that the client's next connection works.
+type ackCut struct {
+	ln, up  *net.UDPConn
+	client  atomic.Pointer[net.UDPAddr]
+	cut     atomic.Bool
+	dropped atomic.Int64
+	healed  chan struct{} // closed when a new connection ended a cut
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+func newAckCut(t *testing.T, server net.Addr) *ackCut {
+	t.Helper()
+	ln, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := net.DialUDP("udp", nil, server.(*net.UDPAddr))
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	r := &ackCut{ln: ln, up: up, healed: make(chan struct{})}
+	r.wg.Go(r.upLoop)
+	r.wg.Go(r.downLoop)
+	t.Cleanup(func() { ln.Close(); up.Close(); r.wg.Wait() })
+	return r
+}
+
+func (r *ackCut) port() int { return r.ln.LocalAddr().(*net.UDPAddr).Port }
+
+func (r *ackCut) upLoop() {
+	b := make([]byte, 64<<10)
+	for {
+		n, from, err := r.ln.ReadFromUDP(b)
+		if err != nil {
+			return
+		}
+		r.client.Store(from)
+		// A QUIC v1 Initial: long header, fixed bit, type 0, version 1.
+		if n >= 5 && b[0]&0xf0 == 0xc0 && b[1] == 0 && b[2] == 0 && b[3] == 0 && b[4] == 1 && r.cut.CompareAndSwap(true, false) {
+			r.once.Do(func() { close(r.healed) })
+		}
+		_, _ = r.up.Write(b[:n])
+	}
+}
+
+func (r *ackCut) downLoop() {
+	b := make([]byte, 64<<10)
+	for {
+		n, err := r.up.Read(b)
+		if err != nil {
+			return
+		}
+		if to := r.client.Load(); to != nil && !r.cut.Load() {
+			_, _ = r.ln.WriteToUDP(b[:n], to)
+		} else {
+			r.dropped.Add(1)
+		}
+	}
+}
+
+// TestSubDedupLostAck: the duplicate comes from the network. A spooled MQTT
+// over QUIC publisher's message reaches the broker and the subscriber, but
+// nothing the broker sends back reaches the publisher, so it never sees
+// the PUBACK; once its connection has timed out it connects again and sends
+// the message again (the MQTT session's resend or the spool's retry, with
+// the first send's stamp), and the broker delivers it a second time. By
+// default `quiot sub` prints it once; with --dedup=false twice.
+func TestSubDedupLostAck(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		flags   []string
+		want    string
+		dropped bool // the summary says a duplicate was dropped
+	}{
+		{"default", nil, "0\n1\n2\n", true},
+		{"off", []string{"--dedup=false"}, "0\n0\n1\n2\n", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			pki := testutil.NewPKI(t)
+			s := mqtttest.Start(t, pki, mqttquic.Options{})
+			ca := filepath.Join(t.TempDir(), "ca.pem")
+			if err := os.WriteFile(ca, pki.CA.CertPEM(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut := newSyncBuffer("0\n"), newSyncBuffer("msg=subscribed")
+			done := make(chan error, 1)
+			args := append([]string{"--config", "", "--broker", mqtttest.QUICURL(s), "--ca", ca, "--topic", "dup/#", "--format", "raw",
+				"--count", fmt.Sprint(strings.Count(tt.want, "\n"))}, tt.flags...)
+			go func() { done <- runSub(ctx, args, out, errOut) }()
+			select {
+			case <-errOut.seen:
+			case err := <-done:
+				t.Fatalf("sub ended before subscribing: %v\n%s", err, errOut)
+			case <-ctx.Done():
+				t.Fatalf("sub not subscribed within 90 s:\n%s", errOut)
+			}
+
+			relay := newAckCut(t, s.QUICAddr())
+			prof := quictune.Default()
+			prof.MaxIdleTimeout = quictune.Duration(time.Second)             // a connection without answers ends soon,
+			prof.KeepAlivePeriod = quictune.Duration(250 * time.Millisecond) // an idle one with answers does not
+			pub, err := client.NewSpooled(client.Options{
+				Broker: fmt.Sprintf("mqtt-quic://localhost:%d", relay.port()), RootCAs: pki.Pool(), Profile: prof,
+				Reconnect: true, MaxBackoff: 200 * time.Millisecond, Logger: testutil.DiscardLogger(),
+			}, spool.Options{Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = pub.Close() })
+			publish := func(topic, payload string) {
+				t.Helper()
+				if _, err := pub.Publish(ctx, topic, []byte(payload), client.PublishOptions{QoS: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Connected, outside the subscriber's filter.
+			publish("warm/up", "x")
+			if err := pub.Drain(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			relay.cut.Store(true)
+			publish("dup/x", "0\n")
+			select {
+			case <-out.seen: // the broker has it
+			case err := <-done:
+				t.Fatalf("sub ended: %v\n%s", err, errOut)
+			case <-ctx.Done():
+				t.Fatalf("message 0 not delivered within 90 s:\n%s", errOut)
+			}
+			select {
+			case <-relay.healed: // the publisher dials again
+			case <-ctx.Done():
+				t.Fatalf("the publisher did not connect again within 90 s (%d datagrams dropped; spool %+v)", relay.dropped.Load(), pub.SpoolStats())
+			}
+			publish("dup/x", "1\n")
+			publish("dup/x", "2\n")
+			if err := pub.Drain(ctx); err != nil {
+				t.Fatalf("drain: %v (spool %+v)", err, pub.SpoolStats())
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("sub: %v\n%s", err, errOut)
+				}
+			case <-ctx.Done():
+				t.Fatalf("sub did not end after --count; printed %q\n%s", out, errOut)
+			}
+			if out.String() != tt.want {
+				t.Errorf("sub printed %q, want %q", out, tt.want)
+			}
+			if e := errOut.String(); strings.Contains(e, "1 duplicate(s) dropped") != tt.dropped {
+				t.Errorf("summary: want a dropped duplicate: %v, in\n%s", tt.dropped, e)
+			}
+			t.Logf("%d datagrams from the broker dropped; spool %+v", relay.dropped.Load(), pub.SpoolStats())
 		})
 	}
 }
