@@ -46,9 +46,20 @@ func threeBrokers(t *testing.T, mod func(i int, bo *broker.Options, co *cluster.
 // broker, which make NATS deliver it twice to that broker), and nothing
 // loops back.
 func TestCrossBrokerDelivery(t *testing.T) {
-	// Interest and the duplicate check are LocalNumbering's (with
-	// cluster-wide numbers every broker reads the stream: TestResumeOnAnotherBroker).
-	_, n := threeBrokers(t, func(_ int, _ *broker.Options, co *cluster.Options) { co.LocalNumbering = true })
+	for _, local := range []bool{false, true} {
+		name := "cluster-wide numbers"
+		if local {
+			name = "local numbering"
+		}
+		t.Run(name, func(t *testing.T) { crossBrokerDelivery(t, local) })
+	}
+}
+
+// crossBrokerDelivery is TestCrossBrokerDelivery with cluster-wide numbers
+// (every broker reads the whole stream) or LocalNumbering (NATS interest
+// per local subscription, duplicates from overlapping subscriptions dropped).
+func crossBrokerDelivery(t *testing.T, local bool) {
+	_, n := threeBrokers(t, func(_ int, _ *broker.Options, co *cluster.Options) { co.LocalNumbering = local })
 	// Subscribers: HTTP/3 on b2 with two overlapping filters, MQTT on b3,
 	// HTTP/3 on b1 (local delivery).
 	s2a := n[1].subscribe("room/#", "")
@@ -138,11 +149,11 @@ func TestCrossBrokerDelivery(t *testing.T) {
 	if st.Received != 0 {
 		t.Errorf("b1 received %d messages from the cluster, want 0 (its own are not handed back)", st.Received)
 	}
-	if st2 := n[1].link.Stats(); st2.Duplicates == 0 {
+	if st2 := n[1].link.Stats(); local && st2.Duplicates == 0 {
 		t.Logf("b2 saw no duplicates (overlapping NATS subscriptions usually cause some): %+v", st2)
 	}
 	// b3 has no subscriber on other topics: its NATS interest is room only.
-	if st3 := n[2].link.Stats(); st3.Subjects != 2 {
+	if st3 := n[2].link.Stats(); local && st3.Subjects != 2 {
 		t.Errorf("b3 holds %d NATS subscriptions, want 2 (room and room.>)", st3.Subjects)
 	}
 }
@@ -330,11 +341,22 @@ func TestNATSNodeDiesMidStream(t *testing.T) {
 
 // TestBrokerCloseMidStream: a broker closes (its link with it) while
 // messages flow; the other brokers go on, and a subscriber of the closed
-// broker that reconnects to another broker with its last sequence number
-// is told of the gap (another broker's sequence numbers), never silently.
+// broker reconnects to another broker with its last sequence number and
+// epoch. With cluster-wide numbers it gets every later message once, in
+// order, with no gap; with LocalNumbering (another broker's numbers) it is
+// told of the gap, never silently.
 func TestBrokerCloseMidStream(t *testing.T) {
-	// LocalNumbering: each broker's own numbers (cluster-wide ones: TestResumeOnAnotherBroker).
-	_, n := threeBrokers(t, func(_ int, _ *broker.Options, co *cluster.Options) { co.LocalNumbering = true })
+	for _, local := range []bool{false, true} {
+		name := "cluster-wide numbers"
+		if local {
+			name = "local numbering"
+		}
+		t.Run(name, func(t *testing.T) { brokerCloseMidStream(t, local) })
+	}
+}
+
+func brokerCloseMidStream(t *testing.T, local bool) {
+	_, n := threeBrokers(t, func(_ int, _ *broker.Options, co *cluster.Options) { co.LocalNumbering = local })
 	s2 := n[1].subscribe("k/#", "")
 	s3 := n[2].subscribe("k/#", "")
 	probe(t, n[0], "k/probe", func() bool { return len(s2.frames) > 0 && len(s3.frames) > 0 })
@@ -361,8 +383,22 @@ func TestBrokerCloseMidStream(t *testing.T) {
 	}
 	// The subscriber of b3 resumes on b2 with b3's epoch and sequence.
 	r := n[1].subscribe("k/#", fmt.Sprintf("since=%d&epoch=%s", last, wire.FormatEpoch(s3.epoch)))
-	if f := r.next(); !f.IsGap() {
-		t.Fatalf("resume on another broker: first frame %+v, want a gap announcement", f)
+	if local {
+		if f := r.next(); !f.IsGap() {
+			t.Fatalf("resume on another broker: first frame %+v, want a gap announcement", f)
+		}
+		return
+	}
+	for i := 10; i <= 20; i++ {
+		want := fmt.Sprintf("m%d", i)
+		if i == 20 {
+			want = "end"
+		}
+		f := r.next()
+		if f.IsGap() || string(f.Payload) != want || f.Seq <= last {
+			t.Fatalf("resume on b2 after seq %d: %+v (payload %q), want %s", last, f, f.Payload, want)
+		}
+		last = f.Seq
 	}
 }
 
@@ -417,9 +453,20 @@ func TestNATSUnreachable(t *testing.T) {
 
 	nc.restart(0)
 	waitFor(t, func() bool { return a.link.Stats().Held == 0 && b.link.Stats().Connected }, "held messages sent after NATS is back")
+	gapSeen := false
+	next := func() wire.Frame {
+		for {
+			f := sb.next()
+			if g, err := f.Gap(); err == nil {
+				gapSeen = gapSeen || g.Topic == "u/x" && g.From == 0 && g.To == 0
+				continue
+			}
+			return f
+		}
+	}
 	for i := 3; i < 8; i++ {
 		for {
-			p := string(sb.nextMessage().Payload)
+			p := string(next().Payload)
 			if p == "probe" {
 				continue
 			}
@@ -430,6 +477,14 @@ func TestNATSUnreachable(t *testing.T) {
 		}
 	}
 	waitFor(t, func() bool { return b.link.Stats().RemoteGaps == 1 }, "gap announcement on b")
+	// b's subscriber is told of the loss on u/x (a gap frame without
+	// numbers: the dropped messages never had any).
+	b.publish("u/end", "end", "qos=1")
+	for !gapSeen {
+		if p := string(next().Payload); p == "end" && !gapSeen {
+			t.Fatal("b's subscriber got no gap frame for the messages a dropped")
+		}
+	}
 	t.Logf("b: %+v", b.link.Stats())
 }
 

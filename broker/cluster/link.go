@@ -774,8 +774,8 @@ func (l *Link) remoteGap(body []byte) {
 	if g.Origin == l.ID() {
 		return // our own note (through the stream): our subscribers were told
 	}
-	l.remoteGaps.Add(1)
 	told := l.b.AnnounceLoss(g.Topics)
+	l.remoteGaps.Add(1) // after the subscribers were told (tests wait on it)
 	l.log.Warn("cluster: another broker lost messages on their way to the cluster", "gap", string(body), "subscriptions_told", told)
 }
 

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/quiot/quiot/broker"
@@ -243,13 +246,122 @@ func TestNKeyCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	waitFor(t, func() bool { return s.NumClients() == 2 && l.Stats().Reconnects == 0 && !l.Stats().Connected }, "the wrong nkey refused")
-	if _, err := cluster.New(cluster.Options{URLs: s.ClientURL(), NKeySeedFile: filepath.Join(dir, "missing.nk")}); err == nil {
-		l2, _ := cluster.New(cluster.Options{URLs: s.ClientURL(), Replicas: 1, NKeySeedFile: filepath.Join(dir, "missing.nk"), Logger: testutil.DiscardLogger()})
-		c2 := testutil.StartBroker(t, pki, &broker.Options{Cluster: l2})
-		if err := l2.Start(c2.Broker); err == nil {
-			_ = l2.Close()
-			t.Fatal("a missing nkey seed file was accepted")
+	opt, err := nats.NkeyOptionFromSeed(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused(t, s.ClientURL(), opt)
+	if st := l.Stats(); st.Connected {
+		t.Fatalf("the link with an unknown nkey is connected: %+v", st)
+	}
+	// A seed file that cannot be read stops the start with a clear error.
+	l2, err := cluster.New(cluster.Options{URLs: s.ClientURL(), Replicas: 1, NKeySeedFile: filepath.Join(dir, "missing.nk"), Logger: testutil.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := testutil.StartBroker(t, pki, &broker.Options{Cluster: l2})
+	if err := l2.Start(c2.Broker); err == nil || !strings.Contains(err.Error(), "nkey seed") {
+		_ = l2.Close()
+		t.Fatalf("a missing nkey seed file: %v, want an error naming the seed", err)
+	}
+}
+
+// refused checks that the NATS server at url refuses a client with opt
+// (an authorization violation), as it refuses the link using the same
+// credentials.
+func refused(t *testing.T, url string, opt nats.Option) {
+	t.Helper()
+	nc, err := nats.Connect(url, opt, nats.Timeout(timeout))
+	if err == nil {
+		nc.Close()
+		t.Fatal("the server let in a client with the wrong credentials")
+	}
+	if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Fatalf("wrong credentials: %v, want an authorization violation", err)
+	}
+}
+
+// TestCredsFile: a broker authenticates with a NATS .creds file (a user JWT
+// signed by its account and the user's nkey seed) against a server in
+// operator (JWT) mode whose account has JetStream: cross-broker delivery
+// works; a user of an account the operator does not know is refused.
+func TestCredsFile(t *testing.T) {
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
 		}
+	}
+	okp, err := nkeys.CreateOperator()
+	must(err)
+	opub, _ := okp.PublicKey()
+	oc := jwt.NewOperatorClaims(opub)
+	account := func(js bool) (nkeys.KeyPair, string, string) {
+		kp, err := nkeys.CreateAccount()
+		must(err)
+		pub, _ := kp.PublicKey()
+		ac := jwt.NewAccountClaims(pub)
+		if js {
+			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+		}
+		tok, err := ac.Encode(okp)
+		must(err)
+		return kp, pub, tok
+	}
+	_, sysPub, sysJWT := account(false)
+	akp, aPub, aJWT := account(true)
+	ukp, _, _ := account(false) // an account unknown to the server
+	oc.SystemAccount = sysPub
+	ojwt, err := oc.Encode(okp)
+	must(err)
+	oclaims, err := jwt.DecodeOperatorClaims(ojwt)
+	must(err)
+	res := &server.MemAccResolver{}
+	must(res.Store(sysPub, sysJWT))
+	must(res.Store(aPub, aJWT))
+	dir := t.TempDir()
+	creds := func(name string, issuer nkeys.KeyPair) string {
+		u, err := nkeys.CreateUser()
+		must(err)
+		upub, _ := u.PublicKey()
+		uc := jwt.NewUserClaims(upub)
+		ujwt, err := uc.Encode(issuer)
+		must(err)
+		seed, _ := u.Seed()
+		b, err := jwt.FormatUserConfig(ujwt, seed)
+		must(err)
+		p := filepath.Join(dir, name+".creds")
+		must(os.WriteFile(p, b, 0o600))
+		return p
+	}
+	good, bad := creds("edge", akp), creds("stranger", ukp)
+	o := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true,
+		JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30, StoreDir: t.TempDir(),
+		TrustedOperators: []*jwt.OperatorClaims{oclaims}, SystemAccount: sysPub, AccountResolver: res}
+	s, err := server.NewServer(o)
+	must(err)
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(timeout) {
+		t.Fatal("nats not ready")
+	}
+	pki := testutil.NewPKI(t)
+	a := startNode(t, pki, "c1", s.ClientURL(), func(_ *broker.Options, co *cluster.Options) { co.Replicas, co.CredsFile = 1, good })
+	b := startNode(t, pki, "c2", s.ClientURL(), func(_ *broker.Options, co *cluster.Options) { co.Replicas, co.CredsFile = 1, good })
+	sb := b.subscribe("c/#", "")
+	a.publish("c/1", "hello", "qos=1")
+	if p := string(sb.nextMessage().Payload); p != "hello" {
+		t.Fatalf("got %q", p)
+	}
+
+	l, err := cluster.New(cluster.Options{URLs: s.ClientURL(), Name: "c3", Replicas: 1, CredsFile: bad, Logger: testutil.DiscardLogger(),
+		ReconnectWait: 20 * time.Millisecond, MaxReconnectWait: 200 * time.Millisecond})
+	must(err)
+	c := testutil.StartBroker(t, pki, &broker.Options{Cluster: l})
+	must(l.Start(c.Broker))
+	t.Cleanup(func() { _ = l.Close() })
+	refused(t, s.ClientURL(), nats.UserCredentials(bad))
+	if st := l.Stats(); st.Connected {
+		t.Fatalf("the link of a user of an unknown account is connected: %+v", st)
 	}
 }
