@@ -12,6 +12,7 @@ import (
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // dedup remembers the last n message keys (origin-seq).
@@ -56,7 +57,7 @@ func (l *Link) deliver(in incoming) {
 		}
 		return
 	}
-	if l.seqMode {
+	if l.seqMode.Load() {
 		// Only retained messages come here (from the bucket; the stream's
 		// messages go through seq.go): kept for later subscribers.
 		if err := l.b.SetRetained(in.m); err != nil {
@@ -208,8 +209,12 @@ func (l *Link) Status() string {
 	l.mu.Lock()
 	down := l.downSince
 	l.mu.Unlock()
+	numbers := fmt.Sprintf("%d subjects", s.Subjects) // LocalNumbering: NATS interest
+	if l.seqMode.Load() {
+		numbers = "cluster-wide numbers, epoch " + wire.FormatEpoch(s.Epoch)
+	}
 	if s.Connected {
-		return fmt.Sprintf("connected %s (id %s, %d held, %d subjects)", s.Server, l.ID(), s.Held, s.Subjects)
+		return fmt.Sprintf("connected %s (id %s, %d held, %s)", s.Server, l.ID(), s.Held, numbers)
 	}
 	since := ""
 	if !down.IsZero() {

@@ -168,7 +168,7 @@ type Link struct {
 	nextID    uint64        // the last item id (seqMode: the hub does not number)
 	// seqMode: the link numbers messages with the stream's sequence (set at
 	// Start: not Options.LocalNumbering and the broker has no Store).
-	seqMode   bool
+	seqMode   atomic.Bool
 	gapsSeen  map[string]struct{}
 	marked    bool      // requeueAfterMark ran (sendLoop only)
 	markVal   string    // this run's forwarded mark as the bucket has it
@@ -277,14 +277,14 @@ func (l *Link) Forward(m *broker.Message) broker.Commit {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx.Err() != nil {
-		if l.seqMode { // nobody will number it: the publisher must know
+		if m.Seq == 0 { // cluster-wide numbers: nobody will number it, the publisher must know
 			c := &commit{done: make(chan struct{})}
 			c.finish(ErrClosed)
 			return c
 		}
 		return nil
 	}
-	if l.seqMode {
+	if m.Seq == 0 { // cluster-wide numbers (also before Start): the hub did not number it
 		l.nextID++
 		it.id = l.nextID
 	}
@@ -324,7 +324,7 @@ func (l *Link) noteDropped(it item) {
 			l.lost.More = true
 		}
 	}
-	if l.seqMode {
+	if it.m.Seq == 0 {
 		// Never numbered, so never delivered here either: the local
 		// subscribers are told by the send loop (the hub's lock is held now).
 		if len(l.lostLocal) <= maxGapTopics && !slices.Contains(l.lostLocal, it.m.Topic) {
@@ -382,12 +382,12 @@ func (l *Link) Start(b *broker.Broker) error {
 		return fmt.Errorf("couldn't open jetstream: %w", err)
 	}
 	l.js = js
-	l.seqMode = b.Sequenced()
+	l.seqMode.Store(b.Sequenced())
 	l.wg.Add(3)
 	go l.sendLoop()
 	go l.interestLoop()
 	go l.receiveLoop()
-	if l.seqMode {
+	if l.seqMode.Load() {
 		l.wg.Add(1)
 		go l.seqLoop() // seq.go
 	}
@@ -579,7 +579,7 @@ func (l *Link) sendLoop() {
 			l.mu.Unlock()
 			if !down.IsZero() {
 				l.log.Info("cluster link up again", "down_for", time.Since(down).Round(time.Millisecond))
-				if !l.seqMode { // the stream consumer resumes by itself (seq.go)
+				if !l.seqMode.Load() { // the stream consumer resumes by itself (seq.go)
 					l.wg.Add(1)
 					go l.catchUp(down) // catchup.go
 				}
@@ -620,7 +620,7 @@ func (l *Link) sendLoop() {
 			l.queue = nil
 		}
 		l.mu.Unlock()
-		if sent > 0 && !l.seqMode && (time.Since(l.markAt) >= markEvery || sent == n && l.heldCount() == 0) {
+		if sent > 0 && !l.seqMode.Load() && (time.Since(l.markAt) >= markEvery || sent == n && l.heldCount() == 0) {
 			l.markAt = time.Now()
 			l.putMark(batch[sent-1].id)
 		}
@@ -671,9 +671,9 @@ func (l *Link) sendBatch(batch []item) int {
 			return sent
 		}
 		it := batch[i]
-		seq := it.m.Seq // LocalNumbering: the broker's own
-		if l.seqMode {
-			seq = ack.Sequence
+		seq := it.m.Seq // numbered by the broker (LocalNumbering, a Store)
+		if seq == 0 {
+			seq = ack.Sequence // cluster-wide numbers
 		}
 		if it.m.Retain {
 			l.putRetained(it.m, seq)
@@ -804,7 +804,7 @@ func (l *Link) interestLoop() {
 // syncInterest subscribes and unsubscribes NATS subjects (with cluster-wide
 // numbers every message comes from the stream instead, seq.go).
 func (l *Link) syncInterest() {
-	if l.seqMode {
+	if l.seqMode.Load() {
 		return
 	}
 	l.mu.Lock()
