@@ -5,8 +5,9 @@ package bench
 import "errors"
 
 // On 32-bit ARM the bench writes every table, CSV and JSON file but no PNG
-// plots: gonum/plot with its fonts adds about 7 MB to a binary whose budget
-// is 12 MB. The quiot Pi binary leaves the whole bench out
+// plots (when gonum/plot drew them, it and its fonts added about 7 MB to a
+// binary whose budget is 12 MB; plots.go needs only the standard library
+// and a bitmap font now). The quiot Pi binary leaves the whole bench out
 // (device/pibuild.go); this stub keeps the package building and testing
 // on 32-bit ARM, and `quiot bench --report DIR` on any other host draws the
 // plots of a run made with an ARM build of the package.

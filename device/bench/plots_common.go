@@ -4,8 +4,8 @@ import "path/filepath"
 
 // noPlotsNote is what report.md says where a binary without plots (32-bit
 // ARM) would have drawn them.
-const noPlotsNote = "This quiot was built for 32-bit ARM, which leaves the PNG plots out (gonum/plot and its fonts " +
-	"would add about 7 MB to the Pi binary). Draw them on any other host with `quiot bench --report DIR`."
+const noPlotsNote = "This quiot was built for 32-bit ARM, which leaves the PNG plots out. " +
+	"Draw them on any other host with `quiot bench --report DIR`."
 
 // cdfLine is one curve of a CDF plot.
 type cdfLine struct {
