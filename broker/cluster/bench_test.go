@@ -38,18 +38,22 @@ type benchSub struct {
 // (local) and on the others (remote): their difference is the cluster
 // hop. "paced" publishes 50 msg/s per publisher (45000 deliveries/s),
 // "flood" as fast as the acknowledgements allow. Run under
-// flock /tmp/quiot-heavy.lock with -benchtime=600x.
+// flock /tmp/quiot-heavy.lock with -benchtime=600x. "three-brokers" has
+// cluster-wide sequence numbers (the default: local subscribers too get a
+// message once JetStream has numbered it), "three-brokers-local" has
+// Options.LocalNumbering.
 func BenchmarkCluster(b *testing.B) {
 	for _, mode := range []struct {
 		name string
 		gap  time.Duration
 	}{{"paced", 20 * time.Millisecond}, {"flood", 0}} {
-		b.Run("one-broker/"+mode.name, func(b *testing.B) { benchCluster(b, 1, mode.gap) })
-		b.Run("three-brokers/"+mode.name, func(b *testing.B) { benchCluster(b, 3, mode.gap) })
+		b.Run("one-broker/"+mode.name, func(b *testing.B) { benchCluster(b, 1, mode.gap, false) })
+		b.Run("three-brokers/"+mode.name, func(b *testing.B) { benchCluster(b, 3, mode.gap, false) })
+		b.Run("three-brokers-local/"+mode.name, func(b *testing.B) { benchCluster(b, 3, mode.gap, true) })
 	}
 }
 
-func benchCluster(b *testing.B, brokers int, gap time.Duration) {
+func benchCluster(b *testing.B, brokers int, gap time.Duration, localNumbering bool) {
 	pki := testutil.NewPKI(b)
 	var pubs []*broker.Broker
 	var urls []string
@@ -63,7 +67,9 @@ func benchCluster(b *testing.B, brokers int, gap time.Duration) {
 	} else {
 		nc := startNATS(b, 3)
 		for i := range 3 {
-			n := startNode(b, pki, fmt.Sprintf("b%d", i+1), nc.nodes[i].ClientURL(), func(bo *broker.Options, _ *cluster.Options) { bo.Limits = lim })
+			n := startNode(b, pki, fmt.Sprintf("b%d", i+1), nc.nodes[i].ClientURL(), func(bo *broker.Options, co *cluster.Options) {
+				bo.Limits, co.LocalNumbering = lim, localNumbering
+			})
 			pubs = append(pubs, n.b.Broker)
 			urls = append(urls, n.b.URL)
 		}

@@ -282,8 +282,14 @@ func TestNATSNodeDiesMidStream(t *testing.T) {
 	<-killed
 	n[0].publish("s/end", "end", "qos=1")
 	got := map[string]int{}
+	var last uint64
 	for {
-		p := string(s2.nextMessage().Payload)
+		f := s2.nextMessage()
+		if f.Seq <= last { // cluster-wide numbers: the stream's order
+			t.Fatalf("b2 delivered seq %d after %d", f.Seq, last)
+		}
+		last = f.Seq
+		p := string(f.Payload)
 		if p == "probe" {
 			continue
 		}
