@@ -165,11 +165,11 @@ var ErrOutOfOrder = errors.New("sequence number already applied")
 // ApplySequenced puts a message the cluster numbered seq into the topic
 // space (history, retained message, subscribers, taps), as Publish does for
 // a message of its own; m.Origin is kept (the MQTT bridge does not hand an
-// MQTT message back to MQTT). Messages must come in increasing seq order:
-// numbers skipped since the last one are taken as messages this broker
-// cannot know of (announced as a gap to a subscriber resuming from before
-// them) unless AdvanceSequence passed them. Authorisation is the caller's
-// job.
+// MQTT message back to MQTT). Messages must come in increasing seq order
+// (numbers in between belong to messages this broker does not apply: other
+// topics, refused ones). What the cluster's history lost before this broker
+// read it is reported with ForgetThrough and MarkEvicted. Authorisation is
+// the caller's job.
 func (b *Broker) ApplySequenced(m Message, seq uint64) error {
 	h := b.hub
 	if err := h.validate(&m); err != nil {
@@ -217,14 +217,32 @@ func (b *Broker) AdvanceSequence(seq uint64) {
 	h.mu.Unlock()
 }
 
-// skipTo makes seq the last sequence number; numbers skipped (not seen:
-// gone from the cluster's history before this broker read them) are
-// announced to a subscriber resuming from before them. h.mu held.
+// skipTo makes seq the last sequence number. h.mu held.
 func (h *hub) skipTo(seq uint64) {
-	if seq > h.seq+1 {
-		h.forgotten = max(h.forgotten, seq-1)
-	}
 	h.seq = seq
+}
+
+// ForgetThrough records that the cluster's messages up to seq may be
+// missing here (gone from its history before this broker read them): a
+// subscriber resuming from before seq is told of the gap.
+func (b *Broker) ForgetThrough(seq uint64) {
+	h := b.hub
+	h.mu.Lock()
+	h.forgotten = max(h.forgotten, seq)
+	h.mu.Unlock()
+}
+
+// MarkEvicted records that messages of topic up to seq may be missing here
+// (the cluster's history dropped them by its per-topic bound before this
+// broker read them): a subscriber resuming from before seq is told of the
+// gap on that topic. Nothing happens for a topic this broker holds nothing of.
+func (b *Broker) MarkEvicted(topic string, seq uint64) {
+	h := b.hub
+	h.mu.Lock()
+	if ts := h.topics[topic]; ts != nil {
+		ts.evictedMax = max(ts.evictedMax, seq)
+	}
+	h.mu.Unlock()
 }
 
 // SetRetained sets topic's retained message from the cluster's retained

@@ -122,6 +122,12 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 	epoch = e
 	l.epoch.Store(e)
 	start := l.b.Stats().LastSeq + 1
+	info := str.CachedInfo()
+	if first := info.State.FirstSeq; first > start {
+		// Gone from the stream (its bounds) before this broker read them.
+		l.b.ForgetThrough(first - 1)
+	}
+	limit := info.Config.MaxMsgsPerSubject
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if start > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
@@ -139,6 +145,11 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 	defer it.Stop()
 	stop := context.AfterFunc(l.ctx, it.Stop)
 	defer stop()
+	// Until it has caught up with the stream, the consumer counts each
+	// subject's messages: a subject that has as many as the stream keeps per
+	// subject may have lost older ones, after start, to that bound (MarkEvicted).
+	type count struct{ n, first uint64 }
+	counts := map[string]*count{}
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -148,7 +159,26 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 		if err != nil {
 			return epoch, err
 		}
-		l.applyStream(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}, md.Sequence.Stream)
+		seq := md.Sequence.Stream
+		if counts != nil {
+			c := counts[m.Subject()]
+			if c == nil {
+				c = &count{first: seq}
+				counts[m.Subject()] = c
+			}
+			c.n++
+		}
+		l.applyStream(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}, seq)
+		if counts != nil && md.NumPending == 0 {
+			for subj, c := range counts {
+				if limit > 0 && c.n >= uint64(limit) && c.first > start {
+					if t, err := DecodeTopic(strings.TrimPrefix(subj, l.subjM)); err == nil && strings.HasPrefix(subj, l.subjM) {
+						l.b.MarkEvicted(t, c.first-1)
+					}
+				}
+			}
+			counts = nil // caught up
+		}
 	}
 }
 

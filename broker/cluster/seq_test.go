@@ -365,3 +365,55 @@ func TestCredsFile(t *testing.T) {
 		t.Fatalf("the link of a user of an unknown account is connected: %+v", st)
 	}
 }
+
+// TestLateBrokerHistory: a broker that joins later reads the stream from its
+// start, so a subscriber resumes on it with no gap from a point it never
+// saw; where the stream no longer holds messages (its per-topic bound), the
+// resume is told of the gap, never silently.
+func TestLateBrokerHistory(t *testing.T) {
+	nc := startNATS(t, 1)
+	pki := testutil.NewPKI(t)
+	mod := func(bo *broker.Options, co *cluster.Options) {
+		co.Replicas = 1
+		bo.Limits.HistoryPerTopic = 5 // the stream keeps 5 messages per topic too
+	}
+	a := startNode(t, pki, "a", nc.urls(), mod)
+	var seqs []uint64
+	for i := range 4 {
+		seqs = append(seqs, a.publish("h/kept", fmt.Sprintf("k%d", i), "qos=1"))
+	}
+	for i := range 12 {
+		a.publish("h/busy", fmt.Sprintf("b%d", i), "qos=1") // the first 7 leave the stream
+	}
+	b := startNode(t, pki, "b", nc.urls(), mod)
+	waitFor(t, func() bool { return b.b.Broker.Stats().LastSeq >= a.b.Broker.Stats().LastSeq }, "b read the stream")
+
+	// From after k0 on h/kept: k1..k3 with a's numbers, no gap.
+	r := b.subscribe("h/kept", fmt.Sprintf("since=%d&epoch=%s", seqs[0], wire.FormatEpoch(a.b.Broker.Epoch())))
+	for i := 1; i < 4; i++ {
+		f := r.next()
+		if f.IsGap() || string(f.Payload) != fmt.Sprintf("k%d", i) || f.Seq != seqs[i] {
+			t.Fatalf("resume on the late broker: %+v (payload %q), want k%d seq %d", f, f.Payload, i, seqs[i])
+		}
+	}
+	// From the start on h/#: the 7 messages the stream dropped are announced
+	// before what it holds.
+	r2 := b.subscribe("h/#", fmt.Sprintf("since=1&epoch=%s", wire.FormatEpoch(a.b.Broker.Epoch())))
+	f := r2.next()
+	if !f.IsGap() {
+		t.Fatalf("resume from before what the stream holds: first frame %+v (payload %q), want a gap", f, f.Payload)
+	}
+	got := map[string]bool{}
+	for len(got) < 3+5 {
+		f := r2.next()
+		if f.IsGap() {
+			continue
+		}
+		got[string(f.Payload)] = true
+	}
+	for i := 7; i < 12; i++ {
+		if !got[fmt.Sprintf("b%d", i)] {
+			t.Fatalf("b%d missing after the gap: %v", i, got)
+		}
+	}
+}
