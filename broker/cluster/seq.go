@@ -150,6 +150,8 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 	// subject may have lost older ones, after start, to that bound (MarkEvicted).
 	type count struct{ n, first uint64 }
 	counts := map[string]*count{}
+	last := start - 1     // the last stream number read
+	var checked time.Time // the last look at the stream's start (catching up)
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -160,6 +162,25 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 			return epoch, err
 		}
 		seq := md.Sequence.Stream
+		if seq > last+1 {
+			// Numbers missing: deleted before this broker read them.
+			if counts == nil {
+				// Reading live, nothing is deleted this young unless the
+				// stream's bounds overtook this broker: say so.
+				l.b.ForgetThrough(seq - 1)
+			} else if time.Since(checked) > 250*time.Millisecond {
+				// Catching up, old messages of full subjects are missing as
+				// expected (counted below); the stream's start overtaking
+				// this broker is not.
+				checked = time.Now()
+				ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
+				if si, err := str.Info(ctx); err == nil && si.State.FirstSeq > last+1 {
+					l.b.ForgetThrough(min(si.State.FirstSeq, seq) - 1)
+				}
+				cancel()
+			}
+		}
+		last = seq
 		if counts != nil {
 			c := counts[m.Subject()]
 			if c == nil {
