@@ -417,3 +417,33 @@ func TestLateBrokerHistory(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishingBrokerDies: a broker closes right after its publishers'
+// QoS 1 messages were acknowledged (the acknowledgement waited for
+// JetStream): every one reaches the other brokers' subscribers, once, in
+// order, though their broker is gone.
+func TestPublishingBrokerDies(t *testing.T) {
+	_, n := threeBrokers(t, nil)
+	s1 := n[0].subscribe("d/#", "")
+	m2 := n[1].mqttConnect("m2")
+	m2.subscribe("d/#")
+	const count = 50
+	for i := range count {
+		n[2].publish("d/x", fmt.Sprintf("m%d", i), "qos=1")
+	}
+	_ = n[2].link.Close()
+	_ = n[2].b.Close()
+	var last uint64
+	for i := range count {
+		f := s1.next()
+		if f.IsGap() || string(f.Payload) != fmt.Sprintf("m%d", i) || f.Seq <= last {
+			t.Fatalf("b1 after b3 died: %+v (payload %q), want m%d after seq %d", f, f.Payload, i, last)
+		}
+		last = f.Seq
+	}
+	for i := range count {
+		if p := string(m2.next().Payload); p != fmt.Sprintf("m%d", i) {
+			t.Fatalf("MQTT on b2 after b3 died: %q, want m%d", p, i)
+		}
+	}
+}
