@@ -383,6 +383,13 @@ func (l *Link) Start(b *broker.Broker) error {
 	}
 	l.js = js
 	l.seqMode.Store(b.Sequenced())
+	if !l.seqMode.Load() {
+		why := "--cluster-local-numbering"
+		if !l.o.LocalNumbering {
+			why = "a durable broker (--data-dir) numbers its messages itself"
+		}
+		l.log.Info("per-broker sequence numbers: a resume on another broker is announced as a gap", "why", why)
+	}
 	l.wg.Add(3)
 	go l.sendLoop()
 	go l.interestLoop()
