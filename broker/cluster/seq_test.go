@@ -1,8 +1,13 @@
 package cluster_test
 
 import (
+	"bufio"
+	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -444,6 +449,89 @@ func TestPublishingBrokerDies(t *testing.T) {
 	for i := range count {
 		if p := string(m2.next().Payload); p != fmt.Sprintf("m%d", i) {
 			t.Fatalf("MQTT on b2 after b3 died: %q, want m%d", p, i)
+		}
+	}
+}
+
+// TestSSEResumeOnAnotherBroker: a browser's EventSource resumes on another
+// broker: the SSE event ids are EPOCH-SEQ of the cluster, and Last-Event-ID
+// sent to another broker continues after that event, with no gap event.
+func TestSSEResumeOnAnotherBroker(t *testing.T) {
+	_, n := threeBrokers(t, nil)
+	sse := func(nd *node, lastID string) (<-chan [2]string, func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, nd.b.URL+"/v1/topics/"+url.PathEscape("e/#"), nil)
+		req.Header.Set("Accept", "text/event-stream")
+		if lastID != "" {
+			req.Header.Set("Last-Event-ID", lastID)
+		}
+		resp, err := nd.h3.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			cancel()
+			t.Fatalf("sse subscribe: %v", err)
+		}
+		ch := make(chan [2]string, 64) // {event id or "gap", data}
+		go func() {
+			defer resp.Body.Close()
+			defer close(ch)
+			sc := bufio.NewScanner(resp.Body)
+			var id, ev string
+			for sc.Scan() {
+				line := sc.Text()
+				switch {
+				case strings.HasPrefix(line, "id: "):
+					id = line[4:]
+				case strings.HasPrefix(line, "event: "):
+					ev = line[7:]
+				case strings.HasPrefix(line, "data: "):
+					if ev == "gap" {
+						id = "gap"
+					}
+					ch <- [2]string{id, line[6:]}
+					id, ev = "", ""
+				}
+			}
+		}()
+		t.Cleanup(cancel)
+		return ch, cancel
+	}
+	next := func(ch <-chan [2]string) [2]string {
+		t.Helper()
+		select {
+		case e, ok := <-ch:
+			if !ok {
+				t.Fatal("sse stream ended")
+			}
+			return e
+		case <-time.After(timeout):
+			t.Fatal("no sse event")
+		}
+		return [2]string{}
+	}
+	ch1, stop1 := sse(n[0], "")
+	for i := range 3 {
+		n[0].publish("e/a", fmt.Sprintf("x%d", i), "qos=1")
+	}
+	var lastID string
+	for i := range 3 {
+		e := next(ch1)
+		if !strings.Contains(e[1], fmt.Sprintf("x%d", i)) && !strings.Contains(e[1], base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf("x%d", i)))) {
+			t.Fatalf("b1 event %d: %v", i, e)
+		}
+		lastID = e[0]
+	}
+	stop1()
+	ep, _, err := wire.ParseEventID(lastID)
+	if err != nil || ep != n[1].b.Broker.Epoch() {
+		t.Fatalf("event id %q: epoch %x (%v), want the cluster's %x", lastID, ep, err, n[1].b.Broker.Epoch())
+	}
+	n[2].publish("e/a", "y0", "qos=1")
+	n[2].publish("e/a", "y1", "qos=1")
+	ch2, _ := sse(n[1], lastID)
+	for _, want := range []string{"y0", "y1"} {
+		e := next(ch2)
+		if e[0] == "gap" || !strings.Contains(e[1], want) && !strings.Contains(e[1], base64.StdEncoding.EncodeToString([]byte(want))) {
+			t.Fatalf("resume on b2 after %s: %v, want %s", lastID, e, want)
 		}
 	}
 }
