@@ -444,6 +444,10 @@ func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string)
 		fail(w, errStatus(err), "%v", err)
 		return
 	}
+	// No Date header (quic-go's HTTP/3 server adds one unless it is set to
+	// nil): about 25 bytes after QPACK on every acknowledgement, 8 ms each
+	// on a 25 kbit/s NB-IoT downlink, and a publisher has no use for it.
+	w.Header()["Date"] = nil
 	w.Header().Set(HeaderSeq, strconv.FormatUint(seq, 10))
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -718,5 +719,31 @@ subscribe = ["dev1/#"]
 				}
 			}
 		})
+	}
+}
+
+// TestH3PublishAnswerWithoutDate: the broker's publish acknowledgement
+// carries the sequence number and no Date header (25 bytes a message on a
+// slow downlink), also for a request without content-length.
+func TestH3PublishAnswerWithoutDate(t *testing.T) {
+	b := testutil.StartBroker(t, nil, nil)
+	hc := testutil.H3Client(b.PKI.Pool(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+"/v1/topics/d/x", strings.NewReader("payload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = -1
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Quiot-Seq") == "" {
+		t.Fatalf("answer %d, Quiot-Seq %q: want 204 with a sequence number", resp.StatusCode, resp.Header.Get("Quiot-Seq"))
+	}
+	if d, ok := resp.Header["Date"]; ok {
+		t.Fatalf("answer has Date %q, want none", d)
 	}
 }

@@ -224,8 +224,12 @@ func TestH3PublishRequestShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-got
-	if r.Method != http.MethodPost || r.URL.EscapedPath() != "/v1/topics/s%2F%23x" {
+	if r.Method != http.MethodPost || r.URL.EscapedPath() != "/v1/topics/s/%23x" {
 		t.Fatalf("request %s %s", r.Method, r.URL.EscapedPath())
+	}
+	// The payload is one DATA frame ended by the FIN: no content-length.
+	if _, ok := r.Header["Content-Length"]; ok || r.ContentLength != -1 {
+		t.Fatalf("content-length %q (ContentLength %d), want none", r.Header.Get("Content-Length"), r.ContentLength)
 	}
 	if q := r.URL.Query(); q.Get("qos") != "0" || q.Get("retain") != "1" {
 		t.Fatalf("query %q", r.URL.RawQuery)

@@ -51,6 +51,37 @@ func TestH3PathFor(t *testing.T) {
 	}
 }
 
+func TestH3PublishPathFor(t *testing.T) {
+	c := newTestH3(t, "https://broker.example:4433")
+	tests := []struct {
+		name, in, query, want string
+	}{
+		{"raw levels", "a/b/c", "", "https://broker.example:4433/v1/topics/a/b/c"},
+		{"escaped within levels", "a b/50%/x#y", "", "https://broker.example:4433/v1/topics/a%20b/50%25/x%23y"},
+		{"query", "a/b", "qos=0", "https://broker.example:4433/v1/topics/a/b?qos=0"},
+		{"encoded dot is not a dot segment", "a/%2e/b", "", "https://broker.example:4433/v1/topics/a/%252e/b"},
+		// Levels that are not safe path segments: one percent-encoded segment.
+		{"leading slash", "/TopicA", "", "https://broker.example:4433/v1/topics/%2FTopicA"},
+		{"trailing slash", "a/", "", "https://broker.example:4433/v1/topics/a%2F"},
+		{"empty level", "a//b", "", "https://broker.example:4433/v1/topics/a%2F%2Fb"},
+		{"dot level", "a/./b", "", "https://broker.example:4433/v1/topics/a%2F.%2Fb"},
+		{"dotdot level", "a/../b", "", "https://broker.example:4433/v1/topics/a%2F..%2Fb"},
+		{"dotdot alone", "..", "", "https://broker.example:4433/v1/topics?topic=.."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, _ := url.ParseQuery(tt.query)
+			u := c.publishPathFor(tt.in, q)
+			if got := u.String(); got != tt.want {
+				t.Fatalf("publishPathFor(%q) = %s, want %s", tt.in, got, tt.want)
+			}
+			if u.Path != "/v1/topics/"+tt.in && u.Query().Get("topic") != tt.in {
+				t.Fatalf("publishPathFor(%q): decoded path %q does not name the topic", tt.in, u.Path)
+			}
+		})
+	}
+}
+
 func TestH3NewErrors(t *testing.T) {
 	tests := []struct {
 		name string
