@@ -168,8 +168,10 @@ var ErrOutOfOrder = errors.New("sequence number already applied")
 // MQTT message back to MQTT). Messages must come in increasing seq order
 // (numbers in between belong to messages this broker does not apply: other
 // topics, refused ones). What the cluster's history lost before this broker
-// read it is reported with ForgetThrough and MarkEvicted. Authorisation is
-// the caller's job.
+// read it is reported with ForgetThrough and MarkEvicted. A retained
+// message beyond Limits.RetainedBytes is delivered all the same but not
+// kept (the topic's older retained message, now stale, is dropped): the
+// error then wraps ErrRetainedFull. Authorisation is the caller's job.
 func (b *Broker) ApplySequenced(m Message, seq uint64) error {
 	h := b.hub
 	if err := h.validate(&m); err != nil {
@@ -188,22 +190,38 @@ func (b *Broker) ApplySequenced(m Message, seq uint64) error {
 		return ErrOutOfOrder
 	}
 	h.skipTo(seq)
+	var err error
 	if msg.Retain && len(msg.Payload) > 0 {
 		size := h.retainedSize + msgCost(msg)
-		if ts := h.topics[msg.Topic]; ts != nil && ts.retained != nil {
+		ts := h.topics[msg.Topic]
+		if ts != nil && ts.retained != nil {
 			size -= msgCost(ts.retained)
 		}
 		if size > h.limits.RetainedBytes {
-			h.mu.Unlock()
-			return fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, h.retainedSize, h.limits.RetainedBytes)
+			// The cluster accepted it: deliver it, but it cannot be this
+			// broker's retained message, and the older one is stale.
+			err = fmt.Errorf("%w: delivered but not kept as retained (%d bytes held, limit %d)", ErrRetainedFull, h.retainedSize, h.limits.RetainedBytes)
+			if ts != nil && ts.retained != nil {
+				h.retainedSize -= msgCost(ts.retained)
+				h.retainedCount--
+				ts.retained = nil
+			}
+			m2 := *msg
+			m2.Retain = false
+			msg = &m2
 		}
 	}
 	h.apply(msg)
+	if m.Retain {
+		if ts := h.topics[m.Topic]; ts != nil {
+			ts.retainedSeq = max(ts.retainedSeq, seq) // older values from the retained store are stale
+		}
+	}
 	h.mu.Unlock()
 	if msg.Origin == OriginCluster {
 		h.stats.proto(msg.Origin).in.Add(1)
 	}
-	return nil
+	return err
 }
 
 // AdvanceSequence records that the cluster's messages up to seq were seen
@@ -248,7 +266,9 @@ func (b *Broker) MarkEvicted(topic string, seq uint64) {
 // SetRetained sets topic's retained message from the cluster's retained
 // store when it is newer than the one held (m.Seq, the cluster's sequence
 // number; an empty payload clears it). Subscribers are not sent it: it is
-// for those that subscribe later.
+// for those that subscribe later. One that does not fit Limits.RetainedBytes
+// leaves the topic without a retained message (the older one is stale) and
+// returns an error wrapping ErrRetainedFull.
 func (b *Broker) SetRetained(m Message) error {
 	h := b.hub
 	if err := h.validate(&m); err != nil {
@@ -257,8 +277,11 @@ func (b *Broker) SetRetained(m Message) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ts := h.topics[m.Topic]
-	if ts != nil && ts.retained != nil && ts.retained.Seq >= m.Seq {
+	if ts != nil && (ts.retainedSeq >= m.Seq || ts.retained != nil && ts.retained.Seq >= m.Seq) {
 		return nil
+	}
+	if ts != nil {
+		ts.retainedSeq = m.Seq
 	}
 	if len(m.Payload) == 0 {
 		if ts != nil && ts.retained != nil {
@@ -274,10 +297,16 @@ func (b *Broker) SetRetained(m Message) error {
 		size -= msgCost(ts.retained)
 	}
 	if size > h.limits.RetainedBytes {
+		if ts != nil && ts.retained != nil { // stale now
+			h.retainedSize -= msgCost(ts.retained)
+			h.retainedCount--
+			ts.retained = nil
+			h.maybeForget(m.Topic, ts)
+		}
 		return fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, h.retainedSize, h.limits.RetainedBytes)
 	}
 	if ts == nil {
-		ts = &topicState{}
+		ts = &topicState{retainedSeq: m.Seq}
 		h.topics[m.Topic] = ts
 	}
 	if ts.retained != nil {

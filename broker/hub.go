@@ -66,6 +66,9 @@ type topicState struct {
 	retained *Message
 	// evictedMax is the highest sequence number dropped from hist.
 	evictedMax uint64
+	// retainedSeq is the cluster's sequence number of the last retained
+	// message (or clearing) seen for the topic (federation.go).
+	retainedSeq uint64
 }
 
 // hub is the topic space: history, retained messages, subscribers, taps.

@@ -191,7 +191,7 @@ type Link struct {
 	forwarded, received, dups, denied, refused atomic.Uint64
 	dropped, resent, slow, remoteGaps, reconn  atomic.Uint64
 	caughtUp                                   atomic.Uint64
-	epoch                                      atomic.Uint64 // seq.go
+	epoch, retainedFull                        atomic.Uint64 // seq.go
 }
 
 // gapNote is a run of dropped messages (this broker's message ids) and

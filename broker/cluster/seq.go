@@ -235,6 +235,15 @@ func (l *Link) applyStream(nm *nats.Msg, seq uint64) {
 		if errors.Is(err, broker.ErrOutOfOrder) || errors.Is(err, broker.ErrShuttingDown) {
 			return
 		}
+		if errors.Is(err, broker.ErrRetainedFull) { // delivered all the same
+			if n := l.retainedFull.Add(1); n&(n-1) == 0 {
+				l.log.Warn("cluster: retained message delivered but not kept (this broker's retained store is full)", "topic", in.m.Topic, "err", err, "times", n)
+			}
+			if !own {
+				l.received.Add(1)
+			}
+			return
+		}
 		n := l.refused.Add(1)
 		if n&(n-1) == 0 {
 			l.log.Warn("cluster: broker refused a message of the cluster", "topic", in.m.Topic, "err", err, "refused", n)

@@ -535,3 +535,33 @@ func TestSSEResumeOnAnotherBroker(t *testing.T) {
 		}
 	}
 }
+
+// TestRetainedFullStillDelivered: a retained message the cluster accepted
+// but a broker's retained store cannot hold is still delivered there live
+// (and in its history); that broker then holds no retained message for the
+// topic rather than a stale one.
+func TestRetainedFullStillDelivered(t *testing.T) {
+	nc := startNATS(t, 1)
+	pki := testutil.NewPKI(t)
+	a := startNode(t, pki, "a", nc.urls(), func(_ *broker.Options, co *cluster.Options) { co.Replicas = 1 })
+	b := startNode(t, pki, "b", nc.urls(), func(bo *broker.Options, co *cluster.Options) {
+		co.Replicas = 1
+		bo.Limits.RetainedBytes = 300
+	})
+	sb := b.subscribe("r/#", "")
+	a.publish("r/t", "small", "qos=1&retain=1")
+	big := strings.Repeat("x", 400)
+	a.publish("r/t", big, "qos=1&retain=1")
+	a.publish("r/t", "after", "qos=1")
+	for _, want := range []string{"small", big, "after"} {
+		if p := string(sb.nextMessage().Payload); p != want {
+			t.Fatalf("b delivered %.20q, want %.20q", p, want)
+		}
+	}
+	if got := b.b.Broker.RetainedMessages(); len(got) != 0 {
+		t.Fatalf("b keeps %d retained messages (%.20q), want none (the newest did not fit, the older is stale)", len(got), got[0].Payload)
+	}
+	if got := a.b.Broker.RetainedMessages(); len(got) != 1 || string(got[0].Payload) != big {
+		t.Fatalf("a's retained messages: %d", len(got))
+	}
+}
