@@ -278,8 +278,8 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var outErr error
 	err = c.Subscribe(ctx, *filter, *since, func(m client.Message) {
-		if outErr != nil {
-			return
+		if outErr != nil || (*count > 0 && st.Count >= *count) {
+			return // a message delivered after the cancel of --count is not printed
 		}
 		if dd != nil && dd.duplicate(&m) {
 			st.Dups++

@@ -20,6 +20,73 @@ import (
 	"github.com/quiot/quiot/internal/testutil/mqtttest"
 )
 
+// dedupCases are `quiot sub` with and without --dedup on a stream in which
+// message 0 comes twice: the payloads it prints, one a line.
+var dedupCases = []dedupCase{
+	{"default", nil, "0\n1\n2\n", true},
+	{"off", []string{"--dedup=false"}, "0\n0\n1\n2\n", false},
+}
+
+type dedupCase struct {
+	name    string
+	flags   []string
+	want    string
+	dropped bool // the summary says it dropped a duplicate
+}
+
+// subRun is a `quiot sub --topic dup/# --format raw` running in this
+// process until it has printed as many lines as its case wants.
+type subRun struct {
+	tc          dedupCase
+	out, errOut *syncBuffer // out signals the first "0\n"
+	done        chan error
+}
+
+// startSubRun starts it on url and waits until it has subscribed.
+func startSubRun(t *testing.T, ctx context.Context, url string, pki *testutil.PKI, tc dedupCase) *subRun {
+	t.Helper()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pki.CA.CertPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &subRun{tc: tc, out: newSyncBuffer("0\n"), errOut: newSyncBuffer("msg=subscribed"), done: make(chan error, 1)}
+	args := append([]string{"--config", "", "--broker", url, "--ca", ca, "--topic", "dup/#", "--format", "raw",
+		"--count", fmt.Sprint(strings.Count(tc.want, "\n"))}, tc.flags...)
+	go func() { r.done <- runSub(ctx, args, r.out, r.errOut) }()
+	select {
+	case <-r.errOut.seen:
+	case err := <-r.done:
+		t.Fatalf("sub ended before subscribing: %v\n%s", err, r.errOut)
+	case <-ctx.Done():
+		t.Fatalf("sub not subscribed in time:\n%s", r.errOut)
+	}
+	return r
+}
+
+// check waits until the sub ends (after --count) and checks what it
+// printed and its summary.
+func (r *subRun) check(t *testing.T, ctx context.Context) {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatalf("sub: %v\n%s", err, r.errOut)
+		}
+	case <-ctx.Done():
+		t.Fatalf("sub did not end after --count; printed %q\n%s", r.out, r.errOut)
+	}
+	if r.out.String() != r.tc.want {
+		t.Errorf("sub printed %q, want %q", r.out, r.tc.want)
+	}
+	e := r.errOut.String()
+	if summary := fmt.Sprintf("received %d message(s) on dup/#", strings.Count(r.tc.want, "\n")); !strings.Contains(e, summary) {
+		t.Errorf("summary: want %q in\n%s", summary, e)
+	}
+	if strings.Contains(e, "; 1 duplicate(s) dropped") != r.tc.dropped {
+		t.Errorf("summary: want a dropped duplicate: %v, in\n%s", r.tc.dropped, e)
+	}
+}
+
 // TestSubDedup: a QoS 1 duplicate really reaches `quiot sub` through a
 // broker (HTTP/3, and MQTT over QUIC): a publisher sends a message again
 // with the same send stamp and payload, as a publisher's spool does when
@@ -36,63 +103,25 @@ func TestSubDedup(t *testing.T) {
 			} else {
 				url = mqtttest.QUICURL(mqtttest.Start(t, pki, mqttquic.Options{}))
 			}
-			ca := filepath.Join(t.TempDir(), "ca.pem")
-			if err := os.WriteFile(ca, pki.CA.CertPEM(), 0o644); err != nil {
-				t.Fatal(err)
-			}
 			pub, err := client.New(client.Options{Broker: url, RootCAs: pki.Pool(), Logger: testutil.DiscardLogger()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = pub.Close() })
-			for _, tt := range []struct {
-				name    string
-				flags   []string
-				want    string // the payloads printed, one a line
-				summary string
-				dropped string // the summary's note of dropped duplicates ("": none)
-			}{
-				{"default", nil, "0\n1\n2\n", "received 3 message(s) on dup/#", "; 1 duplicate(s) dropped"},
-				{"off", []string{"--dedup=false"}, "0\n0\n1\n2\n", "received 4 message(s) on dup/#", ""},
-			} {
-				t.Run(tt.name, func(t *testing.T) {
+			for _, tc := range dedupCases {
+				t.Run(tc.name, func(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 					defer cancel()
-					topic := "dup/" + tt.name
-					out, errOut := newSyncBuffer(""), newSyncBuffer("msg=subscribed")
-					done := make(chan error, 1)
-					args := append([]string{"--config", "", "--broker", url, "--ca", ca, "--topic", "dup/#", "--format", "raw",
-						"--count", fmt.Sprint(strings.Count(tt.want, "\n"))}, tt.flags...)
-					go func() { done <- runSub(ctx, args, out, errOut) }()
-					select {
-					case <-errOut.seen:
-					case err := <-done:
-						t.Fatalf("sub ended before subscribing: %v\n%s", err, errOut)
-					case <-ctx.Done():
-						t.Fatalf("sub not subscribed within 60 s:\n%s", errOut)
-					}
+					sub := startSubRun(t, ctx, url, pki, tc)
 					sent := time.Now()
 					for i, p := range []string{"0", "0", "1", "2"} {
 						// The second "0" is the resend: the first one's stamp.
 						stamp := sent.Add(time.Duration(max(i-1, 0)) * time.Millisecond)
-						if _, err := pub.Publish(ctx, topic, []byte(p+"\n"), client.PublishOptions{QoS: 1, Sent: stamp}); err != nil {
+						if _, err := pub.Publish(ctx, "dup/"+tc.name, []byte(p+"\n"), client.PublishOptions{QoS: 1, Sent: stamp}); err != nil {
 							t.Fatalf("publish %d: %v", i, err)
 						}
 					}
-					select {
-					case err := <-done:
-						if err != nil {
-							t.Fatalf("sub: %v\n%s", err, errOut)
-						}
-					case <-ctx.Done():
-						t.Fatalf("sub did not end after --count; printed %q\n%s", out, errOut)
-					}
-					if out.String() != tt.want {
-						t.Errorf("sub printed %q, want %q", out, tt.want)
-					}
-					if e := errOut.String(); !strings.Contains(e, tt.summary) || strings.Contains(e, "dropped") != (tt.dropped != "") || !strings.Contains(e, tt.dropped) {
-						t.Errorf("summary: want %q and %q in\n%s", tt.summary, tt.dropped, e)
-					}
+					sub.check(t, ctx)
 				})
 			}
 		})
@@ -205,36 +234,13 @@ func (r *ackCut) downLoop() {
 // the first send's stamp), and the broker delivers it a second time. By
 // default `quiot sub` prints it once; with --dedup=false twice.
 func TestSubDedupLostAck(t *testing.T) {
-	for _, tt := range []struct {
-		name    string
-		flags   []string
-		want    string
-		dropped bool // the summary says a duplicate was dropped
-	}{
-		{"default", nil, "0\n1\n2\n", true},
-		{"off", []string{"--dedup=false"}, "0\n0\n1\n2\n", false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, tc := range dedupCases {
+		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			pki := testutil.NewPKI(t)
 			s := mqtttest.Start(t, pki, mqttquic.Options{})
-			ca := filepath.Join(t.TempDir(), "ca.pem")
-			if err := os.WriteFile(ca, pki.CA.CertPEM(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, errOut := newSyncBuffer("0\n"), newSyncBuffer("msg=subscribed")
-			done := make(chan error, 1)
-			args := append([]string{"--config", "", "--broker", mqtttest.QUICURL(s), "--ca", ca, "--topic", "dup/#", "--format", "raw",
-				"--count", fmt.Sprint(strings.Count(tt.want, "\n"))}, tt.flags...)
-			go func() { done <- runSub(ctx, args, out, errOut) }()
-			select {
-			case <-errOut.seen:
-			case err := <-done:
-				t.Fatalf("sub ended before subscribing: %v\n%s", err, errOut)
-			case <-ctx.Done():
-				t.Fatalf("sub not subscribed within 90 s:\n%s", errOut)
-			}
+			sub := startSubRun(t, ctx, mqtttest.QUICURL(s), pki, tc)
 
 			relay := newAckCut(t, s.QUICAddr())
 			prof := quictune.Default()
@@ -263,11 +269,9 @@ func TestSubDedupLostAck(t *testing.T) {
 			relay.cut.Store(true)
 			publish("dup/x", "0\n")
 			select {
-			case <-out.seen: // the broker has it
-			case err := <-done:
-				t.Fatalf("sub ended: %v\n%s", err, errOut)
+			case <-sub.out.seen: // the broker has it
 			case <-ctx.Done():
-				t.Fatalf("message 0 not delivered within 90 s:\n%s", errOut)
+				t.Fatalf("message 0 not delivered within 90 s:\n%s", sub.errOut)
 			}
 			select {
 			case <-relay.healed: // the publisher dials again
@@ -279,20 +283,7 @@ func TestSubDedupLostAck(t *testing.T) {
 			if err := pub.Drain(ctx); err != nil {
 				t.Fatalf("drain: %v (spool %+v)", err, pub.SpoolStats())
 			}
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("sub: %v\n%s", err, errOut)
-				}
-			case <-ctx.Done():
-				t.Fatalf("sub did not end after --count; printed %q\n%s", out, errOut)
-			}
-			if out.String() != tt.want {
-				t.Errorf("sub printed %q, want %q", out, tt.want)
-			}
-			if e := errOut.String(); strings.Contains(e, "1 duplicate(s) dropped") != tt.dropped {
-				t.Errorf("summary: want a dropped duplicate: %v, in\n%s", tt.dropped, e)
-			}
+			sub.check(t, ctx)
 			t.Logf("%d datagrams from the broker dropped; spool %+v", relay.dropped.Load(), pub.SpoolStats())
 		})
 	}
