@@ -383,8 +383,17 @@ func (s *Sessions) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	}
 }
 
-// OnQosDropped removes a message mochi gave up on.
-func (s *Sessions) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { s.OnQosComplete(cl, pk) }
+// OnQosDropped removes a message mochi gave up on. A session taken over
+// by a reconnecting client is not giving up: mochi clears the old client's
+// queue after copying it to the new one, under the same client id and
+// packet identifiers, so deleting those records would drop the new
+// client's queue from the file (lost at the next restart).
+func (s *Sessions) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	if cl.IsTakenOver() {
+		return
+	}
+	s.OnQosComplete(cl, pk)
+}
 
 // StoredClients returns the saved sessions.
 func (s *Sessions) StoredClients() ([]storage.Client, error) {
@@ -738,5 +747,17 @@ func (s *Sessions) Stop() error {
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	<-s.done
+	// The last commit's watermark may trail the fan-out that finished
+	// after it (OnPublished queues no commit of its own): write the final
+	// one, so a clean restart delivers nothing twice.
+	s.mu.Lock()
+	w := s.currentWatermark()
+	changed := w != s.watermark
+	s.mu.Unlock()
+	if changed {
+		if err := s.write(nil, w); err != nil {
+			s.log.Error("mqtt sessions: couldn't commit the final watermark (messages after it are delivered again at the next start)", "error", err)
+		}
+	}
 	return s.db.Close()
 }

@@ -7,9 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/quiot/quiot/broker"
@@ -57,14 +60,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // restart and are delivered when the client comes back, with those
 // published after the restart.
 func TestMQTTSessionSurvivesRestart(t *testing.T) {
-	// Quarantined with broker/mqttquic's TestSessionExpiry: once in a
-	// fresh-clone make test the reconnected persistent session got no
-	// message within 30 s, the same suspected loss of a QoS 1 message
-	// queued for a persistent session during reconnect (issue 11, left
-	// open). QUIOT_FLAKY=1 runs it.
-	if os.Getenv("QUIOT_FLAKY") == "" {
-		t.Skip("quarantined: intermittent loss of a QoS 1 message queued for a persistent session during reconnect (set QUIOT_FLAKY=1 to run)")
-	}
 	pki := testutil.NewPKI(t)
 	dir := t.TempDir()
 	b := startOn(t, pki, dir, "127.0.0.1:0")
@@ -283,4 +278,124 @@ func countSessionKeys(t *testing.T, dir, prefix string) int {
 		return nil
 	})
 	return n
+}
+
+// breakConnack makes the CONNACK of one connection of client id
+// unwritable (mochi's write fails on the packet type), as a connection
+// that breaks right after mochi handed it its session.
+type breakConnack struct {
+	mqtt.HookBase
+	id    string
+	done  atomic.Bool
+	fired chan struct{}
+}
+
+func (h *breakConnack) ID() string           { return "test-break-connack" }
+func (h *breakConnack) Provides(b byte) bool { return b == mqtt.OnPacketEncode }
+func (h *breakConnack) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Connack && cl.ID == h.id && h.done.CompareAndSwap(false, true) {
+		pk.FixedHeader.Type = packets.Reserved
+		close(h.fired)
+	}
+	return pk
+}
+
+// TestQueueKeptWhenTakeoverBreaks: the queue of a persistent session stays
+// on disk when a reconnecting client takes the session over and its
+// connection breaks before mochi resends the queue. mochi clears the old
+// client's queue after copying it to the new client; the store used to
+// delete the records then (same client id and packet identifiers as the
+// new client's copy), so after a restart the queued messages were gone.
+func TestQueueKeptWhenTakeoverBreaks(t *testing.T) {
+	pki := testutil.NewPKI(t)
+	dir := t.TempDir()
+	b := startOn(t, pki, dir, "127.0.0.1:0")
+	m := startMQTT(t, pki, b.Broker, dir)
+	const id = "takeover-breaks"
+	subscribe := func(addr string) (client.Client, chan client.Message, context.CancelFunc) {
+		c, err := client.New(client.Options{Broker: "mqtt-quic://" + addr, RootCAs: pki.Pool(), ClientID: id, Logger: testutil.DiscardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan client.Message, 100)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { _ = c.Subscribe(ctx, "q/#", 0, func(m client.Message) { got <- m }) }()
+		return c, got, cancel
+	}
+	c, got, cancel := subscribe(m.QUICAddr().String())
+	waitFor(t, "the subscription", func() bool {
+		mustPublish(t, b.Broker, broker.Message{Topic: "q/probe", Payload: []byte("p"), QoS: 1})
+		select {
+		case <-got:
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	})
+	_ = c.Close()
+	cancel()
+	waitFor(t, "the session to be offline", func() bool {
+		cl, ok := m.MQTT().Clients.Get(id)
+		return ok && cl.Closed()
+	})
+	for i := range 3 {
+		mustPublish(t, b.Broker, broker.Message{Topic: "q/x", Payload: fmt.Appendf(nil, "m%d", i), QoS: 1})
+	}
+	waitFor(t, "3 messages queued for the offline session", func() bool {
+		cl, _ := m.MQTT().Clients.Get(id)
+		n := 0
+		for _, pk := range cl.State.Inflight.GetAll(false) {
+			if pk.TopicName == "q/x" {
+				n++
+			}
+		}
+		return n == 3
+	})
+
+	h := &breakConnack{id: id, fired: make(chan struct{})}
+	if err := m.MQTT().AddHook(h, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, _, cancel = subscribe(m.QUICAddr().String())
+	select {
+	case <-h.fired:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no reconnect within 30 s")
+	}
+	waitFor(t, "the new client's connection to end", func() bool {
+		cl, ok := m.MQTT().Clients.Get(id)
+		return ok && cl.Closed() && !cl.IsTakenOver()
+	})
+	_ = c.Close()
+	cancel()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancelS := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelS()
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	b2 := startOn(t, pki, dir, "127.0.0.1:0")
+	m2 := startMQTT(t, pki, b2.Broker, dir)
+	c2, got2, cancel2 := subscribe(m2.QUICAddr().String())
+	defer cancel2()
+	defer c2.Close()
+	var payloads []string
+	for len(payloads) < 3 {
+		select {
+		case m := <-got2:
+			if m.Topic == "q/x" {
+				payloads = append(payloads, string(m.Payload))
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("got %q within 30 s after the restart, want m0..m2", payloads)
+		}
+	}
+	for i, p := range payloads {
+		if p != fmt.Sprintf("m%d", i) {
+			t.Fatalf("payloads %q, want m0..m2 in order", payloads)
+		}
+	}
 }
