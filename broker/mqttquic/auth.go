@@ -46,6 +46,11 @@ type authHook struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	swept    chan struct{} // closed when the sweeper has ended
+
+	// beforeDelivery, when set (tests only), runs as mochi checks a
+	// delivery to a session: after it has taken the session's client from
+	// its table, before it queues the message on it.
+	beforeDelivery atomic.Pointer[func(cl *mqtt.Client, topic string)]
 }
 
 // identity is one session's owner and its per-session state.
@@ -200,6 +205,9 @@ func (h *authHook) owner(cl *mqtt.Client) *identity {
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if cl.Net.Inline {
 		return true
+	}
+	if f := h.beforeDelivery.Load(); f != nil && !write {
+		(*f)(cl, topic)
 	}
 	var ident *identity
 	if v, ok := h.ids.Load(cl.ID); ok {

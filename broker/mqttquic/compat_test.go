@@ -112,6 +112,8 @@ func (r *rawConn) readErr() (packets.Packet, error) {
 		err = pk.PubcompDecode(body)
 	case packets.Suback:
 		err = pk.SubackDecode(body)
+	case packets.Unsuback:
+		err = pk.UnsubackDecode(body)
 	case packets.Disconnect:
 		err = pk.DisconnectDecode(body)
 	}

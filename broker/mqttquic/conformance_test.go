@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -509,15 +508,6 @@ func TestServerReceiveMaximum(t *testing.T) {
 // with an expiry outlives it and keeps QoS 1 messages published meanwhile
 // (MQTT 5 4.1, 3.1.1 clean session 0 likewise).
 func TestSessionExpiry(t *testing.T) {
-	// Quarantined, not fixed: about 1 run in 20 (under -race, TCP, MQTT
-	// 3.1.1 seen) the session is present on reconnect but the QoS 1
-	// message published while it was away never arrives: a suspected
-	// at-least-once loss when a publish races the end of the session's
-	// previous connection (issue 11, QoS 1 end to end). It stays visible
-	// as a skip until the race is found; run it with QUIOT_FLAKY=1.
-	if os.Getenv("QUIOT_FLAKY") == "" {
-		t.Skip("quarantined: intermittent loss of a QoS 1 message queued for a persistent session during reconnect (set QUIOT_FLAKY=1 to run)")
-	}
 	b := startBridged(t, nil)
 	for _, tr := range transports {
 		for _, ver := range []byte{4, 5} {

@@ -191,6 +191,7 @@ func New(opts Options) (*Server, error) {
 		if err := mq.AddHook(h, nil); err != nil {
 			return nil, fmt.Errorf("mqtt server: add session hook: %w", err)
 		}
+		compat.qosHooks = append(compat.qosHooks, h)
 		if s.resetKey, err = store.ResetKey(opts.DataDir); err != nil {
 			return nil, fmt.Errorf("mqtt server: %w", err)
 		}
@@ -203,6 +204,7 @@ func New(opts Options) (*Server, error) {
 		if err := mq.AddHook(ah, nil); err != nil {
 			return nil, fmt.Errorf("mqtt server: add auth hook: %w", err)
 		}
+		compat.qosHooks = append(compat.qosHooks, ah)
 		br := newBridge(mq, opts.Broker, ah, opts.Logger)
 		s.br = br
 		if err := mq.AddHook(br, nil); err != nil {
@@ -398,6 +400,13 @@ type compatHook struct {
 	idClients  atomic.Int32 // entries in ids
 	conns      sync.Map     // net.Conn -> *connTrack: connections mochi is handling (sessionEnds)
 	latest     sync.Map     // client id -> *connTrack: its latest connection with a session
+
+	// Session takeovers (takeover.go).
+	takeovers  sync.Map      // old *mqtt.Client -> *takeover
+	successors sync.Map      // new *mqtt.Client -> *takeover, until completed
+	qosHooks   []qosNotifier // told of messages adopted after a resend
+	adopted    atomic.Int64  // late messages handed to the session's new client
+	lateLost   atomic.Int64  // late messages that could not be handed on
 }
 
 // connTrack follows one connection through mochi's handling of it.
@@ -426,6 +435,7 @@ func (l sessionEnds) Serve(establish listeners.EstablishFn) {
 		defer func() {
 			l.h.conns.Delete(c)
 			if t.cl != nil {
+				l.h.completeTakeover(t.cl) // if its CONNACK never went out
 				l.h.latest.CompareAndDelete(t.cl.ID, t)
 			}
 			close(t.done)
@@ -440,7 +450,8 @@ func (h *compatHook) ID() string { return "quiot-compat" }
 // Provides reports the events the hook handles.
 func (h *compatHook) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnConnect, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnPacketRead, mqtt.OnDisconnect:
+	case mqtt.OnConnect, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnPacketRead, mqtt.OnDisconnect,
+		mqtt.OnQosPublish:
 		return true
 	case mqtt.OnPacketEncode:
 		return h.needed.Load() || h.connacking.Load() > 0
@@ -505,10 +516,12 @@ func (h *compatHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 }
 
 // OnSessionEstablish (authenticated, CONNACK next) waits for the end of a
-// session that ended with its connection and marks the client's CONNACK
-// (limits' properties for MQTT 5, the session's order for all).
-func (h *compatHook) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+// session that ended with its connection, notes a session takeover
+// (takeover.go) and marks the client's CONNACK (limits' properties for
+// MQTT 5, the session's order for all).
+func (h *compatHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	h.awaitSessionEnd(cl)
+	h.noteTakeover(cl, pk)
 	if _, loaded := h.pending.LoadOrStore(cl, struct{}{}); !loaded {
 		h.connacking.Add(1)
 	}
@@ -611,7 +624,10 @@ func (h *compatHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.
 				pk.Properties.MaximumPacketSize = h.maxPacketSize
 				pk.Properties.TopicAliasMaximum = h.topicAliasMaximum
 			}
-			// The session's messages are resent right after CONNACK.
+			// mochi has handed cl the session: messages queued on the
+			// old client after the copy join the queue (takeover.go),
+			// which is resent right after CONNACK.
+			h.completeTakeover(cl)
 			orderInflight(cl, false)
 		}
 	}
@@ -701,6 +717,19 @@ func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 		}
 		if ends {
 			h.ending.Store(cl, struct{}{})
+		}
+		return pk, nil
+	}
+	if t := pk.FixedHeader.Type; (t == packets.Subscribe || t == packets.Unsubscribe) && !cl.Net.Inline {
+		// mochi refuses a SUBSCRIBE or UNSUBSCRIBE whose identifier a
+		// delivery to the client holds (0x91 in every SUBACK/UNSUBACK
+		// code), though the two are separate spaces: a client resuming
+		// a session with queued messages had its first SUBSCRIBE refused.
+		// The delivery is set aside while mochi processes the packet
+		// (OnPacketProcessed puts it back).
+		if out, ok := cl.State.Inflight.Get(pk.PacketID); ok && isOutbound(out) {
+			h.idState(cl).saved = &out
+			h.deleteInflight(cl, pk.PacketID)
 		}
 		return pk, nil
 	}
@@ -843,6 +872,14 @@ func (h *compatHook) OnPacketProcessed(cl *mqtt.Client, pk packets.Packet, _ err
 		}
 		if restore {
 			h.setInflight(cl, *st.saved)
+		} else if id, err := cl.NextPacketID(); err == nil {
+			// Kept under another identifier: sent again at the next
+			// reconnect (a duplicate, not a loss).
+			saved := *st.saved
+			saved.PacketID = uint16(id)
+			h.setInflight(cl, saved)
+		} else {
+			atomic.AddInt64(&h.mq.Info.InflightDropped, 1)
 		}
 		st.saved = nil
 	}
