@@ -65,6 +65,7 @@ func wakeClient(t *testing.T, b *testutil.Broker, cache tls.ClientSessionCache, 
 // presents the broker's token and publishes in 0-RTT data; the broker takes
 // it (it carries a message id) and holds it once.
 func TestH3ZeroRTTPublishWithMsgID(t *testing.T) {
+	skipZeroRTTUnderRace(t)
 	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -208,6 +209,7 @@ func (g *earlyGate) ReadFrom(p []byte) (int, net.Addr, error) {
 // held incomplete), a publish with a message id and a current time is
 // accepted, one without an id is answered 425 and not published.
 func TestH3ZeroRTTPublishAcceptance(t *testing.T) {
+	skipZeroRTTUnderRace(t)
 	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -277,6 +279,7 @@ func TestH3ZeroRTTPublishAcceptance(t *testing.T) {
 // resumed by a client of a new cache read from that file (a new process),
 // which then publishes in 0-RTT data.
 func TestH3FileSessionCacheAcrossProcesses(t *testing.T) {
+	skipZeroRTTUnderRace(t)
 	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
