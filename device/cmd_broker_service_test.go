@@ -58,7 +58,7 @@ func TestBrokerServiceNotifyAndMetrics(t *testing.T) {
 	}()
 	recv := func() string {
 		t.Helper()
-		if err := nc.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		if err := nc.SetReadDeadline(time.Now().Add(60 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		buf := make([]byte, 4096)
