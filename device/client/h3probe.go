@@ -12,21 +12,28 @@ import (
 // restored from a token or ticket does not change it), and each probe is
 // one or two padded 1200-byte datagrams: on a 20 kbit/s NB-IoT uplink that
 // is 480 ms of airtime each, queued ahead of everything else, for a reply
-// that cannot arrive before the RTT measured on earlier connections. Until
-// the first datagram from the peer arrives, the governor lets one flight of
-// long-header datagrams through per hold and drops (reports as sent) the
-// probes quic-go makes in between; a genuinely lost first flight is resent
-// at the first probe after hold. Once anything arrives it passes every
-// datagram: from then on quic-go has its own RTT sample.
+// that cannot arrive before the RTT measured on earlier connections.
+//
+// The governor lets one flight of long-header datagrams through and then
+// drops (reports as sent) the long-header datagrams quic-go makes within
+// hold of it, unless a datagram from the peer arrived in between: an
+// answer opens the next flight at once (the client's Finished after the
+// broker's first flight), and a genuinely lost flight is resent at the
+// first probe after hold. This applies to every handshake flight, not only
+// the first: quic-go declares a packet lost when it probes (QueueProbePacket
+// in internal/ackhandler), so when the broker acknowledges the first flight,
+// the one that went out, quic-go takes no RTT sample from it and its
+// Handshake-level probes run on 2 x 100 ms again. Short-header (1-RTT)
+// datagrams always pass.
 type probeGovernor struct {
 	net.PacketConn
 	hold time.Duration
 	now  func() time.Time // nil: time.Now
 
 	mu        sync.Mutex
-	received  bool
+	answered  bool      // a peer datagram arrived since the current flight began
 	flightEnd time.Time // datagrams until then belong to the current flight
-	next      time.Time // probes before then are held back
+	next      time.Time // unanswered probes before then are held back
 	held      int       // datagrams held back (tests, logs)
 }
 
@@ -47,22 +54,20 @@ func (g *probeGovernor) clock() time.Time {
 
 // pass reports whether datagram p may go out now.
 func (g *probeGovernor) pass(p []byte) bool {
-	if len(p) == 0 || p[0]&0x80 == 0 { // short header: the handshake is done
+	if len(p) == 0 || p[0]&0x80 == 0 { // short header: 1-RTT data
 		return true
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.received {
-		return true
-	}
 	now := g.clock()
 	switch {
 	case now.Before(g.flightEnd):
 		return true
-	case now.Before(g.next):
+	case !g.answered && now.Before(g.next):
 		g.held++
 		return false
 	}
+	g.answered = false
 	g.flightEnd = now.Add(flightGap)
 	g.next = now.Add(g.hold)
 	return true
@@ -81,7 +86,7 @@ func (g *probeGovernor) ReadFrom(p []byte) (int, net.Addr, error) {
 	n, a, err := g.PacketConn.ReadFrom(p)
 	if err == nil {
 		g.mu.Lock()
-		g.received = true
+		g.answered = true
 		g.mu.Unlock()
 	}
 	return n, a, err

@@ -52,14 +52,41 @@ func TestProbeGovernor(t *testing.T) {
 	if g.held != 3 {
 		t.Fatalf("held %d, want 3", g.held)
 	}
-	// Once the peer answered, nothing is held.
+	// An answer from the peer opens the next flight at once (the client's
+	// Finished after the broker's first flight) ...
 	if _, _, err := g.ReadFrom(make([]byte, 10)); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(10 * time.Millisecond)
+	for i, s := range []struct {
+		at   time.Duration
+		sent bool
+	}{
+		{1510 * time.Millisecond, true},  // the answered flight
+		{1520 * time.Millisecond, true},  // ... within its gap
+		{1700 * time.Millisecond, false}, // a Handshake-level probe: held
+		{2100 * time.Millisecond, false}, // and the next
+		{2520 * time.Millisecond, true},  // after the hold
+	} {
+		now = start.Add(s.at)
+		before := rc.written
+		if _, err := g.WriteTo(long, nil); err != nil {
+			t.Fatal(err)
+		}
+		if sent := rc.written > before; sent != s.sent {
+			t.Fatalf("after an answer, step %d (+%v): sent %v, want %v", i, s.at, sent, s.sent)
+		}
+	}
+	// ... and a probe after an answer passes too.
+	if _, _, err := g.ReadFrom(make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(100 * time.Millisecond)
 	before := rc.written
 	if _, err := g.WriteTo(long, nil); err != nil || rc.written != before+1 {
-		t.Fatalf("after an answer: written %d, want %d (%v)", rc.written, before+1, err)
+		t.Fatalf("after a second answer: written %d, want %d (%v)", rc.written, before+1, err)
+	}
+	if g.held != 5 {
+		t.Fatalf("held %d, want 5", g.held)
 	}
 }
 
