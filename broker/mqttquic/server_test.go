@@ -76,7 +76,7 @@ func recv(t testing.TB, ch <-chan client.Message, what string) client.Message {
 // waitSubscribed publishes probes on topic until one arrives on ch.
 func waitSubscribed(t testing.TB, pub client.Client, ch <-chan client.Message, topic string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := pub.Publish(ctx, topic, []byte(fmt.Sprintf("probe-%d", i)), client.PublishOptions{QoS: 1})
