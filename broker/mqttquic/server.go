@@ -463,11 +463,23 @@ func (h *compatHook) Provides(b byte) bool {
 	return false
 }
 
-// OnConnect turns the encoding hook on when a client asks for no problem
-// information or announces a Maximum Packet Size, and the sent-message
-// hook when it announces a Receive Maximum (before anything is written to
-// it).
+// OnConnect turns server-to-client topic aliases off for sessions that
+// may outlive the connection, the encoding hook on when a client asks for
+// no problem information or announces a Maximum Packet Size, and the
+// sent-message hook when it announces a Receive Maximum (before anything
+// is written to it).
 func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
+	if cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval > 0 {
+		// A session that may outlive its connection gets no topic
+		// aliases from the server: mochi queues a delivery as sent (with
+		// the alias and no topic name) and resends it so on the next
+		// connection, where the alias means nothing (aliases last for
+		// one connection, MQTT 5 3.3.2.3.4): the client closes for the
+		// protocol error and meets the same message at every reconnect.
+		// The server need not use aliases at all; sessions that end
+		// with their connection keep them.
+		cl.Properties.Props.TopicAliasMaximum = 0
+	}
 	if p := cl.Properties.Props; p.RequestProblemInfoFlag && p.RequestProblemInfo == 0 || p.MaximumPacketSize > 0 {
 		h.needed.Store(true)
 	}

@@ -126,3 +126,55 @@ func TestSubscribeIDHeldByDelivery(t *testing.T) {
 		}
 	}
 }
+
+// TestResentMessagesCarryTopicNames: a message queued for a persistent
+// MQTT 5 session is resent on the next connection with its topic name. The
+// server's topic aliases last for one connection (MQTT 5 3.3.2.3.4), and
+// mochi queued deliveries as sent, alias and no topic name, so the resend
+// named an alias the new connection never set (the client closes for the
+// protocol error, at every reconnect). Sessions that end with their
+// connection keep server-to-client aliases.
+func TestResentMessagesCarryTopicNames(t *testing.T) {
+	b := startBridged(t, nil)
+	for _, tc := range []struct {
+		name      string
+		expiry    uint32
+		wantAlias bool
+	}{{"persistent", 600, false}, {"ends with the connection", 0, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprintf("alias-sub-%d", tc.expiry)
+			topic := "alias/" + id
+			props := func(p *packets.Properties) {
+				p.SessionExpiryInterval, p.SessionExpiryIntervalFlag = tc.expiry, true
+				p.TopicAliasMaximum = 10
+			}
+			r := dialTransport(t, b, "tcp", 5)
+			r.connect(id, false, props)
+			r.subscribe(1, 1, topic)
+			pub := dialTransport(t, b, "tcp", 5)
+			pub.connect(id+"-pub", true, nil)
+			var last packets.Packet
+			for i, payload := range []string{"one", "two"} {
+				pub.publish(uint16(i+1), 1, topic, []byte(payload), nil)
+				checkAck(t, pub.read(), 1, uint16(i+1), 0)
+				last = r.expect(packets.Publish)
+				if i == 0 {
+					r.ack(packets.Puback, last.PacketID)
+				}
+			}
+			if aliased := last.TopicName == "" && last.Properties.TopicAlias > 0; aliased != tc.wantAlias {
+				t.Fatalf("second delivery: topic %q alias %d, want aliased %v", last.TopicName, last.Properties.TopicAlias, tc.wantAlias)
+			}
+			if tc.expiry == 0 {
+				return
+			}
+			disconnect(r) // "two" unacknowledged: resent next time
+			r = dialTransport(t, b, "tcp", 5)
+			r.connect(id, false, props)
+			m := r.expect(packets.Publish)
+			if m.TopicName != topic || string(m.Payload) != "two" {
+				t.Fatalf("resent topic %q (alias %d) payload %q, want %q with its topic name", m.TopicName, m.Properties.TopicAlias, m.Payload, topic)
+			}
+		})
+	}
+}
