@@ -173,6 +173,17 @@ var ErrOutOfOrder = errors.New("sequence number already applied")
 // kept (the topic's older retained message, now stale, is dropped): the
 // error then wraps ErrRetainedFull. Authorisation is the caller's job.
 func (b *Broker) ApplySequenced(m Message, seq uint64) error {
+	return b.applySequenced(m, seq, true)
+}
+
+// ApplySequencedHistory is ApplySequenced for a message that is not new to
+// this broker's subscribers (the link began reading its topic after it was
+// published): it goes into the history and the retained message only.
+func (b *Broker) ApplySequencedHistory(m Message, seq uint64) error {
+	return b.applySequenced(m, seq, false)
+}
+
+func (b *Broker) applySequenced(m Message, seq uint64, live bool) error {
 	h := b.hub
 	if err := h.validate(&m); err != nil {
 		b.AdvanceSequence(seq)
@@ -191,6 +202,13 @@ func (b *Broker) ApplySequenced(m Message, seq uint64) error {
 	}
 	h.skipTo(seq)
 	var err error
+	if ts := h.topics[msg.Topic]; msg.Retain && ts != nil && ts.retainedSeq > seq {
+		// The retained store had a newer one: this is history, not the
+		// topic's retained message.
+		m2 := *msg
+		m2.Retain = false
+		msg = &m2
+	}
 	if msg.Retain && len(msg.Payload) > 0 {
 		size := h.retainedSize + msgCost(msg)
 		ts := h.topics[msg.Topic]
@@ -211,7 +229,11 @@ func (b *Broker) ApplySequenced(m Message, seq uint64) error {
 			msg = &m2
 		}
 	}
-	h.apply(msg)
+	if live {
+		h.apply(msg)
+	} else {
+		h.applyHistory(msg)
+	}
 	if m.Retain {
 		if ts := h.topics[m.Topic]; ts != nil {
 			ts.retainedSeq = max(ts.retainedSeq, seq) // older values from the retained store are stale
@@ -266,10 +288,12 @@ func (b *Broker) MarkEvicted(topic string, seq uint64) {
 // SetRetained sets topic's retained message from the cluster's retained
 // store when it is newer than the one held (m.Seq, the cluster's sequence
 // number; an empty payload clears it). Subscribers are not sent it: it is
-// for those that subscribe later. One that does not fit Limits.RetainedBytes
-// leaves the topic without a retained message (the older one is stale) and
-// returns an error wrapping ErrRetainedFull.
-func (b *Broker) SetRetained(m Message) error {
+// for those that subscribe later; with tap the taps get it (the MQTT side
+// keeps its own retained messages), for a message that will not be applied
+// live. One that does not fit Limits.RetainedBytes leaves the topic without
+// a retained message (the older one is stale) and returns an error wrapping
+// ErrRetainedFull.
+func (b *Broker) SetRetained(m Message, tap bool) error {
 	h := b.hub
 	if err := h.validate(&m); err != nil {
 		return err
@@ -289,6 +313,12 @@ func (b *Broker) SetRetained(m Message) error {
 			h.retainedCount--
 			ts.retained = nil
 			h.maybeForget(m.Topic, ts)
+		}
+		if tap {
+			msg := m
+			for _, fn := range h.taps {
+				fn(&msg)
+			}
 		}
 		return nil
 	}
@@ -317,6 +347,11 @@ func (b *Broker) SetRetained(m Message) error {
 	ts.retained = &msg
 	h.retainedSize += msgCost(&msg)
 	h.retainedCount++
+	if tap {
+		for _, fn := range h.taps {
+			fn(&msg)
+		}
+	}
 	return nil
 }
 
@@ -369,4 +404,82 @@ func (s *subscriber) noteLoss(t string) {
 	}
 	s.mu.Unlock()
 	s.signal()
+}
+
+// applyHistory puts msg into history and the retained message, without
+// delivering it. h.mu held.
+func (h *hub) applyHistory(msg *Message) {
+	ts := h.topics[msg.Topic]
+	if ts == nil {
+		ts = &topicState{}
+		h.topics[msg.Topic] = ts
+	}
+	if msg.Retain {
+		if ts.retained != nil {
+			h.retainedSize -= msgCost(ts.retained)
+			h.retainedCount--
+			ts.retained = nil
+		}
+		if len(msg.Payload) > 0 {
+			ts.retained = msg
+			h.retainedSize += msgCost(msg)
+			h.retainedCount++
+		}
+	}
+	h.store(ts, msg)
+}
+
+// Coverer is implemented by a sequencing Federation that reads only what
+// local subscribers want from the cluster's history (broker/cluster). A
+// subscription first asks it to cover its filter; a resume from before
+// what this broker holds for the filter is read from the cluster.
+type Coverer interface {
+	// Cover makes the link read filter's messages and returns once it does:
+	// from is the first sequence number from which every message of filter
+	// is applied here, old the last one that was already published when
+	// that began (messages of filter up to old are applied as history
+	// only). release ends the interest Cover took. An error: not covered
+	// (the cluster is unreachable).
+	Cover(filter string) (from, old uint64, release func(), err error)
+	// Replay returns filter's messages numbered after since and up to to,
+	// oldest first, with gap frames for what the cluster no longer holds.
+	Replay(filter string, since, to uint64) ([]wire.Frame, error)
+}
+
+// cover asks a covering link to cover a subscription's filter before it
+// starts, and reads what the hub cannot hold of a resume from the cluster.
+// It returns the frames to send first, the resume point the hub takes over
+// from, and the release of the link's interest (call it once the
+// subscription holds its own). otherRun is set when the resume cannot be
+// served (the link could not cover the filter): announced as a restart.
+func (h *hub) cover(filter string, since *uint64, otherRun bool) (pre []wire.Frame, from *uint64, other bool, release func(), err error) {
+	release = func() {}
+	c, ok := h.fed.(Coverer)
+	if !ok || !h.sequenced() {
+		return nil, since, otherRun, release, nil
+	}
+	first, old, rel, cerr := c.Cover(filter)
+	if cerr != nil {
+		return nil, since, otherRun || since != nil, release, nil
+	}
+	release = rel
+	if since == nil || otherRun {
+		return nil, since, otherRun, release, nil
+	}
+	h.mu.Lock()
+	caught := h.seq >= old // history holds filter's messages from first on
+	h.mu.Unlock()
+	to := old
+	if caught {
+		to = first - 1
+	}
+	if *since >= to {
+		return nil, since, false, release, nil
+	}
+	pre, err = c.Replay(filter, *since, to)
+	if err != nil {
+		release()
+		return nil, nil, false, func() {}, fmt.Errorf("couldn't read the cluster's history: %w", err)
+	}
+	return pre, &to, false, release, nil
 }

@@ -284,12 +284,16 @@ func (h *hub) maybeForget(name string, ts *topicState) {
 // all history replayed. h.mu is held throughout, so nothing is missed or
 // duplicated between the snapshot and live delivery.
 func (h *hub) start(s *subscriber, since *uint64, otherRun bool) ([]wire.Frame, error) {
+	out, since, otherRun, release, err := h.cover(s.filter, since, otherRun) // federation.go
+	if err != nil {
+		return nil, err
+	}
+	defer release() // after the subscription's own interest below
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closing {
 		return nil, ErrShuttingDown
 	}
-	var out []wire.Frame
 	var msgs []*Message
 	if since == nil {
 		for name, ts := range h.topics {

@@ -43,14 +43,14 @@ func (d *dedup) add(key string) bool {
 // deliver hands one message from another broker to the local broker, once,
 // if the local ACL lets its publisher publish to its topic.
 func (l *Link) deliver(in incoming) {
-	if in.origin == l.ID() {
-		return
+	if in.origin == l.ID() && !l.seqMode.Load() {
+		return // with cluster-wide numbers the broker keeps its own retained messages from the bucket too
 	}
 	if !l.seen.add(in.key) {
 		l.dups.Add(1)
 		return
 	}
-	if a := l.b.Auth(); a != nil && !a.Allow(in.m.Identity, auth.Publish, in.m.Topic) {
+	if a := l.b.Auth(); a != nil && in.origin != l.ID() && !a.Allow(in.m.Identity, auth.Publish, in.m.Topic) {
 		n := l.denied.Add(1)
 		if n&(n-1) == 0 {
 			l.log.Warn("cluster: message refused by the local ACL", "identity", in.m.Identity, "topic", in.m.Topic, "origin", in.origin, "denied", n)
@@ -60,7 +60,13 @@ func (l *Link) deliver(in incoming) {
 	if l.seqMode.Load() {
 		// Only retained messages come here (from the bucket; the stream's
 		// messages go through seq.go): kept for later subscribers.
-		if err := l.b.SetRetained(in.m); err != nil {
+		if in.origin == l.ID() {
+			in.m.Origin = in.proto // the MQTT side has its own MQTT messages
+			if in.m.Origin == "" || in.m.Origin == broker.OriginCluster {
+				in.m.Origin = broker.ProtoH3
+			}
+		}
+		if err := l.b.SetRetained(in.m, !l.willApplyLive(in.m.Topic, in.m.Seq)); err != nil {
 			l.refused.Add(1)
 		}
 		return
@@ -132,7 +138,7 @@ func decodeRetained(topic string, v []byte) (incoming, error) {
 		return in, fmt.Errorf("%w: qos %d", errBadValue, qos)
 	}
 	payload := v[k+1:]
-	in.origin = strs[0]
+	in.origin, in.proto = strs[0], strs[2]
 	in.key = fmt.Sprintf("%s-%d", strs[0], seq)
 	in.m = broker.Message{Topic: topic, Payload: payload, QoS: qos, Retain: true, Time: tm, Seq: seq, Origin: broker.OriginCluster, Identity: strs[1]}
 	return in, nil
@@ -191,6 +197,9 @@ func (l *Link) watchRetained(w jetstream.KeyWatcher) {
 func (l *Link) Stats() Stats {
 	l.mu.Lock()
 	s := Stats{Connected: l.ready, Held: len(l.queue), HeldBytes: l.queueB, Subjects: len(l.subs)}
+	if l.seqMode.Load() {
+		s.Subjects = l.consSubjects
+	}
 	l.mu.Unlock()
 	if s.Connected && l.nc != nil {
 		s.Server = l.nc.ConnectedUrlRedacted()

@@ -39,6 +39,25 @@ type natsCluster struct {
 // t.TempDir()) on 127.0.0.1 random ports and shuts them down at the end.
 func startNATS(t testing.TB, n int) *natsCluster {
 	t.Helper()
+	// A route port picked ahead may be taken by another process before
+	// its server binds it (that node never gets ready): try again with
+	// other ports.
+	for attempt := 1; ; attempt++ {
+		c, err := tryStartNATS(t, n, 30*time.Second)
+		if err == nil {
+			return c
+		}
+		if attempt == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("%v; starting the NATS cluster again", err)
+	}
+}
+
+// tryStartNATS is one attempt of startNATS: it fails when a node is not
+// ready within wait.
+func tryStartNATS(t testing.TB, n int, wait time.Duration) (*natsCluster, error) {
+	t.Helper()
 	c := &natsCluster{t: t}
 	// JetStream clustering needs configured routes on every node, so the
 	// route ports are picked up front (free loopback ports, released just
@@ -89,8 +108,11 @@ func startNATS(t testing.TB, n int) *natsCluster {
 		})
 	}
 	for i, s := range c.nodes {
-		if !s.ReadyForConnections(timeout) {
-			t.Fatalf("nats node %d not ready", i+1)
+		if !s.ReadyForConnections(wait) {
+			for _, s := range c.nodes {
+				s.Shutdown()
+			}
+			return nil, fmt.Errorf("nats node %d not ready within %v", i+1, wait)
 		}
 		c.ports = append(c.ports, s.Addr().(*net.TCPAddr).Port)
 	}
@@ -104,7 +126,7 @@ func startNATS(t testing.TB, n int) *natsCluster {
 			return false
 		}, "JetStream meta leader")
 	}
-	return c
+	return c, nil
 }
 
 // urls returns the client URLs of the running nodes, comma-separated.

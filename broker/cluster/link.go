@@ -168,12 +168,25 @@ type Link struct {
 	nextID    uint64        // the last item id (seqMode: the hub does not number)
 	// seqMode: the link numbers messages with the stream's sequence (set at
 	// Start: not Options.LocalNumbering and the broker has no Store).
-	seqMode   atomic.Bool
-	gapsSeen  map[string]struct{}
-	marked    bool      // requeueAfterMark ran (sendLoop only)
-	markVal   string    // this run's forwarded mark as the bucket has it
-	markAt    time.Time // last putMark (sendLoop only)
-	downSince time.Time
+	seqMode atomic.Bool
+	// With cluster-wide numbers (seq.go): cover maps a filter the stream
+	// consumer reads to the first stream number read for it, fresh to the
+	// stream's last number when that began; coverAll: the consumer reads the
+	// whole stream since allFrom; coverGen is closed when cover changes;
+	// reseq asks for a consumer with the current filters; lastApplied is the
+	// last stream number the consumer read.
+	cover, fresh map[string]uint64
+	coverAll     bool
+	allFrom      uint64
+	coverGen     chan struct{}
+	reseq        chan struct{}
+	lastApplied  uint64
+	consSubjects int // the consumer's subject filters (0: the whole stream)
+	gapsSeen     map[string]struct{}
+	marked       bool      // requeueAfterMark ran (sendLoop only)
+	markVal      string    // this run's forwarded mark as the bucket has it
+	markAt       time.Time // last putMark (sendLoop only)
+	downSince    time.Time
 
 	b    *broker.Broker
 	nc   *nats.Conn
@@ -227,6 +240,10 @@ func New(o Options) (*Link, error) {
 		interest: map[string]int{},
 		gapsSeen: map[string]struct{}{},
 		subs:     map[string]*nats.Subscription{},
+		cover:    map[string]uint64{},
+		fresh:    map[string]uint64{},
+		coverGen: make(chan struct{}),
+		reseq:    make(chan struct{}, 1),
 		recv:     make(chan *nats.Msg, o.ReceiveBuffer),
 		retCh:    make(chan incoming, 1024),
 		watched:  make(chan struct{}),
@@ -343,8 +360,18 @@ func (l *Link) Interest(filter string, delta int) {
 	n := l.interest[filter] + delta
 	if n <= 0 {
 		delete(l.interest, filter)
+		delete(l.cover, filter) // seq.go
+		delete(l.fresh, filter)
 	} else {
 		l.interest[filter] = n
+		if _, ok := l.cover[filter]; !ok {
+			if l.coverAll { // the whole stream is read: covered from here on
+				l.cover[filter], l.fresh[filter] = l.allFrom, l.lastApplied
+				l.coverChanged()
+			} else {
+				signal(l.reseq) // seq.go: read it too
+			}
+		}
 	}
 	l.mu.Unlock()
 	signal(l.dirty)
@@ -886,6 +913,7 @@ func (l *Link) WaitInterest(ctx context.Context) error {
 type incoming struct {
 	key    string // origin-seq: the duplicate check
 	origin string
+	proto  string // the protocol it came in by (retained bucket values)
 	m      broker.Message
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/topic"
 	"github.com/quiot/quiot/internal/wire"
 )
 
@@ -62,9 +64,17 @@ func streamEpoch(info *jetstream.StreamInfo) uint64 {
 	return 1
 }
 
+// maxConsumerSubjects bounds the subjects of the stream consumer's filter;
+// with more local filters than that the link reads the whole stream.
+const maxConsumerSubjects = 256
+
+// errReseq ends a consumer whose filters are to change.
+var errReseq = errors.New("local interest changed")
+
 // seqLoop reads the history stream in order and applies each message to the
 // broker under its stream sequence number. It (re)starts after the last
-// number applied whenever the consumer fails.
+// number applied whenever the consumer fails or local interest gains a
+// filter.
 func (l *Link) seqLoop() {
 	defer l.wg.Done()
 	backoff := l.o.ReconnectWait
@@ -76,7 +86,7 @@ func (l *Link) seqLoop() {
 		if ready {
 			e, err := l.consume(epoch)
 			epoch = e
-			if err == nil {
+			if err == nil || errors.Is(err, errReseq) {
 				backoff = l.o.ReconnectWait
 				continue
 			}
@@ -101,17 +111,29 @@ func (l *Link) seqLoop() {
 // errEpochChanged: the stream was made again under another epoch.
 var errEpochChanged = errors.New("history stream was deleted and made again (new epoch): restart the broker to take its numbers")
 
-// consume runs one ordered consumer from the broker's last sequence number
-// until it fails. epoch is the cluster epoch known so far (0: none); it
+// coverChanged wakes Cover's waiters. l.mu held.
+func (l *Link) coverChanged() {
+	close(l.coverGen)
+	l.coverGen = make(chan struct{})
+}
+
+// consume runs one ordered consumer from the broker's last sequence number,
+// filtered on the local interest, until it fails or the interest gains a
+// filter (errReseq). epoch is the cluster epoch known so far (0: none); it
 // returns the one it found.
 func (l *Link) consume(epoch uint64) (uint64, error) {
+	select { // what asked for this consumer is served by it
+	case <-l.reseq:
+	default:
+	}
 	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
 	str, err := l.js.Stream(ctx, l.stream)
 	cancel()
 	if err != nil {
 		return epoch, err
 	}
-	e := streamEpoch(str.CachedInfo())
+	info := str.CachedInfo()
+	e := streamEpoch(info)
 	if epoch == 0 {
 		l.b.SetClusterEpoch(e)
 		l.log.Info("cluster-wide sequence numbers", "epoch", wire.FormatEpoch(e), "stream", l.stream)
@@ -122,13 +144,33 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 	epoch = e
 	l.epoch.Store(e)
 	start := l.b.Stats().LastSeq + 1
-	info := str.CachedInfo()
 	if first := info.State.FirstSeq; first > start {
 		// Gone from the stream (its bounds) before this broker read them.
 		l.b.ForgetThrough(first - 1)
 	}
 	limit := info.Config.MaxMsgsPerSubject
+	l.mu.Lock()
+	filters := make([]string, 0, len(l.interest))
+	for f := range l.interest {
+		filters = append(filters, f)
+	}
+	l.mu.Unlock()
+	subjects := []string{l.o.Prefix + ".gap"}
+	seen := map[string]bool{}
+	for _, f := range filters {
+		for _, s := range FilterSubjects(f) {
+			if !seen[s] {
+				seen[s] = true
+				subjects = append(subjects, l.subjM+s)
+			}
+		}
+	}
+	subjects, disjoint := disjointSubjects(subjects)
+	all := !disjoint || len(subjects) > maxConsumerSubjects
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if !all {
+		cfg.FilterSubjects = subjects
+	}
 	if start > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
 	}
@@ -143,18 +185,51 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 		return epoch, err
 	}
 	defer it.Stop()
+	// What the consumer covers: filters read before keep their start (the
+	// consumer goes on after the last number applied); new ones begin here,
+	// and their messages already published are history, not news.
+	l.mu.Lock()
+	cover, fresh := map[string]uint64{}, map[string]uint64{}
+	for _, f := range filters {
+		if c, ok := l.cover[f]; ok {
+			cover[f], fresh[f] = c, l.fresh[f]
+		} else {
+			cover[f], fresh[f] = start, info.State.LastSeq
+		}
+	}
+	l.cover, l.fresh, l.coverAll, l.allFrom = cover, fresh, all, start
+	l.consSubjects = len(subjects) - 1 // without the gap notes'
+	if all {
+		l.consSubjects = 0
+	}
+	l.coverChanged()
+	l.mu.Unlock()
+	var reseq atomic.Bool
 	stop := context.AfterFunc(l.ctx, it.Stop)
 	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-l.reseq:
+			reseq.Store(true)
+			it.Stop()
+		case <-done:
+		}
+	}()
 	// Until it has caught up with the stream, the consumer counts each
 	// subject's messages: a subject that has as many as the stream keeps per
 	// subject may have lost older ones, after start, to that bound (MarkEvicted).
 	type count struct{ n, first uint64 }
 	counts := map[string]*count{}
 	last := start - 1     // the last stream number read
-	var checked time.Time // the last look at the stream's start (catching up)
+	var checked time.Time // the last look at the stream's start
 	for {
 		m, err := it.Next()
 		if err != nil {
+			if reseq.Load() {
+				return epoch, errReseq
+			}
 			return epoch, err
 		}
 		md, err := m.Metadata()
@@ -163,15 +238,16 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 		}
 		seq := md.Sequence.Stream
 		if seq > last+1 {
-			// Numbers missing: deleted before this broker read them.
-			if counts == nil {
-				// Reading live, nothing is deleted this young unless the
-				// stream's bounds overtook this broker: say so.
+			// Numbers missing: other subjects (filtered), or deleted before
+			// this broker read them.
+			if all && counts == nil {
+				// Reading the whole stream live, nothing is deleted this young
+				// unless the stream's bounds overtook this broker: say so.
 				l.b.ForgetThrough(seq - 1)
 			} else if time.Since(checked) > 250*time.Millisecond {
-				// Catching up, old messages of full subjects are missing as
-				// expected (counted below); the stream's start overtaking
-				// this broker is not.
+				// Old messages of full subjects are missing as expected
+				// (counted below); the stream's start overtaking this broker
+				// is not.
 				checked = time.Now()
 				ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
 				if si, err := str.Info(ctx); err == nil && si.State.FirstSeq > last+1 {
@@ -203,6 +279,157 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 	}
 }
 
+// errNotCovered: the stream consumer did not take up a filter in time.
+var errNotCovered = errors.New("the cluster's history is not read for this filter yet (NATS unreachable?)")
+
+// Cover implements broker.Coverer: it adds filter to the local interest
+// and waits until the stream consumer reads it.
+func (l *Link) Cover(filter string) (from, old uint64, release func(), err error) {
+	l.Interest(filter, 1)
+	release = func() { l.Interest(filter, -1) }
+	t := time.NewTimer(l.o.AckTimeout)
+	defer t.Stop()
+	for {
+		l.mu.Lock()
+		c, ok := l.cover[filter]
+		f := l.fresh[filter]
+		gen := l.coverGen
+		l.mu.Unlock()
+		if ok {
+			return c, f, release, nil
+		}
+		select {
+		case <-gen:
+		case <-t.C:
+			release()
+			return 0, 0, func() {}, errNotCovered
+		case <-l.ctx.Done():
+			release()
+			return 0, 0, func() {}, ErrClosed
+		}
+	}
+}
+
+// Replay implements broker.Coverer: it reads filter's messages numbered
+// (since, to] from the stream (those the local ACL lets their publisher
+// publish), after gap frames for what the stream no longer holds: below
+// its first message (no topic), and on a topic whose messages after since
+// are as many as the stream keeps per topic (older ones may have gone).
+func (l *Link) Replay(filter string, since, to uint64) ([]wire.Frame, error) {
+	ctx, cancel := context.WithTimeout(l.ctx, 30*time.Second)
+	defer cancel()
+	str, err := l.js.Stream(ctx, l.stream)
+	if err != nil {
+		return nil, err
+	}
+	info := str.CachedInfo()
+	limit := info.Config.MaxMsgsPerSubject
+	var gaps, msgs []wire.Frame
+	if first := info.State.FirstSeq; first > since+1 {
+		gaps = append(gaps, wire.GapFrame(wire.Gap{From: since + 1, To: min(first-1, to)}))
+	}
+	if info.State.LastSeq <= since {
+		return gaps, nil
+	}
+	var subjects []string
+	for _, s := range FilterSubjects(filter) {
+		subjects = append(subjects, l.subjM+s)
+	}
+	cons, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: subjects,
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    since + 1,
+	})
+	if err != nil {
+		return nil, err
+	}
+	type count struct{ n, first uint64 }
+	counts := map[string]*count{}
+	a := l.b.Auth()
+	// To the stream's end (the counts need every message after since),
+	// keeping those up to to.
+	for end := false; !end; {
+		batch, err := cons.FetchNoWait(256)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			seq := md.Sequence.Stream
+			if md.NumPending == 0 {
+				end = true
+			}
+			c := counts[m.Subject()]
+			if c == nil {
+				c = &count{first: seq}
+				counts[m.Subject()] = c
+			}
+			c.n++
+			if seq > to {
+				continue
+			}
+			in, err := l.parseMsg(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+			if err != nil {
+				continue
+			}
+			if in.origin != l.ID() && a != nil && !a.Allow(in.m.Identity, auth.Publish, in.m.Topic) {
+				continue
+			}
+			msgs = append(msgs, wire.Frame{Seq: seq, Time: in.m.Time, Topic: in.m.Topic, Payload: in.m.Payload})
+		}
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			end = true
+		}
+	}
+	for subj, c := range counts {
+		if limit > 0 && c.n >= uint64(limit) && c.first > since+1 {
+			if t, err := DecodeTopic(strings.TrimPrefix(subj, l.subjM)); err == nil {
+				gaps = append(gaps, wire.GapFrame(wire.Gap{Topic: t, From: since + 1, To: min(c.first-1, to)}))
+			}
+		}
+	}
+	return append(gaps, msgs...), nil
+}
+
+// willApplyLive reports whether the stream consumer has yet to apply a
+// message of topic t numbered seq as news (a retained message from the
+// bucket is then not handed to the taps as well).
+func (l *Link) willApplyLive(t string, seq uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lastApplied >= seq {
+		return false
+	}
+	for f := range l.cover {
+		if l.fresh[f] < seq && topic.Match(f, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// live reports whether a message of topic t numbered seq is news to local
+// subscribers: a filter the consumer read before it was published matches.
+func (l *Link) live(t string, seq uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastApplied = seq
+	for f := range l.cover {
+		if l.fresh[f] < seq && topic.Match(f, t) {
+			return true
+		}
+	}
+	return false
+}
+
 // applyStream applies one message of the stream numbered seq.
 func (l *Link) applyStream(nm *nats.Msg, seq uint64) {
 	if nm.Subject == l.o.Prefix+".gap" {
@@ -231,7 +458,11 @@ func (l *Link) applyStream(nm *nats.Msg, seq uint64) {
 		}
 		return
 	}
-	if err := l.b.ApplySequenced(in.m, seq); err != nil {
+	apply := l.b.ApplySequencedHistory
+	if l.live(in.m.Topic, seq) {
+		apply = l.b.ApplySequenced
+	}
+	if err := apply(in.m, seq); err != nil {
 		if errors.Is(err, broker.ErrOutOfOrder) || errors.Is(err, broker.ErrShuttingDown) {
 			return
 		}

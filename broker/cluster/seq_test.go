@@ -565,3 +565,47 @@ func TestRetainedFullStillDelivered(t *testing.T) {
 		t.Fatalf("a's retained messages: %d", len(got))
 	}
 }
+
+// TestSequencedInterest: with cluster-wide numbers a broker still reads
+// only what its subscribers want from the stream (its consumer's filter
+// follows their filters); a subscriber resuming there on another filter
+// gets the earlier messages read from the stream, then live ones, in
+// order, once; a new subscriber on a filter gets no old message as news.
+func TestSequencedInterest(t *testing.T) {
+	nc := startNATS(t, 1)
+	pki := testutil.NewPKI(t)
+	mod := func(_ *broker.Options, co *cluster.Options) { co.Replicas = 1 }
+	a := startNode(t, pki, "a", nc.urls(), mod)
+	b := startNode(t, pki, "b", nc.urls(), mod)
+	sx := b.subscribe("x/#", "")
+	waitFor(t, func() bool { return b.link.Stats().Subjects == 2 }, "b's consumer filter x and x.>")
+	y0 := a.publish("y/1", "y0", "qos=1")
+	a.publish("y/1", "y1", "qos=1")
+	a.publish("x/1", "x0", "qos=1")
+	if p := string(sx.nextMessage().Payload); p != "x0" {
+		t.Fatalf("b: %q", p)
+	}
+	if st := b.link.Stats(); st.Received != 1 {
+		t.Fatalf("b received %d messages, want 1 (nothing on y/#: no subscriber there)", st.Received)
+	}
+	// Published after b's last message: between where b's consumer starts
+	// reading y/# and the stream's end then. A new subscriber on y/# gets
+	// neither it nor y0, y1 as news.
+	a.publish("y/1", "yh", "qos=1")
+	sy := b.subscribe("y/#", "")
+	a.publish("y/1", "y2", "qos=1")
+	if p := string(sy.nextMessage().Payload); p != "y2" {
+		t.Fatalf("new subscriber on y/#: %q, want y2", p)
+	}
+	// A resume on y/# after y0 (read from the stream), then live.
+	r := b.subscribe("y/#", fmt.Sprintf("since=%d&epoch=%s", y0, wire.FormatEpoch(b.b.Broker.Epoch())))
+	a.publish("y/1", "y3", "qos=1")
+	var last uint64
+	for _, want := range []string{"y1", "yh", "y2", "y3"} {
+		f := r.next()
+		if f.IsGap() || string(f.Payload) != want || f.Seq <= last {
+			t.Fatalf("resume on y/#: %+v (payload %q), want %s", f, f.Payload, want)
+		}
+		last = f.Seq
+	}
+}

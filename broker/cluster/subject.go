@@ -141,3 +141,67 @@ func FilterSubjects(filter string) []string {
 	}
 	return []string{parent, parent + ".>"}
 }
+
+// subjectsCollide reports whether two NATS subject patterns (tokens, `*`,
+// a final `>`) match a subject in common.
+func subjectsCollide(a, b string) bool {
+	ta, tb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; ; i++ {
+		switch {
+		case i == len(ta) && i == len(tb):
+			return true
+		case i == len(ta) || i == len(tb):
+			return false
+		case ta[i] == ">" || tb[i] == ">":
+			return true
+		case ta[i] != "*" && tb[i] != "*" && ta[i] != tb[i]:
+			return false
+		}
+	}
+}
+
+// subjectCovers reports whether every subject b matches, a matches too.
+func subjectCovers(a, b string) bool {
+	ta, tb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; ; i++ {
+		switch {
+		case i == len(ta):
+			return i == len(tb)
+		case ta[i] == ">":
+			return i < len(tb)
+		case i == len(tb):
+			return false
+		case tb[i] == ">":
+			return false
+		case ta[i] != "*" && (tb[i] == "*" || ta[i] != tb[i]):
+			return false
+		}
+	}
+}
+
+// disjointSubjects reduces subjects to patterns no two of which match a
+// common subject (what a JetStream consumer's filter requires): a pattern
+// another one covers is dropped. ok is false when two that remain still
+// collide (then a filter cannot say it: read everything).
+func disjointSubjects(subjects []string) (out []string, ok bool) {
+	for i, s := range subjects {
+		covered := false
+		for j, o := range subjects {
+			if i != j && subjectCovers(o, s) && (!subjectCovers(s, o) || j < i) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, s)
+		}
+	}
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if subjectsCollide(out[i], out[j]) {
+				return nil, false
+			}
+		}
+	}
+	return out, true
+}

@@ -142,3 +142,43 @@ func FuzzRetainedValue(f *testing.F) {
 		}
 	})
 }
+
+// TestDisjointSubjects: the stream consumer's filter has no two subjects
+// that match a common subject (JetStream refuses such a filter).
+func TestDisjointSubjects(t *testing.T) {
+	for _, tt := range []struct {
+		in   []string
+		want []string
+		ok   bool
+	}{
+		{[]string{"q.gap", "q.m.a", "q.m.a.>", "q.m.a.*"}, []string{"q.gap", "q.m.a", "q.m.a.>"}, true},
+		{[]string{"q.m.a.b", "q.m.*.b", "q.m.>"}, []string{"q.m.>"}, true},
+		{[]string{"q.m.a", "q.m.a"}, []string{"q.m.a"}, true},
+		{[]string{"q.m.a.*.c", "q.m.a.b.*"}, nil, false},
+		{[]string{"q.m.x", "q.m.y.>", "q.m.z.*"}, []string{"q.m.x", "q.m.y.>", "q.m.z.*"}, true},
+	} {
+		got, ok := disjointSubjects(tt.in)
+		if ok != tt.ok || strings.Join(got, " ") != strings.Join(tt.want, " ") {
+			t.Errorf("disjointSubjects(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+	for _, tt := range []struct {
+		a, b            string
+		collide, covers bool
+	}{
+		{"a.>", "a", false, false},
+		{"a.>", "a.b.c", true, true},
+		{"a.*", "a.b", true, true},
+		{"a.b", "a.*", true, false},
+		{"a.*.c", "a.b.*", true, false},
+		{"a.b", "a.c", false, false},
+		{"a.*", "a.>", true, false},
+	} {
+		if c := subjectsCollide(tt.a, tt.b); c != tt.collide {
+			t.Errorf("subjectsCollide(%q, %q) = %v", tt.a, tt.b, c)
+		}
+		if c := subjectCovers(tt.a, tt.b); c != tt.covers {
+			t.Errorf("subjectCovers(%q, %q) = %v", tt.a, tt.b, c)
+		}
+	}
+}
