@@ -182,11 +182,14 @@ type Link struct {
 	reseq        chan struct{}
 	lastApplied  uint64
 	consSubjects int // the consumer's subject filters (0: the whole stream)
-	gapsSeen     map[string]struct{}
-	marked       bool      // requeueAfterMark ran (sendLoop only)
-	markVal      string    // this run's forwarded mark as the bucket has it
-	markAt       time.Time // last putMark (sendLoop only)
-	downSince    time.Time
+	// early: filters subscribed while NATS was unreachable, with the last
+	// number applied then (their news begins there, not at the stream's end).
+	early     map[string]uint64
+	gapsSeen  map[string]struct{}
+	marked    bool      // requeueAfterMark ran (sendLoop only)
+	markVal   string    // this run's forwarded mark as the bucket has it
+	markAt    time.Time // last putMark (sendLoop only)
+	downSince time.Time
 
 	b    *broker.Broker
 	nc   *nats.Conn
@@ -242,6 +245,7 @@ func New(o Options) (*Link, error) {
 		subs:     map[string]*nats.Subscription{},
 		cover:    map[string]uint64{},
 		fresh:    map[string]uint64{},
+		early:    map[string]uint64{},
 		coverGen: make(chan struct{}),
 		reseq:    make(chan struct{}, 1),
 		recv:     make(chan *nats.Msg, o.ReceiveBuffer),
@@ -362,6 +366,7 @@ func (l *Link) Interest(filter string, delta int) {
 		delete(l.interest, filter)
 		delete(l.cover, filter) // seq.go
 		delete(l.fresh, filter)
+		delete(l.early, filter)
 	} else {
 		l.interest[filter] = n
 		if _, ok := l.cover[filter]; !ok {
@@ -369,6 +374,11 @@ func (l *Link) Interest(filter string, delta int) {
 				l.cover[filter], l.fresh[filter] = l.allFrom, l.lastApplied
 				l.coverChanged()
 			} else {
+				if _, ok := l.early[filter]; !ok && !l.ready {
+					// NATS is unreachable: what reaches the stream until the
+					// consumer reads this filter may be news to it.
+					l.early[filter] = l.lastApplied
+				}
 				signal(l.reseq) // seq.go: read it too
 			}
 		}

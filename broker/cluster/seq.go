@@ -195,7 +195,11 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 			cover[f], fresh[f] = c, l.fresh[f]
 		} else {
 			cover[f], fresh[f] = start, info.State.LastSeq
+			if e, ok := l.early[f]; ok {
+				fresh[f] = min(e, fresh[f])
+			}
 		}
+		delete(l.early, f)
 	}
 	l.cover, l.fresh, l.coverAll, l.allFrom = cover, fresh, all, start
 	l.consSubjects = len(subjects) - 1 // without the gap notes'
@@ -287,6 +291,14 @@ var errNotCovered = errors.New("the cluster's history is not read for this filte
 func (l *Link) Cover(filter string) (from, old uint64, release func(), err error) {
 	l.Interest(filter, 1)
 	release = func() { l.Interest(filter, -1) }
+	l.mu.Lock()
+	_, ok := l.cover[filter]
+	ready := l.ready
+	l.mu.Unlock()
+	if !ok && !ready { // the consumer takes it up once NATS is back
+		release()
+		return 0, 0, func() {}, errNotCovered
+	}
 	t := time.NewTimer(l.o.AckTimeout)
 	defer t.Stop()
 	for {
