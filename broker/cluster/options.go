@@ -66,15 +66,15 @@ type Options struct {
 	// itself, in the order they reach it (the broker's own epoch), instead
 	// of taking the cluster-wide sequence numbers of the history stream.
 	// Default false: cluster-wide numbers, so that a subscriber resumes on
-	// any broker after the last message it saw; every broker then reads the
-	// whole stream (not only its subscribers' subjects), and while NATS is
-	// unreachable the messages a broker accepts wait in the hold until the
-	// stream numbers them (local HTTP/3 subscribers included; MQTT clients
-	// of the same broker get MQTT publishes at once). With LocalNumbering a
-	// broker receives only what its subscribers want and local delivery
-	// goes on while NATS is unreachable, but a resume on another broker is
-	// announced as a gap and replays that broker's history. A broker with a
-	// Store (--data-dir) always numbers its messages itself.
+	// any broker after the last message it saw; the broker reads its
+	// subscribers' subjects from the stream (the whole stream beyond 256
+	// subjects), and while NATS is unreachable the messages a broker
+	// accepts wait in the hold until the stream numbers them (local HTTP/3
+	// subscribers included; MQTT clients of the same broker get MQTT
+	// publishes at once). With LocalNumbering local delivery goes on while
+	// NATS is unreachable, but a resume on another broker is announced as a
+	// gap and replays that broker's history. A broker with a Store
+	// (--data-dir) always numbers its messages itself.
 	LocalNumbering bool
 
 	// Logger receives the link's logs. Default slog.Default().

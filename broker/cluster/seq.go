@@ -23,14 +23,16 @@ import (
 // them off). The history stream orders every message of the cluster: its
 // stream sequence number is the message's sequence number on every broker,
 // and the stream's identity is the cluster's epoch. Each link reads the
-// whole stream in order through one ordered consumer, its own messages
-// included, and applies them to its broker (broker.ApplySequenced): the
-// broker applies nothing it accepts before the stream has numbered it. So
-// every broker delivers the cluster's messages in the same order under the
-// same numbers, and a subscriber that saw up to N on one broker resumes
-// after N on any other: that broker's history holds what came after N (or
-// it says what it no longer holds, as a gap), and live messages up to N are
-// not sent again.
+// stream in order through one ordered consumer filtered on its local
+// subscribers' subjects, its own messages included, and applies them to
+// its broker (broker.ApplySequenced): the broker applies nothing it accepts
+// before the stream has numbered it. So every broker delivers the
+// cluster's messages in the same order under the same numbers. A
+// subscription on a filter the consumer does not read waits until a new
+// consumer does (Cover); a resume from before that point reads the stream
+// (Replay); and live messages up to a resume point are not sent again. So a
+// subscriber that saw up to N on one broker resumes after N on any other,
+// with gap frames only for what the stream no longer holds.
 
 // epochKey is the stream metadata key that holds the cluster epoch (16 hex
 // digits), chosen by the broker that created the stream.
