@@ -52,5 +52,5 @@ func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.ackTimeout, "cluster-ack-timeout", 0, "wait for JetStream's acknowledgement before sending again (0 = 5s)")
 	fs.DurationVar(&f.reconnectWait, "cluster-reconnect-wait", 0, "first delay between NATS reconnection attempts, doubling with jitter (0 = 250ms)")
 	fs.DurationVar(&f.maxReconnectWait, "cluster-max-reconnect-wait", 0, "longest delay between NATS reconnection attempts (0 = 10s)")
-	fs.BoolVar(&f.localNumbering, "cluster-local-numbering", false, "number messages per broker (receive only what local subscribers want, deliver locally while NATS is unreachable) instead of the cluster-wide sequence numbers that let a subscriber resume on any broker (docs/cluster.md)")
+	fs.BoolVar(&f.localNumbering, "cluster-local-numbering", false, "number messages per broker (local delivery goes on while NATS is unreachable) instead of the cluster-wide sequence numbers that let a subscriber resume on any broker with no gap (docs/cluster.md)")
 }
