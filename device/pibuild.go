@@ -24,10 +24,10 @@ import (
 //     part (broker, subscriber and publisher on loopback) is in.
 //
 // Besides the bytes, a publisher on a device then no longer runs their
-// package inits (gonum/plot parses its 12 fonts at init, goldmark builds its
-// tables) nor maps their pages: on amd64 `quiot pub` holds about 12 MB
-// instead of 18 MB (docs/BENCH.md). Run those on a host (a build without
-// the tag). bench_host.go is the other side.
+// package inits (goldmark builds its tables at init; gonum's statistics, the
+// progress bar) nor maps their pages: on amd64 `quiot pub` holds about
+// 13.8 MB instead of 16.5 MB (docs/BENCH.md). Run those on a host (a build
+// without the tag). bench_host.go is the other side.
 const benchBuiltIn = false
 
 // errNotInPiBuild is what a left-out command answers.
