@@ -73,7 +73,9 @@ func NetemLimit(d netimpair.Direction) int {
 // loss are folded into one gemodel with the same statistics: the random
 // loss applies in both states, as the emulator applies it after the burst
 // model. Jitter does not reorder when a rate is set (netem schedules
-// behind the previous packet); all built-in profiles set one.
+// behind the previous packet); all built-in profiles set one. netem's
+// chain moves per packet only: a burst's Step (time) has no netem
+// equivalent and is left out, so on netem a burst can outlast a silence.
 func NetemArgs(d netimpair.Direction) string {
 	var b []string
 	if d.Delay > 0 || d.Jitter > 0 {

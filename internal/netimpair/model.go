@@ -21,6 +21,15 @@ type GilbertElliott struct {
 	LossBad float64 `toml:"loss_bad"`
 	// LossGood is the loss probability in the good state (netem's 1-k).
 	LossGood float64 `toml:"loss_good"`
+	// Step, when set, also advances the chain once per Step of time that
+	// passes between datagrams, so a burst ends after about Step*100/R of
+	// link time even when the sender falls silent. netem's chain (Step 0,
+	// the default) moves only when a packet arrives: a burst of N packets
+	// then lasts until N more packets were sent, and a sender backing off
+	// exponentially while nothing gets through (QUIC's PTO) stretches a
+	// burst of 20 packets into minutes of outage. The stationary loss is
+	// the same either way.
+	Step time.Duration `toml:"step"`
 }
 
 // Enabled reports whether the model can lose anything.
@@ -55,6 +64,9 @@ func (g GilbertElliott) Validate() error {
 	}
 	if g.P > 0 && g.R == 0 {
 		return fmt.Errorf("gilbert-elliott r = 0 with p > 0: the bad state would never end")
+	}
+	if g.Step < 0 {
+		return fmt.Errorf("gilbert-elliott step %v: must not be negative", g.Step)
 	}
 	return nil
 }
@@ -172,6 +184,7 @@ type Link struct {
 	rng *rand.Rand
 
 	bad       bool        // Gilbert-Elliott state
+	stepAt    time.Time   // time up to which the chain has advanced (Burst.Step)
 	busyUntil time.Time   // when the link finishes its current backlog
 	backlog   []time.Time // transmission end times of queued datagrams, oldest first
 	last      time.Time   // latest departure so far (no-reorder floor)
@@ -192,6 +205,37 @@ func (l *Link) chance(pct float64) bool {
 		return true
 	}
 	return l.rng.Float64()*100 < pct
+}
+
+// elapse advances the Gilbert-Elliott chain by the whole Burst.Step
+// periods between the last advance and now, in one draw: after k steps
+// from state s the chain is bad with probability pi + (s - pi)*(1-p-r)^k,
+// pi = p/(p+r) being the stationary share of the bad state.
+func (l *Link) elapse(now time.Time) {
+	g := l.d.Burst
+	if g.Step <= 0 || !g.Enabled() {
+		return
+	}
+	if l.stepAt.IsZero() || now.Before(l.stepAt) {
+		l.stepAt = now
+		return
+	}
+	k := int64(now.Sub(l.stepAt) / g.Step)
+	if k == 0 {
+		return
+	}
+	l.stepAt = l.stepAt.Add(time.Duration(k) * g.Step)
+	p, r := g.P/100, g.R/100
+	if p+r == 0 {
+		return // the state never changes
+	}
+	pi := p / (p + r)
+	s := 0.0
+	if l.bad {
+		s = 1
+	}
+	pBad := pi + (s-pi)*math.Pow(1-p-r, float64(k))
+	l.bad = l.rng.Float64() < pBad
 }
 
 // loseBurst steps the Gilbert-Elliott chain as netem does: possibly change
@@ -217,6 +261,7 @@ func (l *Link) loseBurst() bool {
 // Admit decides the fate of a datagram of size bytes arriving at now: the
 // cause if it is dropped, else the time it leaves the link.
 func (l *Link) Admit(now time.Time, size int) (time.Time, Cause) {
+	l.elapse(now)
 	if l.loseBurst() {
 		return time.Time{}, DropBurst
 	}

@@ -164,6 +164,71 @@ func TestLinkDeterministic(t *testing.T) {
 	}
 }
 
+func TestLinkBurstStep(t *testing.T) {
+	g := GilbertElliott{P: 1, R: 20}
+	t.Run("silence ends a burst", func(t *testing.T) {
+		tests := []struct {
+			name     string
+			step     time.Duration
+			min, max float64 // share of bursts still on after an hour
+		}{
+			{"per packet (netem)", 0, 0.75, 0.85},            // 1-R
+			{"step 10ms", 10 * time.Millisecond, 0.03, 0.07}, // stationary: p/(p+r) = 4.8 %
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				g := g
+				g.Step = tt.step
+				const seeds = 2000
+				on := 0
+				for seed := uint64(1); seed <= seeds; seed++ {
+					l := NewLink(Direction{Burst: g}, seed)
+					for l.admitCause(t0) != DropBurst {
+					}
+					if l.admitCause(t0.Add(time.Hour)) == DropBurst {
+						on++
+					}
+				}
+				if got := float64(on) / seeds; got < tt.min || got > tt.max {
+					t.Errorf("%.3f of bursts still on after an hour of silence, want %.2f..%.2f", got, tt.min, tt.max)
+				}
+			})
+		}
+	})
+	t.Run("same mean loss", func(t *testing.T) {
+		g := g
+		g.Step = 10 * time.Millisecond
+		l := NewLink(Direction{Burst: g}, 3)
+		const n = 200000
+		lost := 0
+		for i := range n {
+			if l.admitCause(t0.Add(time.Duration(i)*25*time.Millisecond)) == DropBurst {
+				lost++
+			}
+		}
+		if got, want := 100*float64(lost)/n, g.MeanLossPct(); math.Abs(got-want) > 1 {
+			t.Errorf("loss %.2f%%, want %.2f%% +- 1", got, want)
+		}
+	})
+	t.Run("within a step as per packet", func(t *testing.T) {
+		stepped := g
+		stepped.Step = time.Hour
+		a, b := NewLink(Direction{Burst: g}, 5), NewLink(Direction{Burst: stepped}, 5)
+		for i := range 10000 {
+			at := t0.Add(time.Duration(i) * time.Millisecond)
+			if ca, cb := a.admitCause(at), b.admitCause(at); ca != cb {
+				t.Fatalf("datagram %d: %v per packet, %v with a step of an hour", i, ca, cb)
+			}
+		}
+	})
+}
+
+// admitCause admits a 100-byte datagram at now and returns its fate.
+func (l *Link) admitCause(now time.Time) Cause {
+	_, c := l.Admit(now, 100)
+	return c
+}
+
 func TestDirectionValidate(t *testing.T) {
 	tests := []struct {
 		name string
@@ -182,6 +247,8 @@ func TestDirectionValidate(t *testing.T) {
 		{"overhead", Direction{Overhead: -2}, false},
 		{"ge p without r", Direction{Burst: GilbertElliott{P: 1}}, false},
 		{"ge over 100", Direction{Burst: GilbertElliott{P: 1, R: 200}}, false},
+		{"ge step", Direction{Burst: GilbertElliott{P: 1, R: 10, Step: time.Millisecond}}, true},
+		{"ge negative step", Direction{Burst: GilbertElliott{P: 1, R: 10, Step: -1}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
