@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"strings"
 	"sync/atomic"
@@ -332,6 +333,28 @@ func (l *Link) Cover(filter string) (from, old uint64, release func(), err error
 func (l *Link) Replay(filter string, since, to uint64) ([]wire.Frame, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, 30*time.Second)
 	defer cancel()
+	// JetStream's API answers errors while a replicated stream elects its
+	// leader (right after start, or after a node died): a resume retries
+	// within the bound instead of failing the subscription.
+	wait := 100 * time.Millisecond
+	for {
+		out, err := l.replayOnce(ctx, filter, since, to)
+		if err == nil || ctx.Err() != nil {
+			return out, err
+		}
+		l.log.Debug("cluster link: reading the history for a resume failed, retrying", "filter", filter, "err", err, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+func (l *Link) replayOnce(ctx context.Context, filter string, since, to uint64) ([]wire.Frame, error) {
 	str, err := l.js.Stream(ctx, l.stream)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -466,9 +467,15 @@ func TestSSEResumeOnAnotherBroker(t *testing.T) {
 			req.Header.Set("Last-Event-ID", lastID)
 		}
 		resp, err := nd.h3.Do(req)
-		if err != nil || resp.StatusCode != http.StatusOK {
+		if err != nil {
 			cancel()
 			t.Fatalf("sse subscribe: %v", err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			cancel()
+			t.Fatalf("sse subscribe: %s: %s", resp.Status, body)
 		}
 		ch := make(chan [2]string, 64) // {event id or "gap", data}
 		go func() {
