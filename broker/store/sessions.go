@@ -161,6 +161,7 @@ func OpenSessions(o SessionOptions) (*Sessions, error) {
 
 // check validates or initialises the file.
 func (s *Sessions) check() (err error) {
+	defer faultsPanic()()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %s: %v", ErrCorrupt, s.db.Path(), r)
@@ -718,6 +719,7 @@ func (s *Sessions) write(ops []sessOp, w uint64) error {
 }
 
 func (s *Sessions) iter(prefix string, fn func(v []byte) error) (err error) {
+	defer faultsPanic()()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %s: %v", ErrCorrupt, s.db.Path(), r)

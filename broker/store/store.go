@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -192,8 +193,22 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
-// openBolt is bolt.Open with its panics (a mangled file) turned into errors.
+// faultsPanic makes a memory fault of the calling goroutine a panic (which
+// the caller's recover turns into an error) instead of a crash, and returns
+// the undo. bbolt reads its file through mmap, and a mangled page can name
+// a page outside the file: reading it faults, and whether the address
+// happens to be mapped by something else decides between bbolt's own panic
+// and the process dying with SIGSEGV (seen once in make test's
+// TestBadDataDir).
+func faultsPanic() (undo func()) {
+	old := debug.SetPanicOnFault(true)
+	return func() { debug.SetPanicOnFault(old) }
+}
+
+// openBolt is bolt.Open with its panics and memory faults (a mangled file)
+// turned into errors.
 func openBolt(path string, o *bolt.Options) (db *bolt.DB, err error) {
+	defer faultsPanic()()
 	defer func() {
 		if r := recover(); r != nil {
 			db, err = nil, fmt.Errorf("bbolt: %v", r)
@@ -209,6 +224,7 @@ func (s *Store) Path() string { return s.path }
 // bbolt file of something else is ErrForeign; damaged pages or records are
 // ErrCorrupt (never a silent reset: the caller decides).
 func (s *Store) Load() (st *broker.StoredState, err error) {
+	defer faultsPanic()()
 	defer func() {
 		if r := recover(); r != nil { // bbolt panics on mangled pages
 			st, err = nil, fmt.Errorf("%w: %s: %v; move it away to start with empty state (a new epoch)", ErrCorrupt, s.path, r)
