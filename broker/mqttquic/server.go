@@ -80,10 +80,14 @@ type Options struct {
 	// default, 8192, costs 64 KiB per client).
 	MaxPendingWrites int32
 	// WriteBufferSize is the size up to which packets queued for one
-	// client are gathered into a single write (a packet with nothing queued
-	// behind it is written at once, so this adds no delay); zero means
-	// 16 KiB (mochi's default, 2 KiB, makes twice the write system calls
-	// in a fan-out).
+	// client are gathered into a single write; zero (the default) writes
+	// each packet at once. mochi (v2.7.9) strands what it has gathered
+	// when the write that should flush it fails before writing (a delivery
+	// over the client's Maximum Packet Size, dropped as MQTT requires):
+	// the client's PINGRESP and later deliveries then wait for the next
+	// write, which may never come (TestClientMaximumPacketSize stalled
+	// about 1 run in 300 that way). Gathering saves write system calls on
+	// MQTT/TCP fan-out; over QUIC a write only copies into the stream.
 	WriteBufferSize int
 	// TopicAliasMaximum is the highest topic alias an MQTT 5 client may
 	// use (announced in CONNACK); zero means 64. Each alias holds a topic
@@ -115,9 +119,6 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.MaxPendingWrites == 0 {
 		o.MaxPendingWrites = 1024
-	}
-	if o.WriteBufferSize == 0 {
-		o.WriteBufferSize = 16 << 10
 	}
 	if o.MaxSessionExpiry == 0 {
 		o.MaxSessionExpiry = 24 * 3600
@@ -171,7 +172,7 @@ func New(opts Options) (*Server, error) {
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	mq := mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
-		ClientNetWriteBufferSize: opts.WriteBufferSize,
+		ClientNetWriteBufferSize: max(opts.WriteBufferSize, 1), // 1: every packet is at least as large, so none is gathered
 		Logger:                   slog.New(quietHandler{opts.Logger.Handler()}).With("component", "mqtt"),
 		// $SYS topics are refreshed once a minute (mochi's default is 1 s,
 		// wasteful on a Pi).
