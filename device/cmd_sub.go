@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -266,9 +267,11 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	notifier := &serviceNotifier{log: log}
+	var release sync.Once
 	ctx = client.WithSubscribed(ctx, func() {
 		log.Info("subscribed", "filter", *filter, "broker", opts.Broker)
 		notifier.ready(ctx, "subscribed to "+*filter)
+		release.Do(func() { releaseStartPages(log) })
 	})
 	p := &subPrinter{w: bufio.NewWriter(stdout), format: *format}
 	st := newSubStats(meter != nil)
