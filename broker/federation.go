@@ -429,6 +429,27 @@ func (h *hub) applyHistory(msg *Message) {
 	h.store(ts, msg)
 }
 
+// CoverInterest is for a subscription that does not go through the hub
+// (MQTT subscriptions live in mochi): with a sequencing link that reads
+// only what local subscribers want (Coverer), it returns once the link
+// reads filter's messages, so that every message numbered after the
+// return reaches the subscription (an MQTT SUBACK waits for it). release
+// ends the interest it took: call it after AddInterest reported the
+// subscription's own. Without such a link, or when the link cannot cover
+// filter now (the cluster is unreachable), it returns at once.
+func (b *Broker) CoverInterest(filter string) (release func()) {
+	h := b.hub
+	c, ok := h.fed.(Coverer)
+	if !ok || !h.sequenced() {
+		return func() {}
+	}
+	_, _, rel, err := c.Cover(filter)
+	if err != nil {
+		return func() {}
+	}
+	return rel
+}
+
 // Coverer is implemented by a sequencing Federation that reads only what
 // local subscribers want from the cluster's history (broker/cluster). A
 // subscription first asks it to cover its filter; a resume from before

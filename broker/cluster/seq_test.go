@@ -460,6 +460,25 @@ func TestPublishingBrokerDies(t *testing.T) {
 	}
 }
 
+// TestMQTTSubscribeCoversFilter: once an MQTT SUBACK is in, every message
+// another broker publishes afterwards reaches the subscriber: the SUBSCRIBE
+// waits until the stream consumer reads the new filter, as an HTTP/3
+// subscription does (before, the consumer took the filter up just after the
+// SUBACK, and a message published in between was history to it: missed).
+// Each round a new filter, published to at once after the SUBACK.
+func TestMQTTSubscribeCoversFilter(t *testing.T) {
+	_, n := threeBrokers(t, nil)
+	m2 := n[1].mqttConnect("m2")
+	for i := range 10 {
+		filter := fmt.Sprintf("cov%d/#", i)
+		m2.subscribe(filter)
+		n[2].publish(fmt.Sprintf("cov%d/x", i), fmt.Sprintf("p%d", i), "qos=1")
+		if p := m2.next(); string(p.Payload) != fmt.Sprintf("p%d", i) {
+			t.Fatalf("round %d: MQTT on b2 got %q on %q, want p%d", i, p.Payload, p.Topic, i)
+		}
+	}
+}
+
 // TestSSEResumeOnAnotherBroker: a browser's EventSource resumes on another
 // broker: the SSE event ids are EPOCH-SEQ of the cluster, and Last-Event-ID
 // sent to another broker continues after that event, with no gap event.

@@ -236,6 +236,13 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	return ok
 }
 
+// maySubscribe reports whether cl's identity may subscribe to filter, with
+// no side effect (the interest hook asks before it covers a filter).
+func (h *authHook) maySubscribe(cl *mqtt.Client, filter string) bool {
+	ident := h.owner(cl)
+	return ident != nil && allow(h.core.Auth(), ident.id, auth.Subscribe, filter)
+}
+
 // OnSubscribe marks the session as subscribing (see identity.subscribing).
 func (h *authHook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	if ident := h.owner(cl); ident != nil {

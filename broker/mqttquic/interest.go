@@ -1,6 +1,7 @@
 package mqttquic
 
 import (
+	"slices"
 	"strings"
 	"sync"
 
@@ -12,19 +13,30 @@ import (
 // to a federation link (*broker.Broker.AddInterest, broker/cluster).
 type interestSink interface {
 	AddInterest(filter string, delta int)
+	// CoverInterest returns once a sequencing cluster link reads filter's
+	// messages (*broker.Broker.CoverInterest); release ends that interest.
+	CoverInterest(filter string) (release func())
 }
 
 // interestHook reports MQTT subscriptions to the broker's federation link,
 // so that a clustered broker asks the cluster for what its MQTT
 // subscribers want. It counts each (client, filter) once: a repeated
 // SUBSCRIBE or an UNSUBSCRIBE of a filter the client did not hold changes
-// nothing.
+// nothing. A new filter is covered before mochi answers the SUBSCRIBE
+// (OnSubscribe blocks until the link reads it, as an HTTP/3 subscription
+// waits before its response), so that every message the cluster numbers
+// after the SUBACK reaches the subscriber.
 type interestHook struct {
 	mqtt.HookBase
 	sink interestSink
+	// allowed, when set, says whether a client may subscribe to a filter:
+	// only valid filters it may subscribe to are covered (a refused one
+	// would make the link read it for nothing).
+	allowed func(cl *mqtt.Client, filter string) bool
 
-	mu   sync.Mutex
-	held map[string]map[string]bool // client ID -> filters
+	mu      sync.Mutex
+	held    map[string]map[string]bool // client ID -> filters
+	covered map[*mqtt.Client][]func()  // releases of covers taken in OnSubscribe
 }
 
 func newInterestHook(core Core) *interestHook {
@@ -32,7 +44,7 @@ func newInterestHook(core Core) *interestHook {
 	if !ok {
 		return nil
 	}
-	return &interestHook{sink: s, held: map[string]map[string]bool{}}
+	return &interestHook{sink: s, held: map[string]map[string]bool{}, covered: map[*mqtt.Client][]func(){}}
 }
 
 // ID names the hook.
@@ -40,7 +52,7 @@ func (h *interestHook) ID() string { return "quiot-cluster-interest" }
 
 // Provides reports the events the hook handles.
 func (h *interestHook) Provides(e byte) bool {
-	return e == mqtt.OnSubscribed || e == mqtt.OnUnsubscribed
+	return e == mqtt.OnSubscribe || e == mqtt.OnSubscribed || e == mqtt.OnUnsubscribed || e == mqtt.OnDisconnect
 }
 
 // interestFilter is the topic filter behind an MQTT 5 shared subscription
@@ -54,11 +66,64 @@ func interestFilter(f string) string {
 	return f
 }
 
-// OnSubscribed counts the filters a client now holds.
+// OnSubscribe covers the filters of a SUBSCRIBE that the client does not
+// hold yet before mochi answers it; the covers are released in
+// OnSubscribed, once the subscriptions' own interest is counted (or in
+// OnDisconnect when the SUBACK could not be written).
+func (h *interestHook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if cl.Net.Inline {
+		return pk
+	}
+	var fresh []string
+	h.mu.Lock()
+	for _, sub := range pk.Filters {
+		if !mqtt.IsValidFilter(sub.Filter, false) {
+			continue // mochi refuses it
+		}
+		if f := interestFilter(sub.Filter); !h.held[cl.ID][f] && !slices.Contains(fresh, f) {
+			fresh = append(fresh, f)
+		}
+	}
+	h.mu.Unlock()
+	fresh = slices.DeleteFunc(fresh, func(f string) bool { return h.allowed != nil && !h.allowed(cl, f) })
+	// Not under h.mu: a cover waits for the cluster (bounded by the link's
+	// ack timeout; at once when NATS is unreachable).
+	var rels []func()
+	for _, f := range fresh {
+		rels = append(rels, h.sink.CoverInterest(f))
+	}
+	if len(rels) > 0 {
+		h.mu.Lock()
+		h.covered[cl] = append(h.covered[cl], rels...)
+		h.mu.Unlock()
+	}
+	return pk
+}
+
+// releaseCovers ends the covers OnSubscribe took for cl.
+func (h *interestHook) releaseCovers(cl *mqtt.Client) {
+	h.mu.Lock()
+	rels := h.covered[cl]
+	delete(h.covered, cl)
+	h.mu.Unlock()
+	for _, rel := range rels {
+		rel()
+	}
+}
+
+// OnDisconnect releases covers whose SUBSCRIBE was never answered.
+func (h *interestHook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	h.releaseCovers(cl)
+}
+
+// OnSubscribed counts the filters a client now holds, then releases the
+// covers OnSubscribe took (the link keeps reading a filter while its
+// count stays above zero).
 func (h *interestHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
 	if cl.Net.Inline {
 		return
 	}
+	defer h.releaseCovers(cl) // after h.mu is released: it takes it
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, sub := range pk.Filters {

@@ -212,6 +212,7 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("mqtt server: add bridge hook: %w", err)
 		}
 		if ih := newInterestHook(opts.Broker); ih != nil { // interest.go: cluster interest
+			ih.allowed = ah.maySubscribe
 			if err := mq.AddHook(ih, nil); err != nil {
 				return nil, fmt.Errorf("mqtt server: add interest hook: %w", err)
 			}
