@@ -438,9 +438,8 @@ func (h *hub) applyHistory(msg *Message) {
 // subscription's own. Without such a link, or when the link cannot cover
 // filter now (the cluster is unreachable), it returns at once.
 func (b *Broker) CoverInterest(filter string) (release func()) {
-	h := b.hub
-	c, ok := h.fed.(Coverer)
-	if !ok || !h.sequenced() {
+	c := b.hub.coverer()
+	if c == nil {
 		return func() {}
 	}
 	_, _, rel, err := c.Cover(filter)
@@ -448,6 +447,20 @@ func (b *Broker) CoverInterest(filter string) (release func()) {
 		return func() {}
 	}
 	return rel
+}
+
+// Covering reports whether subscriptions' filters are covered
+// (CoverInterest waits for the cluster link), so that the MQTT side skips
+// the work when they are not.
+func (b *Broker) Covering() bool { return b.hub.coverer() != nil }
+
+// coverer returns the link that reads only what local subscribers want and
+// must cover a new filter first, or nil.
+func (h *hub) coverer() Coverer {
+	if c, ok := h.fed.(Coverer); ok && h.sequenced() {
+		return c
+	}
+	return nil
 }
 
 // Coverer is implemented by a sequencing Federation that reads only what
@@ -475,8 +488,8 @@ type Coverer interface {
 // served (the link could not cover the filter): announced as a restart.
 func (h *hub) cover(filter string, since *uint64, otherRun bool) (pre []wire.Frame, from *uint64, other bool, release func(), err error) {
 	release = func() {}
-	c, ok := h.fed.(Coverer)
-	if !ok || !h.sequenced() {
+	c := h.coverer()
+	if c == nil {
 		return nil, since, otherRun, release, nil
 	}
 	first, old, rel, cerr := c.Cover(filter)

@@ -175,6 +175,12 @@ func publishLoop(ctx context.Context, c client.Client, p pubPlan, log *slog.Logg
 	res.Start = time.Now()
 	done := func(i int, asked time.Time, ack client.Ack, err error) {
 		now := time.Now()
+		first := false
+		defer func() { // deferred before the unlock, so it runs after it
+			if first {
+				p.afterFirst()
+			}
+		}()
 		mu.Lock()
 		defer mu.Unlock()
 		if err == nil && !ack.Sent.IsZero() && i < maxStampDelays {
@@ -191,9 +197,7 @@ func publishLoop(ctx context.Context, c client.Client, p pubPlan, log *slog.Logg
 		}
 		if res.Sent == 0 {
 			res.TTFD = now.Sub(res.Start)
-			if p.afterFirst != nil {
-				defer p.afterFirst() // after mu is released (defers run last in, first out)
-			}
+			first = p.afterFirst != nil
 		}
 		res.Sent++
 		res.Elapsed = now.Sub(res.Start)

@@ -43,8 +43,8 @@ func TestResumeOnAnotherBroker(t *testing.T) {
 	m3 := n[2].mqttConnect("m3pub")
 	m2 := n[1].mqttConnect("m2sub")
 	m2.subscribe("r/#")
-	// An MQTT subscription reaches the stream consumer's filter just after
-	// its SUBACK (a known gap, docs/cluster.md): wait for it.
+	// The SUBACK comes once the stream consumer reads the filter
+	// (TestMQTTSubscribeCoversFilter); this waits on the consumer itself.
 	waitFor(t, func() bool { return n[1].link.Stats().Subjects == 2 }, "b2's consumer to read r and r.>")
 	s1 := n[0].subscribe("r/#", "")
 	if s1.epoch != e {
@@ -436,8 +436,8 @@ func TestPublishingBrokerDies(t *testing.T) {
 	s1 := n[0].subscribe("d/#", "")
 	m2 := n[1].mqttConnect("m2")
 	m2.subscribe("d/#")
-	// An MQTT subscription reaches the stream consumer's filter just after
-	// its SUBACK (a known gap, docs/cluster.md): wait for it.
+	// The SUBACK comes once the stream consumer reads the filter
+	// (TestMQTTSubscribeCoversFilter); this waits on the consumer itself.
 	waitFor(t, func() bool { return n[1].link.Stats().Subjects == 2 }, "b2's consumer to read d and d.>")
 	const count = 50
 	for i := range count {

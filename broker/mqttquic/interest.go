@@ -16,6 +16,8 @@ type interestSink interface {
 	// CoverInterest returns once a sequencing cluster link reads filter's
 	// messages (*broker.Broker.CoverInterest); release ends that interest.
 	CoverInterest(filter string) (release func())
+	// Covering reports whether CoverInterest has anything to wait for.
+	Covering() bool
 }
 
 // interestHook reports MQTT subscriptions to the broker's federation link,
@@ -71,7 +73,7 @@ func interestFilter(f string) string {
 // OnSubscribed, once the subscriptions' own interest is counted (or in
 // OnDisconnect when the SUBACK could not be written).
 func (h *interestHook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
-	if cl.Net.Inline {
+	if cl.Net.Inline || !h.sink.Covering() {
 		return pk
 	}
 	var fresh []string

@@ -30,6 +30,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/quiot/quiot/internal/startpages"
 )
 
 const pageSize = 4096
@@ -125,18 +127,12 @@ func checkLayout(pid string, f *elf.File) error {
 	if text == nil {
 		return errors.New("the binary has no .text section")
 	}
-	for line := range strings.Lines(string(maps)) {
-		fl := strings.Fields(line)
-		if len(fl) < 6 || !strings.Contains(fl[1], "x") {
-			continue
-		}
-		lo, hi, ok := strings.Cut(fl[0], "-")
-		if !ok {
-			continue
-		}
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 == nil && err2 == nil && start <= text.Addr && text.Addr+text.Size <= end {
+	ms, err := startpages.ParseMaps(string(maps))
+	if err != nil {
+		return fmt.Errorf("process %s: %w", pid, err)
+	}
+	for _, m := range ms {
+		if m.Path != "" && strings.Contains(m.Perms, "x") && m.Start <= text.Addr && text.Addr+text.Size <= m.End {
 			return nil
 		}
 	}
