@@ -620,6 +620,9 @@ func TestSequencedInterest(t *testing.T) {
 	if p := string(sx.nextMessage().Payload); p != "x0" {
 		t.Fatalf("b: %q", p)
 	}
+	// The link counts a message after it has applied (delivered) it, in
+	// stream order: once x0 is counted, y0 and y1 would have been before.
+	waitFor(t, func() bool { return b.link.Stats().Received >= 1 }, "b to count x0")
 	if st := b.link.Stats(); st.Received != 1 {
 		t.Fatalf("b received %d messages, want 1 (nothing on y/#: no subscriber there)", st.Received)
 	}
