@@ -28,12 +28,21 @@ const (
 	CodeRefused quic.ApplicationErrorCode = 2
 )
 
-// Conn is a net.Conn over one QUIC stream. Writes are serialised, so several
-// goroutines may write whole packets concurrently (paho requires this).
+// Conn is a net.Conn over one QUIC stream. Writes are serialised, so
+// several goroutines may write concurrently without tearing one Write.
+//
+// A writer that puts one packet on the wire in several Writes (paho.golang
+// writes a packet's fixed header and body as separate buffers) holds the
+// Conn's Lock around them, so another goroutine's packet cannot land in
+// between: paho takes the lock itself when its net.Conn is a sync.Locker,
+// as Conn is. Without it a PINGREQ written by paho's pinger could split a
+// SUBSCRIBE or PUBLISH, which the server then refuses as malformed.
 type Conn struct {
 	qc       *quic.Conn
 	s        *quic.Stream
 	ownsConn bool
+
+	pmu sync.Mutex // held across one packet's writes (Lock, Unlock)
 
 	wmu       sync.Mutex
 	closed    bool // under wmu
@@ -51,6 +60,13 @@ func New(qc *quic.Conn, s *quic.Stream, ownsConn bool) *Conn {
 
 // Read reads from the stream.
 func (c *Conn) Read(p []byte) (int, error) { return c.s.Read(p) }
+
+// Lock reserves the stream for one writer until Unlock, so a packet written
+// in several Writes stays whole. Write itself does not take this lock.
+func (c *Conn) Lock() { c.pmu.Lock() }
+
+// Unlock ends the reservation taken by Lock.
+func (c *Conn) Unlock() { c.pmu.Unlock() }
 
 // Write writes p to the stream; concurrent writes do not interleave.
 func (c *Conn) Write(p []byte) (int, error) {
