@@ -55,6 +55,24 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// awaitProbe publishes q/probe on b until one arrives on got: the
+// subscription behind got is live then. Probes still in flight may follow.
+func awaitProbe(t *testing.T, b *broker.Broker, got <-chan client.Message) {
+	t.Helper()
+	waitFor(t, "the subscription", func() bool {
+		mustPublish(t, b, broker.Message{Topic: "q/probe", Payload: []byte("p"), QoS: 1})
+		select {
+		case m := <-got:
+			if m.Topic != "q/probe" {
+				t.Fatalf("got %q before the subscription was live", m.Topic)
+			}
+			return true
+		case <-time.After(20 * time.Millisecond): // publish again until the subscription is live
+			return false
+		}
+	})
+}
+
 // TestMQTTSessionSurvivesRestart: a persistent MQTT session's subscription
 // and the QoS 1 messages queued for it while it was away survive a broker
 // restart and are delivered when the client comes back, with those
@@ -88,22 +106,7 @@ func TestMQTTSessionSurvivesRestart(t *testing.T) {
 	}
 
 	sub, got, cancel := newSub(m.QUICAddr().String())
-	// Subscribed once a probe arrives.
-	probe := make(chan struct{})
-	go func() {
-		for {
-			mustPublish(t, b.Broker, broker.Message{Topic: "q/probe", Payload: []byte("p"), QoS: 1})
-			select {
-			case <-probe:
-				return
-			case <-time.After(20 * time.Millisecond): // re-publish until the subscription is live
-			}
-		}
-	}()
-	if m := next(got); m.Topic != "q/probe" {
-		t.Fatalf("first message %+v", m)
-	}
-	close(probe)
+	awaitProbe(t, b.Broker, got)
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -215,15 +218,7 @@ func TestMQTTSessionAfterCrash(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() { _ = c.Subscribe(ctx, "q/#", 0, func(m client.Message) { got <- m }) }()
-	waitFor(t, "the subscription", func() bool {
-		mustPublish(t, b.Broker, broker.Message{Topic: "q/probe", Payload: []byte("p"), QoS: 1})
-		select {
-		case <-got:
-			return true
-		case <-time.After(20 * time.Millisecond):
-			return false
-		}
-	})
+	awaitProbe(t, b.Broker, got)
 	waitFor(t, "the session on disk", func() bool {
 		_, err := os.Stat(filepath.Join(dir, store.SessionsFileName))
 		return err == nil && countSessionKeys(t, dir, "s/") == 1
@@ -323,15 +318,7 @@ func TestQueueKeptWhenTakeoverBreaks(t *testing.T) {
 		return c, got, cancel
 	}
 	c, got, cancel := subscribe(m.QUICAddr().String())
-	waitFor(t, "the subscription", func() bool {
-		mustPublish(t, b.Broker, broker.Message{Topic: "q/probe", Payload: []byte("p"), QoS: 1})
-		select {
-		case <-got:
-			return true
-		case <-time.After(20 * time.Millisecond):
-			return false
-		}
-	})
+	awaitProbe(t, b.Broker, got)
 	_ = c.Close()
 	cancel()
 	waitFor(t, "the session to be offline", func() bool {

@@ -78,6 +78,7 @@ type mqttClient struct {
 	nextSub int
 	fatal   error // a refusal that ends all attempts
 	closed  bool
+	down    chan struct{} // closed when the current connection is lost
 
 	connects  atomic.Int64
 	handshake atomic.Int64 // ns, first connection
@@ -85,7 +86,7 @@ type mqttClient struct {
 }
 
 func newMQTT(u *url.URL, opts *Options) (Client, error) {
-	c := &mqttClient{opts: opts, u: u, quic: strings.EqualFold(u.Scheme, "mqtt-quic"), tls: strings.EqualFold(u.Scheme, "mqtts"), subs: map[int]*mqttSub{}}
+	c := &mqttClient{opts: opts, u: u, quic: strings.EqualFold(u.Scheme, "mqtt-quic"), tls: strings.EqualFold(u.Scheme, "mqtts"), subs: map[int]*mqttSub{}, down: make(chan struct{})}
 	port := u.Port()
 	if port == "" {
 		switch {
@@ -278,6 +279,10 @@ func (c *mqttClient) start() (*autopaho.ConnectionManager, error) {
 		},
 		OnConnectionDown: func() bool {
 			log.Debug("mqtt connection lost", "broker", c.addr, "reconnect", c.opts.Reconnect)
+			c.mu.Lock()
+			close(c.down)
+			c.down = make(chan struct{})
+			c.mu.Unlock()
 			if !c.opts.Reconnect {
 				c.setFatal(errors.New("mqtt connection lost (reconnect disabled)"))
 			}
@@ -467,13 +472,16 @@ func (c *mqttClient) Subscribe(ctx context.Context, filter string, since uint64,
 			}
 			return err
 		}
-		sa, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+		sa, lost, err := c.subscribeOnce(ctx, cm, filter)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if mqttRetryable(err) && c.opts.Reconnect {
+			if (lost || mqttRetryable(err)) && c.opts.Reconnect {
 				continue
+			}
+			if ferr := c.fatalErr(); lost && ferr != nil {
+				return ferr
 			}
 			if sa != nil && len(sa.Reasons) > 0 && sa.Reasons[0] >= 0x80 {
 				return fmt.Errorf("%w: subscribe to %q: %s (reason 0x%02x)", ErrMQTTRefused, filter, mqttSubackReason(sa.Reasons[0]), sa.Reasons[0])
@@ -507,6 +515,35 @@ func (c *mqttClient) Subscribe(ctx context.Context, filter string, since uint64,
 		cancel()
 	}
 	return nil
+}
+
+// subscribeOnce sends one SUBSCRIBE on the current connection and waits for
+// its SUBACK, or for that connection to be lost (lost is then true). paho
+// keeps the request of a persistent session across a reconnect but never
+// sends it again (MQTT resends only PUBLISH and PUBREL), so without the
+// second bound a SUBSCRIBE whose connection broke waited for ever.
+func (c *mqttClient) subscribeOnce(ctx context.Context, cm *autopaho.ConnectionManager, filter string) (sa *paho.Suback, lost bool, err error) {
+	c.mu.Lock()
+	down := c.down
+	c.mu.Unlock()
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-down:
+			cancel()
+		case <-stop:
+		}
+	}()
+	sa, err = cm.Subscribe(actx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+	select {
+	case <-down:
+		lost = err != nil
+	default:
+	}
+	return sa, lost, err
 }
 
 func mqttSubackReason(code byte) string {
