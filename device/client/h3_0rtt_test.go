@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlog"
+	"github.com/quic-go/quic-go/qlogwriter"
 	"github.com/quic-go/quic-go/quicvarint"
 
 	"github.com/quiot/quiot/broker"
@@ -40,6 +42,35 @@ func (s *countingTokenStore) Pop(k string) *quic.ClientToken {
 	return t
 }
 
+// countingSessionCache counts the session tickets stored in it.
+type countingSessionCache struct {
+	tls.ClientSessionCache
+	puts atomic.Int32
+}
+
+func (c *countingSessionCache) Put(k string, cs *tls.ClientSessionState) {
+	if cs != nil { // crypto/tls puts nil to remove an entry
+		c.puts.Add(1)
+	}
+	c.ClientSessionCache.Put(k, cs)
+}
+
+// awaitResumable waits until the broker's session ticket is in cache and
+// its address-validation token in ts: both come after the handshake, in
+// packets of their own, so a wake-up that closed before them would dial
+// the next time without 0-RTT (and a test that holds the handshake back
+// would hang on it).
+func awaitResumable(ctx context.Context, t *testing.T, cache *countingSessionCache, ts *countingTokenStore) {
+	t.Helper()
+	for cache.puts.Load() == 0 || ts.puts.Load() == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("after the first connection: %d session tickets, %d tokens from the broker", cache.puts.Load(), ts.puts.Load())
+		case <-time.After(10 * time.Millisecond): // polling the stores, not synchronising on time
+		}
+	}
+}
+
 func zeroRTTProfile() *quictune.Profile {
 	p := quictune.Lean()
 	p.Allow0RTT = true
@@ -50,10 +81,14 @@ func zeroRTTProfile() *quictune.Profile {
 // process's session cache and token store.
 func wakeClient(t *testing.T, b *testutil.Broker, cache tls.ClientSessionCache, ts quic.TokenStore, pc net.PacketConn) *h3Client {
 	t.Helper()
-	c, err := New(Options{
+	o := Options{
 		Broker: b.URL, RootCAs: b.PKI.Pool(), Logger: testutil.DiscardLogger(),
 		Profile: zeroRTTProfile(), SessionCache: cache, TokenStore: ts, PacketConn: pc,
-	})
+	}
+	if g, ok := pc.(*earlyGate); ok {
+		o.Tracer = g.tracer
+	}
+	c, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +104,7 @@ func TestH3ZeroRTTPublishWithMsgID(t *testing.T) {
 	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cache := tls.NewLRUClientSessionCache(4)
+	cache := &countingSessionCache{ClientSessionCache: tls.NewLRUClientSessionCache(4)}
 	ts := &countingTokenStore{TokenStore: quic.NewLRUTokenStore(4, 2)}
 
 	first := wakeClient(t, b, cache, ts, nil)
@@ -80,20 +115,12 @@ func TestH3ZeroRTTPublishWithMsgID(t *testing.T) {
 	if first.cur.qc.ConnectionState().Used0RTT {
 		t.Fatal("first connection used 0-RTT without a ticket")
 	}
-	// The ticket and the token come after the handshake: wait for both.
-	for ts.puts.Load() == 0 {
-		select {
-		case <-ctx.Done():
-			t.Fatal("no NEW_TOKEN from the broker")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	awaitResumable(ctx, t, cache, ts)
 	_ = first.Close()
 
 	// Incoming datagrams are held until the publish has gone out in 0-RTT
-	// data (well over the control streams' bytes: its header carries 300
-	// payload bytes), so the client cannot finish its handshake first.
-	g := newEarlyGate(t, 400)
+	// data, so the client cannot finish its handshake first.
+	g := newEarlyGate(t)
 	second := wakeClient(t, b, cache, ts, g)
 	t.Cleanup(g.release)
 	ack2, err := second.Publish(ctx, "dev/t", make([]byte, 300), PublishOptions{QoS: 1})
@@ -118,28 +145,53 @@ func TestH3ZeroRTTPublishWithMsgID(t *testing.T) {
 // client cannot finish its handshake: whatever it sends meanwhile goes in
 // 0-RTT data) and can drop the client's Handshake packets (so the broker's
 // handshake does not complete: every request it handles arrived in early
-// data).
+// data). With the gate's tracer on the client's connection it releases
+// itself once the first request (stream 0) has been packed whole, FIN
+// included, into 0-RTT packets: released any earlier, the rest of the
+// request would go in 1-RTT packets that a broker without the client's
+// Handshake never reads (a wait for the idle timeout, seen under load).
 type earlyGate struct {
 	net.PacketConn
 	dropHandshake atomic.Bool
 	hold          chan struct{}
 	once          sync.Once
-	zeroRTTBytes  atomic.Int64
-	releaseAt     int64 // release once this many 0-RTT bytes were sent; 0: by hand
 }
 
-func newEarlyGate(t *testing.T, releaseAt int64) *earlyGate {
+func newEarlyGate(t *testing.T) *earlyGate {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &earlyGate{PacketConn: pc, hold: make(chan struct{}), releaseAt: releaseAt}
+	g := &earlyGate{PacketConn: pc, hold: make(chan struct{})}
 	t.Cleanup(func() { g.release(); _ = pc.Close() })
 	return g
 }
 
 func (g *earlyGate) release() { g.once.Do(func() { close(g.hold) }) }
+
+// tracer is a quic.Config.Tracer that releases the gate when a 0-RTT
+// packet carries the end (FIN) of stream 0.
+func (g *earlyGate) tracer(context.Context, bool, quic.ConnectionID) qlogwriter.Trace {
+	return gateTrace{g}
+}
+
+type gateTrace struct{ g *earlyGate }
+
+func (tr gateTrace) AddProducer() qlogwriter.Recorder { return tr }
+func (tr gateTrace) Close() error                     { return nil }
+
+func (tr gateTrace) RecordEvent(e qlogwriter.Event) {
+	ps, ok := e.(qlog.PacketSent)
+	if !ok || ps.Header.PacketType != qlog.PacketType0RTT {
+		return
+	}
+	for _, f := range ps.Frames {
+		if sf, ok := f.Frame.(*qlog.StreamFrame); ok && sf.StreamID == 0 && sf.Fin {
+			tr.g.release()
+		}
+	}
+}
 
 // longType is the QUIC v1 long-header packet type of a datagram's first
 // packet: 0 Initial, 1 0-RTT, 2 Handshake, 3 Retry; -1 for a short header.
@@ -191,12 +243,6 @@ func (g *earlyGate) WriteTo(p []byte, a net.Addr) (int, error) {
 	if g.dropHandshake.Load() && hasHandshakePacket(p) {
 		return len(p), nil
 	}
-	switch longType(p) {
-	case 1:
-		if n := g.zeroRTTBytes.Add(int64(len(p))); g.releaseAt > 0 && n >= g.releaseAt {
-			defer g.release()
-		}
-	}
 	return g.PacketConn.WriteTo(p, a)
 }
 
@@ -213,12 +259,13 @@ func TestH3ZeroRTTPublishAcceptance(t *testing.T) {
 	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cache := tls.NewLRUClientSessionCache(4)
-	ts := quic.NewLRUTokenStore(4, 2)
+	cache := &countingSessionCache{ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+	ts := &countingTokenStore{TokenStore: quic.NewLRUTokenStore(4, 2)}
 	first := wakeClient(t, b, cache, ts, nil)
 	if _, err := first.Publish(ctx, "dev/t", []byte("one"), PublishOptions{QoS: 1}); err != nil {
 		t.Fatal(err)
 	}
+	awaitResumable(ctx, t, cache, ts)
 	_ = first.Close()
 	held := 1 // messages the broker holds
 
@@ -231,7 +278,7 @@ func TestH3ZeroRTTPublishAcceptance(t *testing.T) {
 		{"without a message id", "", http.StatusTooEarly},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newEarlyGate(t, 0)
+			g := newEarlyGate(t)
 			g.dropHandshake.Store(true)
 			c := wakeClient(t, b, cache, ts, g)
 			t.Cleanup(g.release) // before the client's Close (cleanups run last first)
@@ -252,8 +299,7 @@ func TestH3ZeroRTTPublishAcceptance(t *testing.T) {
 			if err := str.SendRequestHeader(req); err != nil {
 				t.Fatal(err)
 			}
-			_ = str.Close()
-			g.release()
+			_ = str.Close() // the gate opens once the request went out whole in 0-RTT data
 			resp, err := str.ReadResponse()
 			if err != nil {
 				t.Fatal(err)
