@@ -340,14 +340,27 @@ func (b *Broker) Start() error {
 // listener is the broker's own, TCP on the same port. With port 0 it retries
 // when the kernel's UDP port is taken on TCP.
 func (b *Broker) listenPair() (net.PacketConn, net.Listener, error) {
-	wantTCP := !b.opts.DisableTCP && b.opts.TCPListener == nil
-	_, port, _ := net.SplitHostPort(b.opts.Listen)
+	return ListenPair(b.opts.Listen, !b.opts.DisableTCP && b.opts.TCPListener == nil)
+}
+
+// listenPacket is net.ListenPacket; a test makes it return a port whose
+// TCP twin is taken.
+var listenPacket = net.ListenPacket
+
+// ListenPair opens the UDP socket for HTTP/3 on listen and, when withTCP is
+// set, a TCP listener on the same port for HTTP/1.1 and HTTP/2. With port 0
+// the UDP port is the kernel's choice, and when that number is taken on TCP
+// (by any other socket of the host) it tries another pair, up to ten times.
+// A caller that wraps the UDP socket (Options.PacketConn) passes the TCP
+// listener as Options.TCPListener.
+func ListenPair(listen string, withTCP bool) (net.PacketConn, net.Listener, error) {
+	_, port, _ := net.SplitHostPort(listen)
 	for attempt := 0; ; attempt++ {
-		udp, err := net.ListenPacket("udp", b.opts.Listen)
+		udp, err := listenPacket("udp", listen)
 		if err != nil {
-			return nil, nil, fmt.Errorf("couldn't listen on udp %s: %w", b.opts.Listen, err)
+			return nil, nil, fmt.Errorf("couldn't listen on udp %s: %w", listen, err)
 		}
-		if !wantTCP {
+		if !withTCP {
 			return udp, nil, nil
 		}
 		ua := udp.LocalAddr().(*net.UDPAddr)

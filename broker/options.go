@@ -121,7 +121,10 @@ type Options struct {
 	// means ":4433". Ignored for UDP when PacketConn is set.
 	Listen string
 	// PacketConn, when set, is the UDP socket quic-go runs on (e.g. a
-	// byte-counting wrapper). The broker does not close it.
+	// byte-counting wrapper). The broker does not close it. Without
+	// TCPListener (or DisableTCP) Start listens on TCP on the socket's port,
+	// which fails when another socket of the host has that port on TCP: open
+	// both with ListenPair.
 	PacketConn net.PacketConn
 	// DisableTCP turns off the HTTP/1.1+HTTP/2 listener on TCP.
 	DisableTCP bool

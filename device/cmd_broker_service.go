@@ -76,14 +76,20 @@ func (f *serviceFlags) configure(opts *broker.Options, stdout io.Writer) error {
 		return nil
 	}
 	if opts.PacketConn == nil {
-		udp, err := net.ListenUDP("udp", udpAddr)
+		// The TCP listener of the same port is opened with the socket, as
+		// the broker does for its own: with port 0 a number free on UDP
+		// may be taken on TCP, and the pair is then tried again.
+		udp, tln, err := broker.ListenPair(udpAddr.String(), !opts.DisableTCP && opts.TCPListener == nil)
 		if err != nil {
-			return fmt.Errorf("listen %s: %w", listen, err)
+			return err
 		}
 		// The broker does not close a PacketConn it was given; this one
 		// lives as long as the process.
 		f.counting = qmetrics.NewCountingPacketConn(udp)
 		opts.PacketConn = f.counting
+		if tln != nil {
+			opts.TCPListener = tln
+		}
 	}
 	if f.metricsTrace {
 		if opts.QUIC == nil {

@@ -56,17 +56,36 @@ func TestBrokerServiceNotifyAndMetrics(t *testing.T) {
 		done <- runBroker(ctx, []string{"--config", "", "--dev", "--listen", "127.0.0.1:0", "--mqtt-quic", "",
 			"--metrics-listen", "127.0.0.1:0", "--log-level", "error"}, &stdout, io.Discard)
 	}()
+	notes := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := nc.Read(buf)
+			if err != nil {
+				close(notes)
+				return
+			}
+			notes <- string(buf[:n])
+		}
+	}()
+	// recv returns the next notification; while running, a broker that
+	// ended first fails the test with its error (it used to show only as a
+	// missing READY=1).
+	running := done
 	recv := func() string {
 		t.Helper()
-		if err := nc.SetReadDeadline(time.Now().Add(60 * time.Second)); err != nil {
-			t.Fatal(err)
+		select {
+		case got, ok := <-notes:
+			if !ok {
+				t.Fatal("notify socket closed")
+			}
+			return got
+		case err := <-running:
+			t.Fatalf("broker ended before notifying: %v (stdout %q)", err, stdout.String())
+		case <-time.After(60 * time.Second): // a bound that only catches a hang
+			t.Fatalf("no notification within 60 s (stdout %q)", stdout.String())
 		}
-		buf := make([]byte, 4096)
-		n, err := nc.Read(buf)
-		if err != nil {
-			t.Fatalf("no notification (stdout %q): %v", stdout.String(), err)
-		}
-		return string(buf[:n])
+		return ""
 	}
 	if got := recv(); !strings.HasPrefix(got, "READY=1\nSTATUS=serving https://127.0.0.1:") {
 		t.Fatalf("first notification %q", got)
@@ -92,6 +111,7 @@ func TestBrokerServiceNotifyAndMetrics(t *testing.T) {
 		}
 	}
 	cancel()
+	running = nil // it ends now; STOPPING=1 may come after that
 	for {
 		got := recv()
 		if got == "WATCHDOG=1" {
