@@ -17,13 +17,19 @@ import (
 	"github.com/quiot/quiot/internal/testutil"
 )
 
-func startMQTT(t *testing.T, pki *testutil.PKI) *mqttquic.Server {
+// startMQTT starts an MQTT over QUIC broker on loopback; mods change its
+// options first (a TCP listener, for example).
+func startMQTT(t *testing.T, pki *testutil.PKI, mods ...func(*mqttquic.Options)) *mqttquic.Server {
 	t.Helper()
-	s, err := mqttquic.New(mqttquic.Options{
+	o := mqttquic.Options{
 		QUICAddr: "127.0.0.1:0",
 		TLS:      &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}},
 		Logger:   testutil.DiscardLogger(),
-	})
+	}
+	for _, m := range mods {
+		m(&o)
+	}
+	s, err := mqttquic.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"crypto/tls"
 	"io"
 	"net"
 	"sync/atomic"
@@ -76,19 +75,7 @@ func newSubscribeBreaker(t *testing.T, upstream string) *subscribeBreaker {
 // the client used to wait for its SUBACK for ever.
 func TestMQTTSubscribeRetriedAfterBreak(t *testing.T) {
 	pki := testutil.NewPKI(t)
-	s, err := mqttquic.New(mqttquic.Options{
-		QUICAddr: "127.0.0.1:0",
-		TCPAddr:  "127.0.0.1:0",
-		TLS:      &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}},
-		Logger:   testutil.DiscardLogger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := startMQTT(t, pki, func(o *mqttquic.Options) { o.TCPAddr = "127.0.0.1:0" })
 	relay := newSubscribeBreaker(t, s.TCPAddr())
 
 	sub, err := client.New(client.Options{Broker: "mqtt://" + relay.ln.Addr().String(), ClientID: "sub-break", Reconnect: true, MaxBackoff: 100 * time.Millisecond, Logger: testutil.DiscardLogger()})
