@@ -279,13 +279,13 @@ func (c *mqttClient) start() (*autopaho.ConnectionManager, error) {
 		},
 		OnConnectionDown: func() bool {
 			log.Debug("mqtt connection lost", "broker", c.addr, "reconnect", c.opts.Reconnect)
-			c.mu.Lock()
-			close(c.down)
-			c.down = make(chan struct{})
-			c.mu.Unlock()
 			if !c.opts.Reconnect {
 				c.setFatal(errors.New("mqtt connection lost (reconnect disabled)"))
 			}
+			c.mu.Lock() // after setFatal: a SUBSCRIBE cut short finds the reason
+			close(c.down)
+			c.down = make(chan struct{})
+			c.mu.Unlock()
 			return c.opts.Reconnect
 		},
 		OnConnectError: func(err error) {
