@@ -78,7 +78,9 @@ type mqttClient struct {
 	nextSub int
 	fatal   error // a refusal that ends all attempts
 	closed  bool
-	down    chan struct{} // closed when the current connection is lost
+	// connCtx ends when the current connection is lost (connLost).
+	connCtx  context.Context
+	connLost context.CancelFunc
 
 	connects  atomic.Int64
 	handshake atomic.Int64 // ns, first connection
@@ -86,7 +88,8 @@ type mqttClient struct {
 }
 
 func newMQTT(u *url.URL, opts *Options) (Client, error) {
-	c := &mqttClient{opts: opts, u: u, quic: strings.EqualFold(u.Scheme, "mqtt-quic"), tls: strings.EqualFold(u.Scheme, "mqtts"), subs: map[int]*mqttSub{}, down: make(chan struct{})}
+	c := &mqttClient{opts: opts, u: u, quic: strings.EqualFold(u.Scheme, "mqtt-quic"), tls: strings.EqualFold(u.Scheme, "mqtts"), subs: map[int]*mqttSub{}}
+	c.connCtx, c.connLost = context.WithCancel(context.Background())
 	port := u.Port()
 	if port == "" {
 		switch {
@@ -283,8 +286,8 @@ func (c *mqttClient) start() (*autopaho.ConnectionManager, error) {
 				c.setFatal(errors.New("mqtt connection lost (reconnect disabled)"))
 			}
 			c.mu.Lock() // after setFatal: a SUBSCRIBE cut short finds the reason
-			close(c.down)
-			c.down = make(chan struct{})
+			c.connLost()
+			c.connCtx, c.connLost = context.WithCancel(context.Background())
 			c.mu.Unlock()
 			return c.opts.Reconnect
 		},
@@ -524,26 +527,13 @@ func (c *mqttClient) Subscribe(ctx context.Context, filter string, since uint64,
 // second bound a SUBSCRIBE whose connection broke waited for ever.
 func (c *mqttClient) subscribeOnce(ctx context.Context, cm *autopaho.ConnectionManager, filter string) (sa *paho.Suback, lost bool, err error) {
 	c.mu.Lock()
-	down := c.down
+	conn := c.connCtx
 	c.mu.Unlock()
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		select {
-		case <-down:
-			cancel()
-		case <-stop:
-		}
-	}()
+	defer context.AfterFunc(conn, cancel)()
 	sa, err = cm.Subscribe(actx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
-	select {
-	case <-down:
-		lost = err != nil
-	default:
-	}
-	return sa, lost, err
+	return sa, err != nil && conn.Err() != nil, err
 }
 
 func mqttSubackReason(code byte) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +24,20 @@ type subscribeBreaker struct {
 	ln    net.Listener
 	conns atomic.Int32
 	broke atomic.Bool
+
+	mu   sync.Mutex
+	open []net.Conn // closed with the relay
+}
+
+// keep records c to be closed with the relay; false once it is closed.
+func (r *subscribeBreaker) keep(c ...net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.open == nil {
+		return false
+	}
+	r.open = append(r.open, c...)
+	return true
 }
 
 func newSubscribeBreaker(t *testing.T, upstream string) *subscribeBreaker {
@@ -31,8 +46,16 @@ func newSubscribeBreaker(t *testing.T, upstream string) *subscribeBreaker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &subscribeBreaker{ln: ln}
-	t.Cleanup(func() { _ = ln.Close() })
+	r := &subscribeBreaker{ln: ln, open: []net.Conn{}}
+	t.Cleanup(func() {
+		_ = ln.Close()
+		r.mu.Lock()
+		for _, c := range r.open {
+			_ = c.Close()
+		}
+		r.open = nil
+		r.mu.Unlock()
+	})
 	go func() {
 		for {
 			down, err := ln.Accept()
@@ -44,7 +67,11 @@ func newSubscribeBreaker(t *testing.T, upstream string) *subscribeBreaker {
 				_ = down.Close()
 				continue
 			}
-			t.Cleanup(func() { _ = down.Close(); _ = up.Close() })
+			if !r.keep(down, up) {
+				_ = down.Close()
+				_ = up.Close()
+				return
+			}
 			first := r.conns.Add(1) == 1
 			go func() { _, _ = io.Copy(down, up); _ = down.Close() }()
 			go func() {
