@@ -86,7 +86,9 @@ type Options struct {
 	Dir string
 	// MaxBytes bounds the size of the spool's files. When an append would
 	// pass it, the oldest segment is deleted and its undelivered messages
-	// are counted as dropped and logged. Default 64 MiB.
+	// are counted as dropped and logged. Acknowledgements never drop
+	// messages: their small records may pass it until the next append or
+	// the deletion of a delivered segment. Default 64 MiB.
 	MaxBytes int64
 	// MaxAge drops undelivered messages older than this (counted and
 	// logged). Default 7 days; negative means no age limit.
@@ -585,7 +587,12 @@ func (s *Spool) flush() {
 	for _, r := range q {
 		size += recordSize(len(r.m.Topic), len(r.m.Payload))
 	}
-	err := s.makeRoomLocked(int64(size) + headerSize + 9)
+	// Only appends make room by dropping messages: an ack record written
+	// while the spool is full must not evict undelivered messages (the
+	// oldest segment is usually the one being delivered); it may pass
+	// MaxBytes by its few bytes until the next append or the deletion of a
+	// delivered segment.
+	err := s.makeRoomLocked(int64(size)+headerSize+9, len(q) > 0)
 	if err == nil {
 		b := s.buf[:0]
 		if s.cursor > s.ackDisk {
@@ -650,16 +657,16 @@ func (s *Spool) syncLocked() error {
 }
 
 // makeRoomLocked rotates the active segment when n more bytes would pass
-// SegmentBytes, and deletes the oldest segments while the spool would pass
-// MaxBytes.
-func (s *Spool) makeRoomLocked(n int64) error {
+// SegmentBytes and, when drop is set (an append), deletes the oldest
+// segments while the spool would pass MaxBytes.
+func (s *Spool) makeRoomLocked(n int64, drop bool) error {
 	act := s.segs[len(s.segs)-1]
 	if act.size+n > s.o.SegmentBytes && act.last != 0 {
 		if err := s.newSegment(); err != nil {
 			return err
 		}
 	}
-	for s.st.Bytes+n > s.o.MaxBytes && len(s.segs) > 1 {
+	for drop && s.st.Bytes+n > s.o.MaxBytes && len(s.segs) > 1 {
 		s.dropLocked(s.segs[0], "full")
 	}
 	return nil
