@@ -44,7 +44,7 @@ fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 # make demo: the main job on loopback (see README).
-demo: deps build
+demo: build
 	$(DIST)/quiot demo
 
 deb: deps

@@ -33,8 +33,9 @@ for cmd in "${!need[@]}"; do
     missing+=("${need[$cmd]}")
   fi
 done
-# Python modules the interop tests drive (real third-party MQTT clients).
-if ! python3 -c 'import paho.mqtt.client' >/dev/null 2>&1; then
+# Python modules the interop tests drive (real third-party MQTT clients), with
+# the interpreter those tests run: Debian's, whatever python3 PATH finds first.
+if ! /usr/bin/python3 -c 'import paho.mqtt.client' >/dev/null 2>&1; then
   missing+=(python3-paho-mqtt)
 fi
 # de-duplicate

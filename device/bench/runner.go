@@ -15,8 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/schollz/progressbar/v3"
 )
 
 // ErrInterrupted is returned by Run when its context ended before the
@@ -36,7 +34,8 @@ type Options struct {
 	Binary string
 	// Logger receives diagnostics; nil means discard.
 	Logger *slog.Logger
-	// Progress receives the progress bar; nil means none.
+	// Progress receives the progress: a bar when it is a terminal, one
+	// line per run otherwise; nil means none.
 	Progress io.Writer
 	// Version is written to summary.json; "" means "dev".
 	Version string
@@ -143,19 +142,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		Host: HostInfo(), Version: opts.Version, Started: time.Now(), Tunings: tunings,
 		Workload: Workload{Count: spec.Count, Rate: spec.Rate, QoS: spec.QoS, Repeat: spec.Repeat, Inflight: max(1, spec.Inflight)},
 	}}
-	var bar *progressbar.ProgressBar
-	if opts.Progress != nil {
-		bar = progressbar.NewOptions(len(runs),
-			progressbar.OptionSetWriter(opts.Progress),
-			progressbar.OptionSetDescription("bench"),
-			progressbar.OptionShowCount(),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionShowElapsedTimeOnFinish(),
-			progressbar.OptionSetWidth(24),
-			progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(opts.Progress) }),
-		)
-	}
+	prog := newProgress(opts.Progress, len(runs))
 	reason := ""
 	failsInRow := 0
 	for i, r := range runs {
@@ -163,9 +150,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			reason = fmt.Sprintf("interrupted after %d of %d runs", i, len(runs))
 			break
 		}
-		if bar != nil {
-			bar.Describe(fmt.Sprintf("%-40s", r.ID()))
-		}
+		prog.start(i, r.ID())
+		began := time.Now()
 		s := runOne(ctx, &opts, r, links[r.Profile])
 		if ctx.Err() != nil {
 			// The run was cut short by the interruption: not a result.
@@ -179,9 +165,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			failsInRow++
 			opts.Logger.Warn("run failed", "run", r.ID(), "error", s.Err)
 		}
-		if bar != nil {
-			_ = bar.Add(1)
-		}
+		prog.done(i, r.ID(), s.OK, time.Since(began))
 		res.Summary.Runs = Aggregate(res.Samples)
 		res.Summary.Finished = time.Now()
 		res.Summary.Partial, res.Summary.PartialReason = true, fmt.Sprintf("in progress: %d of %d runs", i+1, len(runs))
@@ -196,9 +180,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			break
 		}
 	}
-	if bar != nil && reason != "" {
-		fmt.Fprintln(opts.Progress)
-	}
+	prog.stop()
 	failed := 0
 	for _, s := range res.Samples {
 		if !s.OK {
