@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/internal/testutil"
@@ -61,7 +63,7 @@ subscribe = ["devices/%u/#"]
 		t.Fatal(err)
 	}
 	pki := testutil.NewPKI(t)
-	b := testutil.StartBroker(t, pki, &broker.Options{Auth: acl, ClientCAs: pki.Pool()})
+	b := brokertest.Start(t, pki, &broker.Options{Auth: acl, ClientCAs: pki.Pool()})
 	for _, cn := range []string{"#", "+", "a/b"} {
 		t.Run(cn, func(t *testing.T) {
 			cert := rawClientCert(t, pki, cn)
@@ -102,7 +104,7 @@ func TestReloadClosesRevokedConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := testutil.StartBroker(t, nil, &broker.Options{Auth: acl})
+	b := brokertest.Start(t, nil, &broker.Options{Auth: acl})
 	bearer := func(tok string) *client {
 		c := newClient(t, b, nil)
 		c.hdr.Set("Authorization", "Bearer "+tok)

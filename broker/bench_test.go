@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/broker"
@@ -91,7 +93,7 @@ func (s *streamPublisher) flush(tb testing.TB) {
 func BenchmarkFanout(b *testing.B) {
 	const nsubs = 100
 	const window = 256
-	br := testutil.StartBroker(b, nil, nil)
+	br := brokertest.Start(b, nil, nil)
 	payload := bytes.Repeat([]byte("x"), 128)
 	counts := make([]atomic.Int64, nsubs)
 	var wg sync.WaitGroup
@@ -163,7 +165,7 @@ func BenchmarkFanout(b *testing.B) {
 // one POST per message (QoS 1) stamped with Quiot-Time, one HTTP/3
 // subscriber. Run with a fixed count, e.g. -benchtime=500x (5 s).
 func BenchmarkLatency(b *testing.B) {
-	br := testutil.StartBroker(b, nil, nil)
+	br := brokertest.Start(b, nil, nil)
 	c := newClient(b, br, nil)
 	s := c.mustSubscribe("lat", "", false)
 	payload := bytes.Repeat([]byte("x"), 128)
@@ -210,7 +212,7 @@ func BenchmarkLatency(b *testing.B) {
 func BenchmarkPublishMode(b *testing.B) {
 	payload := bytes.Repeat([]byte("x"), 128)
 	b.Run("request", func(b *testing.B) {
-		br := testutil.StartBroker(b, nil, &broker.Options{Limits: broker.Limits{HistoryPerTopic: -1}})
+		br := brokertest.Start(b, nil, &broker.Options{Limits: broker.Limits{HistoryPerTopic: -1}})
 		cc := testutil.ListenCounting(b)
 		c := testutil.H3ClientConn(br.PKI.Pool(), nil, cc)
 		defer c.Transport.(*http3.Transport).Close()
@@ -250,7 +252,7 @@ func BenchmarkPublishMode(b *testing.B) {
 		b.ReportMetric(float64(dgrams)/float64(b.N), "datagrams/msg")
 	})
 	b.Run("stream", func(b *testing.B) {
-		br := testutil.StartBroker(b, nil, &broker.Options{Limits: broker.Limits{HistoryPerTopic: -1}})
+		br := brokertest.Start(b, nil, &broker.Options{Limits: broker.Limits{HistoryPerTopic: -1}})
 		cc := testutil.ListenCounting(b)
 		c := testutil.H3ClientConn(br.PKI.Pool(), nil, cc)
 		defer c.Transport.(*http3.Transport).Close()

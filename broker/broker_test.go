@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
@@ -27,7 +29,7 @@ import (
 func TestDeliveryInOrder(t *testing.T) {
 	for _, sse := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sse=%v", sse), func(t *testing.T) {
-			b := testutil.StartBroker(t, nil, nil)
+			b := brokertest.Start(t, nil, nil)
 			c := newClient(t, b, nil)
 			s := c.mustSubscribe("a/b", "", sse)
 			var seqs []uint64
@@ -48,7 +50,7 @@ func TestDeliveryInOrder(t *testing.T) {
 }
 
 func TestPublishTime(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	c := newClient(t, b, nil)
 	s := c.mustSubscribe("t", "", false)
 	st, _, body := c.publish("t", []byte("x"), "", "Quiot-Time", "1700000000000000001")
@@ -61,7 +63,7 @@ func TestPublishTime(t *testing.T) {
 }
 
 func TestWildcards(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	c := newClient(t, b, nil)
 	filters := []string{"a/+", "a/#", "#", "+/b", "$SYS/#", "+/+"}
 	subs := map[string]*sub{}
@@ -95,7 +97,7 @@ func TestWildcards(t *testing.T) {
 func TestRetainedFirst(t *testing.T) {
 	for _, sse := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sse=%v", sse), func(t *testing.T) {
-			b := testutil.StartBroker(t, nil, nil)
+			b := brokertest.Start(t, nil, nil)
 			c := newClient(t, b, nil)
 			c.mustPublish("r/1", "old", "retain=1")
 			c.mustPublish("r/1", "one", "retain=1")
@@ -123,7 +125,7 @@ func TestRetainedFirst(t *testing.T) {
 }
 
 func TestQoS1AckAfterAcceptance(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	c := newClient(t, b, nil)
 	seq := c.mustPublish("q/1", "hello", "qos=1")
 	// Acknowledged means accepted: it is in the history already.
@@ -142,7 +144,7 @@ func TestResume(t *testing.T) {
 		sse  bool
 	}{{"since", false}, {"last-event-id", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := testutil.StartBroker(t, nil, nil)
+			b := brokertest.Start(t, nil, nil)
 			c := newClient(t, b, nil)
 			s := c.mustSubscribe("res/#", "", tc.sse)
 			c.mustPublish("res/a", "1")
@@ -173,7 +175,7 @@ func TestResume(t *testing.T) {
 func TestGapSignal(t *testing.T) {
 	for _, sse := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sse=%v", sse), func(t *testing.T) {
-			b := testutil.StartBroker(t, nil, &broker.Options{Limits: broker.Limits{HistoryPerTopic: 5}})
+			b := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{HistoryPerTopic: 5}})
 			c := newClient(t, b, nil)
 			var seqs []uint64
 			for i := range 20 {
@@ -196,7 +198,7 @@ func TestGapSignal(t *testing.T) {
 }
 
 func TestGapAfterBrokerRestart(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	c := newClient(t, b, nil)
 	c.mustPublish("x", "1")
 	s := c.mustSubscribe("x", "since=1000", false)
@@ -209,7 +211,7 @@ func TestGapAfterBrokerRestart(t *testing.T) {
 }
 
 func TestStreamedPublish(t *testing.T) {
-	b := testutil.StartBroker(t, nil, &broker.Options{Limits: broker.Limits{MaxPayload: 100}})
+	b := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{MaxPayload: 100}})
 	c := newClient(t, b, nil)
 	s := c.mustSubscribe("st/#", "", false)
 	pr, pw := io.Pipe()
@@ -285,7 +287,7 @@ subscribe = ["pub/#"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := testutil.StartBroker(t, nil, &broker.Options{Auth: acl, Limits: broker.Limits{MaxPayload: 10, MaxSubscriptionsPerConn: 1, MaxTopicLevels: 4}})
+	b := brokertest.Start(t, nil, &broker.Options{Auth: acl, Limits: broker.Limits{MaxPayload: 10, MaxSubscriptionsPerConn: 1, MaxTopicLevels: 4}})
 	c := newClient(t, b, nil)
 	pubTests := []struct {
 		name, topic, query string
@@ -406,7 +408,7 @@ func TestAuthAndACL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := testutil.StartBroker(t, nil, &broker.Options{Auth: acl})
+	b := brokertest.Start(t, nil, &broker.Options{Auth: acl})
 
 	anon := newClient(t, b, nil)
 	if st, _, body := anon.publish("sensors/sensor-1/t", []byte("x"), ""); st != http.StatusUnauthorized {
@@ -459,7 +461,7 @@ func TestTokenBoundToConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := testutil.StartBroker(t, nil, &broker.Options{Auth: acl})
+	b := brokertest.Start(t, nil, &broker.Options{Auth: acl})
 	c := newClient(t, b, nil)
 	c.hdr.Set("Authorization", "Bearer tok-admin")
 	c.mustPublish("a", "first")
@@ -499,7 +501,7 @@ func TestMTLSIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	pki := testutil.NewPKI(t)
-	b := testutil.StartBroker(t, pki, &broker.Options{Auth: acl, ClientCAs: pki.Pool()})
+	b := brokertest.Start(t, pki, &broker.Options{Auth: acl, ClientCAs: pki.Pool()})
 	cert := pki.Client(t, "sensor-1")
 	c := newClient(t, b, &cert)
 	c.mustPublish("sensors/sensor-1/t", "by cert")
@@ -523,7 +525,7 @@ func TestMTLSIdentity(t *testing.T) {
 func TestSlowSubscriberDoesNotDelayFast(t *testing.T) {
 	for _, policy := range []broker.QueuePolicy{broker.DropOldest, broker.Disconnect} {
 		t.Run(policy.String(), func(t *testing.T) {
-			b2 := testutil.StartBroker(t, nil, &broker.Options{Limits: broker.Limits{QueueLength: 256, HistoryPerTopic: -1, QueuePolicy: policy}})
+			b2 := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{QueueLength: 256, HistoryPerTopic: -1, QueuePolicy: policy}})
 			pub := newClient(t, b2, nil)
 			// The slow subscriber never reads, and its tiny flow-control
 			// window blocks the broker's writes after a few messages.
@@ -589,7 +591,7 @@ func TestSlowSubscriberDoesNotDelayFast(t *testing.T) {
 }
 
 func TestShutdownDrains(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	c := newClient(t, b, nil)
 	s := c.mustSubscribe("d", "", false)
 	for i := range 20 {
@@ -617,7 +619,7 @@ func TestShutdownDrains(t *testing.T) {
 }
 
 func TestShutdownStopsStreamedPublisher(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	c := newClient(t, b, nil)
 	pr, pw := io.Pipe()
 	defer pw.Close()
@@ -658,7 +660,7 @@ func TestShutdownStopsStreamedPublisher(t *testing.T) {
 }
 
 func TestTapAndCrossProtocolPublish(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	var mu sync.Mutex
 	var seen []string
 	b.AddTap(func(m *broker.Message) {
@@ -698,7 +700,7 @@ func TestTapAndCrossProtocolPublish(t *testing.T) {
 }
 
 func TestTCPAndAltSvc(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.PKI.Pool(), ServerName: "localhost"}, ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
@@ -749,7 +751,7 @@ func TestTCPAndAltSvc(t *testing.T) {
 // TestStreamedPublishOverTCP: the streamed publish is full duplex over
 // HTTP/2 and HTTP/1.1 too.
 func TestStreamedPublishOverTCP(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	for _, h2 := range []bool{true, false} {
 		t.Run(fmt.Sprintf("h2=%v", h2), func(t *testing.T) {
 			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.PKI.Pool(), ServerName: "localhost"}, ForceAttemptHTTP2: h2}
@@ -790,7 +792,7 @@ func TestStreamedPublishOverTCP(t *testing.T) {
 }
 
 func TestLeanTuning(t *testing.T) {
-	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: quictune.Lean()})
+	b := brokertest.Start(t, nil, &broker.Options{Tuning: quictune.Lean()})
 	c := newClient(t, b, nil)
 	s := c.mustSubscribe("lean/#", "", false)
 	c.mustPublish("lean/x", "small windows")

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/internal/testutil"
 	"github.com/quiot/quiot/internal/wire"
@@ -29,8 +31,8 @@ func (s *sub) expectRestart(since uint64) {
 }
 
 func TestEpochHeader(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
-	b2 := testutil.StartBroker(t, b.PKI, nil)
+	b := brokertest.Start(t, nil, nil)
+	b2 := brokertest.Start(t, b.PKI, nil)
 	if b.Epoch() == 0 || b.Epoch() == b2.Epoch() {
 		t.Fatalf("epochs %x and %x: want two different non-zero epochs", b.Epoch(), b2.Epoch())
 	}
@@ -44,7 +46,7 @@ func TestEpochHeader(t *testing.T) {
 }
 
 func TestResumeWithEpoch(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	c := newClient(t, b, nil)
 	var seqs []uint64
 	for i := range 6 {
@@ -97,7 +99,7 @@ func TestResumeWithEpoch(t *testing.T) {
 // cannot tell, as before.
 func TestResumeAcrossRestart(t *testing.T) {
 	pki := testutil.NewPKI(t)
-	b1 := testutil.StartBroker(t, pki, nil)
+	b1 := brokertest.Start(t, pki, nil)
 	addr := b1.Addr().String()
 	c1 := newClient(t, b1, nil)
 	s := c1.mustSubscribe("rr/#", "", false)
@@ -115,7 +117,7 @@ func TestResumeAcrossRestart(t *testing.T) {
 		t.Fatalf("shutdown: %v", err)
 	}
 
-	b2 := testutil.StartBroker(t, pki, &broker.Options{Listen: addr})
+	b2 := brokertest.Start(t, pki, &broker.Options{Listen: addr})
 	c2 := newClient(t, b2, nil)
 	const n = 5
 	for i := range n {
@@ -153,7 +155,7 @@ func TestResumeAcrossRestart(t *testing.T) {
 }
 
 func TestHeartbeat(t *testing.T) {
-	b := testutil.StartBroker(t, nil, &broker.Options{Heartbeat: 20 * time.Millisecond})
+	b := brokertest.Start(t, nil, &broker.Options{Heartbeat: 20 * time.Millisecond})
 	c := newClient(t, b, nil)
 	asked, st, body := c.subscribe("hb/#", "", false, broker.HeaderHeartbeat, "1")
 	if st != http.StatusOK {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/internal/testutil"
@@ -27,7 +29,7 @@ type client struct {
 	hdr  http.Header
 }
 
-func newClient(t testing.TB, b *testutil.Broker, cert *tls.Certificate) *client {
+func newClient(t testing.TB, b *brokertest.Broker, cert *tls.Certificate) *client {
 	t.Helper()
 	c := testutil.H3Client(b.PKI.Pool(), cert)
 	t.Cleanup(func() { c.Transport.(*http3.Transport).Close() })

@@ -7,8 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/broker"
-	"github.com/quiot/quiot/internal/testutil"
 	"github.com/quiot/quiot/internal/wire"
 )
 
@@ -81,7 +82,7 @@ func (s *lazyStore) maxPending() int {
 func TestStreamInflightBound(t *testing.T) {
 	st := &lazyStore{}
 	const limit, frames = 8, 200
-	b := testutil.StartBroker(t, nil, &broker.Options{Store: st, Limits: broker.Limits{StreamInflight: limit}})
+	b := brokertest.Start(t, nil, &broker.Options{Store: st, Limits: broker.Limits{StreamInflight: limit}})
 	c := newClient(t, b, nil)
 	pr, pw := io.Pipe()
 	req, _ := http.NewRequest(http.MethodPost, b.URL+"/v1/publish", pr)

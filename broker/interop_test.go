@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/internal/testenv"
-	"github.com/quiot/quiot/internal/testutil"
 	"github.com/quiot/quiot/internal/wire"
 )
 
@@ -42,7 +43,7 @@ func tail(s string) string {
 // to the broker and subscribes from it.
 func TestInteropGTLSClient(t *testing.T) {
 	testenv.RequireTool(t, "gtlsclient")
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	_, port, _ := strings.Cut(b.Addr().String(), ":")
 	base := "https://127.0.0.1:" + port
 

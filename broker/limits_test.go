@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/net/http2"
@@ -37,7 +39,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 // connsIdle waits until the broker holds no HTTP/3 connection (the
 // readiness probe's has ended).
-func connsIdle(t *testing.T, b *testutil.Broker) {
+func connsIdle(t *testing.T, b *brokertest.Broker) {
 	t.Helper()
 	eventually(t, "no open connections", func() bool {
 		s := b.Stats()
@@ -47,7 +49,7 @@ func connsIdle(t *testing.T, b *testutil.Broker) {
 
 // h3Get does one GET /healthz on a new HTTP/3 client (kept open until the
 // test ends unless closed) and returns the client, the status and the error.
-func h3Get(t *testing.T, b *testutil.Broker, hdr ...string) (*http.Client, int, error) {
+func h3Get(t *testing.T, b *brokertest.Broker, hdr ...string) (*http.Client, int, error) {
 	t.Helper()
 	c := testutil.H3Client(b.PKI.Pool(), nil)
 	t.Cleanup(func() { c.Transport.(*http3.Transport).Close() })
@@ -81,7 +83,7 @@ func TestQUICConnectionLimits(t *testing.T) {
 		{"per address", broker.Limits{MaxConnsPerAddr: 2}, broker.RefusedConnsPerAddr},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b := testutil.StartBroker(t, nil, &broker.Options{Limits: tt.limits})
+			b := brokertest.Start(t, nil, &broker.Options{Limits: tt.limits})
 			connsIdle(t, b)
 			first, st1, err1 := h3Get(t, b)
 			_, st2, err2 := h3Get(t, b)
@@ -108,7 +110,7 @@ func TestQUICConnectionLimits(t *testing.T) {
 // TestTCPConnectionLimit: a TCP connection beyond MaxConns gets 503 with
 // the reason, "Connection: close", and is counted.
 func TestTCPConnectionLimit(t *testing.T) {
-	b := testutil.StartBroker(t, nil, &broker.Options{Limits: broker.Limits{MaxConns: 1}})
+	b := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{MaxConns: 1}})
 	connsIdle(t, b)
 	tcpClient := func() *http.Client {
 		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.PKI.Pool(), ServerName: "localhost"}, ForceAttemptHTTP2: true}
@@ -148,7 +150,7 @@ func TestConnectionsPerIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := testutil.StartBroker(t, nil, &broker.Options{Auth: acl, Limits: broker.Limits{MaxConnsPerIdentity: 1}})
+	b := brokertest.Start(t, nil, &broker.Options{Auth: acl, Limits: broker.Limits{MaxConnsPerIdentity: 1}})
 	publish := func(c *http.Client) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, b.URL+"/v1/topics/id%2Fx", strings.NewReader("x"))
 		req.Header.Set("Authorization", "Bearer tok-dev")
@@ -187,7 +189,7 @@ func TestSubscriptionLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := testutil.StartBroker(t, nil, &broker.Options{Auth: acl, Limits: broker.Limits{MaxSubscriptionsPerIdentity: 2, MaxSubscriptions: 3}})
+	b := brokertest.Start(t, nil, &broker.Options{Auth: acl, Limits: broker.Limits{MaxSubscriptionsPerIdentity: 2, MaxSubscriptions: 3}})
 	ca, cb := newClient(t, b, nil), newClient(t, b, nil)
 	ca.hdr.Set("Authorization", "Bearer tok-a")
 	cb.hdr.Set("Authorization", "Bearer tok-b")
@@ -218,7 +220,7 @@ func TestSubscriptionLimits(t *testing.T) {
 // (a client cannot open more request streams) and HTTP/2's
 // SETTINGS_MAX_CONCURRENT_STREAMS.
 func TestStreamsPerConnection(t *testing.T) {
-	b := testutil.StartBroker(t, nil, &broker.Options{Limits: broker.Limits{MaxStreamsPerConn: 2}})
+	b := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{MaxStreamsPerConn: 2}})
 	t.Run("h3", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -268,7 +270,7 @@ func TestStreamsPerConnection(t *testing.T) {
 // every listener: 431 on HTTP/3 and HTTP/1.1; Go's HTTP/2 server ends the
 // connection (COMPRESSION_ERROR) when one field exceeds the limit.
 func TestHeaderLimit(t *testing.T) {
-	b := testutil.StartBroker(t, nil, &broker.Options{Limits: broker.Limits{MaxHeaderBytes: 4096}})
+	b := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{MaxHeaderBytes: 4096}})
 	h2 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.PKI.Pool(), ServerName: "localhost"}, ForceAttemptHTTP2: true}
 	h1 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.PKI.Pool(), ServerName: "localhost", NextProtos: []string{"http/1.1"}}}
 	t.Cleanup(h2.CloseIdleConnections)
@@ -306,8 +308,8 @@ func TestHeaderLimit(t *testing.T) {
 // within ReadHeaderTimeout, or stays idle between requests beyond
 // IdleTimeout, is disconnected (issue 9.8: no idle timeout on TCP).
 func TestTCPTimeouts(t *testing.T) {
-	b := testutil.StartBroker(t, nil, &broker.Options{Limits: broker.Limits{ReadHeaderTimeout: 200 * time.Millisecond, IdleTimeout: 200 * time.Millisecond}})
-	dial := func(t *testing.T, b *testutil.Broker) net.Conn {
+	b := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{ReadHeaderTimeout: 200 * time.Millisecond, IdleTimeout: 200 * time.Millisecond}})
+	dial := func(t *testing.T, b *brokertest.Broker) net.Conn {
 		c, err := tls.Dial("tcp", b.TCPAddr().String(), &tls.Config{RootCAs: b.PKI.Pool(), ServerName: "localhost", NextProtos: []string{"http/1.1"}})
 		if err != nil {
 			t.Fatal(err)
@@ -334,7 +336,7 @@ func TestTCPTimeouts(t *testing.T) {
 	t.Run("idle", func(t *testing.T) {
 		// Only the idle time short: a first request that a loaded host
 		// sends more than 200 ms after the handshake is still read.
-		bi := testutil.StartBroker(t, nil, &broker.Options{Limits: broker.Limits{ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 200 * time.Millisecond}})
+		bi := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 200 * time.Millisecond}})
 		c := dial(t, bi)
 		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
 			t.Fatal(err)

@@ -7,15 +7,16 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/broker"
-	"github.com/quiot/quiot/internal/testutil"
 )
 
 // TestOriginByListener: a publish is counted, and its Message.Origin named,
 // by the listener it came in by: "h3" for HTTP/3, "tcp" for HTTP/1.1 and
 // HTTP/2 (issue 10.6: they were all counted as "h3").
 func TestOriginByListener(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	var mu sync.Mutex
 	origins := map[string]string{}
 	b.AddTap(func(m *broker.Message) {

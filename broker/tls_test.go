@@ -8,17 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
-
-	"github.com/quiot/quiot/internal/testutil"
 )
 
 // TestListenersRefuseTLS12: every listener speaks TLS 1.3 only (issue 9.7:
 // the TCP fallback accepted TLS 1.2). QUIC cannot carry anything older (RFC
 // 9001); its case checks that a TLS 1.2-only client gets no connection.
 func TestListenersRefuseTLS12(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	tls12 := &tls.Config{RootCAs: b.PKI.Pool(), ServerName: "localhost", MaxVersion: tls.VersionTLS12}
 	d := &net.Dialer{Timeout: 30 * time.Second}
 	t.Run("tcp", func(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quiot/quiot/internal/testutil"
+	"github.com/quiot/quiot/broker/brokertest"
 )
 
 // rawDo sends one request with the path exactly as given (Go's clients do not
@@ -31,7 +31,7 @@ func rawDo(t *testing.T, hc *http.Client, method, u string) (int, string) {
 // which WHATWG URL parsers treat the same) names no topic: URL-normalising
 // clients could never send it. Over HTTP/3 and HTTP/1.1+2 alike.
 func TestDotSegmentsRefused(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.PKI.Pool(), ServerName: "localhost"}, ForceAttemptHTTP2: true}
 	t.Cleanup(tr.CloseIdleConnections)
 	clients := map[string]*http.Client{"h3": newClient(t, b, nil).c, "tcp": {Transport: tr}}
@@ -69,7 +69,7 @@ func TestDotSegmentsRefused(t *testing.T) {
 // included, travels as one percent-encoded path segment (or, for "." and
 // "..", as ?topic=) and arrives unchanged.
 func TestTopicEncodingRoundTrip(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	c := newClient(t, b, nil)
 	s := c.mustSubscribe("#", "", false)
 	tests := []struct{ topic, path string }{

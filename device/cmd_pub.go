@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/quiot/quiot/device/client"
-	"github.com/quiot/quiot/device/sysstat"
+	"github.com/quiot/quiot/internal/sysstat"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"

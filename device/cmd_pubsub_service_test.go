@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"periph.io/x/conn/v3/gpio"
 	"periph.io/x/conn/v3/gpio/gpioreg"
 	"periph.io/x/conn/v3/gpio/gpiotest"
 
 	"github.com/quiot/quiot/device/hw"
-	"github.com/quiot/quiot/internal/testutil"
 )
 
 // waitBuffer is a goroutine-safe buffer whose wait returns once the text
@@ -77,7 +78,7 @@ func TestGPIOButtonToLED(t *testing.T) {
 	registerFakePin(t, in)
 	registerFakePin(t, out)
 
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, b.PKI.CA.CertPEM(), 0o644); err != nil {
 		t.Fatal(err)
@@ -157,7 +158,7 @@ func TestGPIOButtonToLED(t *testing.T) {
 
 func TestPubSensorErrors(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	for _, tc := range []struct {
 		args []string
 		want string

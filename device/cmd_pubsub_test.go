@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"
@@ -55,7 +57,7 @@ func (b *syncBuffer) String() string {
 }
 
 // writeCA writes the test PKI's CA certificate to a file for --ca.
-func writeCA(t *testing.T, b *testutil.Broker) string {
+func writeCA(t *testing.T, b *brokertest.Broker) string {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(f, b.PKI.CA.CertPEM(), 0o644); err != nil {
@@ -67,7 +69,7 @@ func writeCA(t *testing.T, b *testutil.Broker) string {
 func TestPubSubCommands(t *testing.T) {
 	for _, mode := range []string{"request", "stream"} {
 		t.Run(mode, func(t *testing.T) {
-			b := testutil.StartBroker(t, nil, nil)
+			b := brokertest.Start(t, nil, nil)
 			ca := writeCA(t, b)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -129,7 +131,7 @@ func TestPubSubCommands(t *testing.T) {
 }
 
 func TestPubStopsOnSignal(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	ca := writeCA(t, b)
 	ctx, cancel := context.WithCancel(context.Background())
 	out := newSyncBuffer("")
@@ -302,7 +304,7 @@ func checkRoleMetrics(t *testing.T, pubFile, subFile string) {
 }
 
 func TestSubStopsOnSignal(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	ca := writeCA(t, b)
 	ctx, cancel := context.WithCancel(context.Background())
 	metrics := filepath.Join(t.TempDir(), "sub.json")
@@ -332,7 +334,7 @@ func TestSubStopsOnSignal(t *testing.T) {
 // (blank lines skipped) in order and ends once the spool has drained; a
 // second run on the same spool with empty input has nothing left to do.
 func TestPubStdinSpool(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	ca := writeCA(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -418,7 +420,7 @@ func TestLineSource(t *testing.T) {
 // logged; a later run delivers exactly the newest ones, in order.
 func TestPubSpoolFullDropsOldest(t *testing.T) {
 	const n = 400
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	ca := writeCA(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -18,7 +18,7 @@ import (
 	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/quictune"
-	"github.com/quiot/quiot/internal/testutil/inorder"
+	"github.com/quiot/quiot/device/client/inorder"
 )
 
 // freePort returns a port free on 127.0.0.1 for both UDP and TCP now.

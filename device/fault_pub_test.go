@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/broker/mqttquic"
+	"github.com/quiot/quiot/broker/mqttquic/mqtttest"
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/device/client/inorder"
 	"github.com/quiot/quiot/internal/netimpair"
 	"github.com/quiot/quiot/internal/testutil"
-	"github.com/quiot/quiot/internal/testutil/inorder"
-	"github.com/quiot/quiot/internal/testutil/mqtttest"
 )
 
 // Issue 11's publisher kill -9 fault test: a real `quiot pub --stdin
@@ -39,7 +41,7 @@ func pubFaultBroker(t *testing.T, proto string, pki *testutil.PKI, topic string,
 	)
 	switch proto {
 	case "h3":
-		b := testutil.StartBroker(t, pki, nil)
+		b := brokertest.Start(t, pki, nil)
 		addr, scheme, subURL = b.Addr(), "https", b.URL
 	default:
 		s := mqtttest.Start(t, pki, mqttquic.Options{})

@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/broker/mqttquic"
+	"github.com/quiot/quiot/broker/mqttquic/mqtttest"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/testutil"
-	"github.com/quiot/quiot/internal/testutil/mqtttest"
 )
 
 // dedupCases are `quiot sub` with and without --dedup on a stream in which
@@ -99,7 +101,7 @@ func TestSubDedup(t *testing.T) {
 			pki := testutil.NewPKI(t)
 			var url string
 			if proto == "h3" {
-				url = testutil.StartBroker(t, pki, nil).URL
+				url = brokertest.Start(t, pki, nil).URL
 			} else {
 				url = mqtttest.QUICURL(mqtttest.Start(t, pki, mqttquic.Options{}))
 			}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/broker"
@@ -59,7 +61,7 @@ func benchCluster(b *testing.B, brokers int, gap time.Duration, localNumbering b
 	var urls []string
 	lim := broker.Limits{QueueLength: 1 << 16}
 	if brokers == 1 {
-		tb := testutil.StartBroker(b, pki, &broker.Options{Limits: lim})
+		tb := brokertest.Start(b, pki, &broker.Options{Limits: lim})
 		for range 3 {
 			pubs = append(pubs, tb.Broker)
 			urls = append(urls, tb.URL)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/quic-go/quic-go/http3"
@@ -143,7 +145,7 @@ func (c *natsCluster) urls() string {
 // node is one clustered quiot broker with its link and an MQTT/TCP listener.
 type node struct {
 	t    testing.TB
-	b    *testutil.Broker
+	b    *brokertest.Broker
 	link *cluster.Link
 	mqtt *mqttquic.Server
 	h3   *http.Client
@@ -164,7 +166,7 @@ func startNode(t testing.TB, pki *testutil.PKI, name, urls string, mod func(*bro
 		t.Fatal(err)
 	}
 	bo.Cluster = l
-	b := testutil.StartBroker(t, pki, &bo)
+	b := brokertest.Start(t, pki, &bo)
 	if err := l.Start(b.Broker); err != nil {
 		t.Fatal(err)
 	}

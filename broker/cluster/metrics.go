@@ -7,7 +7,7 @@ import (
 
 // WritePrometheus writes the link's state and counters in the Prometheus
 // text format (quiot_cluster_*); it implements the collector interface of
-// internal/promexport, so `quiot broker --metrics-listen` serves them.
+// broker/promexport, so `quiot broker --metrics-listen` serves them.
 func (l *Link) WritePrometheus(w io.Writer) {
 	s := l.Stats()
 	up := 0

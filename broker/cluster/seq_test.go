@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -250,7 +252,7 @@ func TestNKeyCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := testutil.StartBroker(t, pki, &broker.Options{Cluster: l})
+	c := brokertest.Start(t, pki, &broker.Options{Cluster: l})
 	if err := l.Start(c.Broker); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +270,7 @@ func TestNKeyCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2 := testutil.StartBroker(t, pki, &broker.Options{Cluster: l2})
+	c2 := brokertest.Start(t, pki, &broker.Options{Cluster: l2})
 	if err := l2.Start(c2.Broker); err == nil || !strings.Contains(err.Error(), "nkey seed") {
 		_ = l2.Close()
 		t.Fatalf("a missing nkey seed file: %v, want an error naming the seed", err)
@@ -366,7 +368,7 @@ func TestCredsFile(t *testing.T) {
 	l, err := cluster.New(cluster.Options{URLs: s.ClientURL(), Name: "c3", Replicas: 1, CredsFile: bad, Logger: testutil.DiscardLogger(),
 		ReconnectWait: 20 * time.Millisecond, MaxReconnectWait: 200 * time.Millisecond})
 	must(err)
-	c := testutil.StartBroker(t, pki, &broker.Options{Cluster: l})
+	c := brokertest.Start(t, pki, &broker.Options{Cluster: l})
 	must(l.Start(c.Broker))
 	t.Cleanup(func() { _ = l.Close() })
 	refused(t, s.ClientURL(), nats.UserCredentials(bad))

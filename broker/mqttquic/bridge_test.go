@@ -7,23 +7,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/device/client"
-	"github.com/quiot/quiot/internal/testutil"
 )
 
 // bridged is an HTTP/3 broker with the MQTT server joined to it.
 type bridged struct {
 	pki  *testPKI
-	h3   *testutil.Broker
+	h3   *brokertest.Broker
 	mqtt *Server
 }
 
 func startBridged(t testing.TB, a *auth.Authenticator) *bridged {
 	t.Helper()
 	p := newPKI(t)
-	h3 := testutil.StartBroker(t, p, &broker.Options{Auth: a, ClientCAs: p.Pool()})
+	h3 := brokertest.Start(t, p, &broker.Options{Auth: a, ClientCAs: p.Pool()})
 	s := startServer(t, p, func(o *Options) {
 		o.Broker = h3.Broker
 		o.TCPAddr = "127.0.0.1:0"

@@ -9,11 +9,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/internal/testenv"
-	"github.com/quiot/quiot/internal/testutil"
 )
 
 // syncBuffer is a bytes.Buffer safe for concurrent log writes.
@@ -57,7 +58,7 @@ func (s *syncBuffer) records(t *testing.T) []map[string]any {
 func TestClientMistakesAreNotWarnings(t *testing.T) {
 	var logs syncBuffer
 	p := newPKI(t)
-	h3 := testutil.StartBroker(t, p, &broker.Options{ClientCAs: p.Pool()})
+	h3 := brokertest.Start(t, p, &broker.Options{ClientCAs: p.Pool()})
 	s := startServer(t, p, func(o *Options) {
 		o.Broker = h3.Broker
 		o.TCPAddr = "127.0.0.1:0"

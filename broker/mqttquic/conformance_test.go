@@ -18,7 +18,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quiot/quiot/broker/auth"
-	"github.com/quiot/quiot/broker/mqttquic/streamconn"
+	"github.com/quiot/quiot/internal/streamconn"
 )
 
 // What an MQTT client observes of the broker, packet by packet, over TCP

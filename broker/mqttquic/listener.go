@@ -17,7 +17,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/quic-go/quic-go"
 
-	"github.com/quiot/quiot/broker/mqttquic/streamconn"
+	"github.com/quiot/quiot/internal/streamconn"
 )
 
 // ALPN is the TLS application protocol of MQTT over QUIC (EMQX, NanoMQ).

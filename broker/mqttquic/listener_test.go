@@ -12,7 +12,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/quiot/quiot/broker/mqttquic/streamconn"
+	"github.com/quiot/quiot/internal/streamconn"
 	"github.com/quiot/quiot/device/client"
 )
 

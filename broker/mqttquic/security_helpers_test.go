@@ -12,14 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/quic-go/quic-go"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
-	"github.com/quiot/quiot/broker/mqttquic/streamconn"
 	"github.com/quiot/quiot/device/client"
-	"github.com/quiot/quiot/internal/testutil"
+	"github.com/quiot/quiot/internal/streamconn"
 )
 
 // A raw MQTT client on mochi's packet codec: every field of CONNECT
@@ -357,7 +358,7 @@ func startSecure(t testing.TB, acl string, mod func(*Options)) (*bridged, *swapC
 		t.Fatal(err)
 	}
 	p := newPKI(t)
-	h3 := testutil.StartBroker(t, p, &broker.Options{Auth: a, ClientCAs: p.Pool()})
+	h3 := brokertest.Start(t, p, &broker.Options{Auth: a, ClientCAs: p.Pool()})
 	core := &swapCore{Broker: h3.Broker}
 	core.a.Store(a)
 	s := startServer(t, p, func(o *Options) {

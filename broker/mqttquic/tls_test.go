@@ -10,14 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quic-go/quic-go"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/broker/mqttquic"
+	"github.com/quiot/quiot/broker/mqttquic/mqtttest"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/testutil"
-	"github.com/quiot/quiot/internal/testutil/mqtttest"
 )
 
 // startTLSServer starts a server of o (mqtttest.Start's defaults) with an
@@ -162,7 +164,7 @@ func TestMQTTSClientCertificateIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := testutil.StartBroker(t, pki, &broker.Options{Auth: acl})
+	b := brokertest.Start(t, pki, &broker.Options{Auth: acl})
 	s := startTLSServer(t, pki, mqttquic.Options{QUICAddr: "off", Broker: b.Broker})
 	_, port := splitPort(t, s.TLSAddr())
 	publish := func(cert *tls.Certificate, topic string) error {

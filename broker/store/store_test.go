@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/quiot/quiot/broker"
@@ -393,13 +395,13 @@ func pkiCerts(p *testutil.PKI) []tls.Certificate { return []tls.Certificate{p.Se
 
 // startOn starts a broker with a store in dir on addr ("127.0.0.1:0" for a
 // new port) and returns it with its URL.
-func startOn(t *testing.T, pki *testutil.PKI, dir, addr string) *testutil.Broker {
+func startOn(t *testing.T, pki *testutil.PKI, dir, addr string) *brokertest.Broker {
 	t.Helper()
 	st, err := store.Open(store.Options{Dir: dir, Logger: testutil.DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testutil.StartBroker(t, pki, &broker.Options{Listen: addr, Store: st})
+	return brokertest.Start(t, pki, &broker.Options{Listen: addr, Store: st})
 }
 
 // TestResumeAcrossRestart: an HTTP/3 subscriber that stays subscribed gets

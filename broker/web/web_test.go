@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/broker"
@@ -42,7 +44,7 @@ subscribe = ["bob/#"]
 `
 
 type env struct {
-	*testutil.Broker
+	*brokertest.Broker
 	logs *testutil.SyncBuffer
 	h3   *http.Client
 	tcp  *http.Client
@@ -61,7 +63,7 @@ func start(t *testing.T, acl string, opts web.Options) *env {
 		}
 		o.Auth = a
 	}
-	b := testutil.StartBroker(t, nil, o)
+	b := brokertest.Start(t, nil, o)
 	e := &env{Broker: b, logs: logs, h3: newH3(t, b)}
 	e.tcp = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.PKI.Pool()}, ForceAttemptHTTP2: true}}
 	t.Cleanup(e.tcp.CloseIdleConnections)
@@ -70,7 +72,7 @@ func start(t *testing.T, acl string, opts web.Options) *env {
 
 // newH3 is a fresh HTTP/3 client (a new QUIC connection, so no identity
 // bound by an earlier request).
-func newH3(t *testing.T, b *testutil.Broker) *http.Client {
+func newH3(t *testing.T, b *brokertest.Broker) *http.Client {
 	c := testutil.H3Client(b.PKI.Pool(), nil)
 	t.Cleanup(func() { _ = c.Transport.(*http3.Transport).Close() })
 	return c
@@ -427,7 +429,7 @@ func TestSessionEndsOnACLReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := testutil.StartBroker(t, nil, &broker.Options{Auth: a, Web: &web.Options{}})
+	b := brokertest.Start(t, nil, &broker.Options{Auth: a, Web: &web.Options{}})
 	e := &env{Broker: b, logs: &testutil.SyncBuffer{}, h3: newH3(t, b)}
 	alice := e.session(t, "alice", "alice-pw")
 	bob := e.session(t, "bob", "bob-pw")

@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/device/client/inorder"
 	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/netimpair"
 	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/testutil"
-	"github.com/quiot/quiot/internal/testutil/inorder"
 )
 
 // Fault tests of issue 11 for the publisher: a spooled publisher behind
@@ -40,7 +42,7 @@ type faultRig struct {
 type protoSetup func(t *testing.T, pki *testutil.PKI) (upstream net.Addr, scheme string, sub client.Client)
 
 func h3Broker(t *testing.T, pki *testutil.PKI) (net.Addr, string, client.Client) {
-	b := testutil.StartBroker(t, pki, nil)
+	b := brokertest.Start(t, pki, nil)
 	sub, err := client.New(client.Options{Broker: b.URL, RootCAs: pki.Pool(), Reconnect: true, MaxBackoff: time.Second, Logger: testutil.DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlog"
 	"github.com/quic-go/quic-go/qlogwriter"
@@ -79,7 +81,7 @@ func zeroRTTProfile() *quictune.Profile {
 
 // wakeClient is one wake-up of a device: a new client that shares the
 // process's session cache and token store.
-func wakeClient(t *testing.T, b *testutil.Broker, cache tls.ClientSessionCache, ts quic.TokenStore, pc net.PacketConn) *h3Client {
+func wakeClient(t *testing.T, b *brokertest.Broker, cache tls.ClientSessionCache, ts quic.TokenStore, pc net.PacketConn) *h3Client {
 	t.Helper()
 	o := Options{
 		Broker: b.URL, RootCAs: b.PKI.Pool(), Logger: testutil.DiscardLogger(),
@@ -101,7 +103,7 @@ func wakeClient(t *testing.T, b *testutil.Broker, cache tls.ClientSessionCache, 
 // it (it carries a message id) and holds it once.
 func TestH3ZeroRTTPublishWithMsgID(t *testing.T) {
 	skipZeroRTTUnderRace(t)
-	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
+	b := brokertest.Start(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cache := &countingSessionCache{ClientSessionCache: tls.NewLRUClientSessionCache(4)}
@@ -256,7 +258,7 @@ func (g *earlyGate) ReadFrom(p []byte) (int, net.Addr, error) {
 // accepted, one without an id is answered 425 and not published.
 func TestH3ZeroRTTPublishAcceptance(t *testing.T) {
 	skipZeroRTTUnderRace(t)
-	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
+	b := brokertest.Start(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cache := &countingSessionCache{ClientSessionCache: tls.NewLRUClientSessionCache(4)}
@@ -326,7 +328,7 @@ func TestH3ZeroRTTPublishAcceptance(t *testing.T) {
 // which then publishes in 0-RTT data.
 func TestH3FileSessionCacheAcrossProcesses(t *testing.T) {
 	skipZeroRTTUnderRace(t)
-	b := testutil.StartBroker(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
+	b := brokertest.Start(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	file := t.TempDir() + "/session.json"

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/testutil"
@@ -24,7 +26,7 @@ func BenchmarkH3ClientPublish(b *testing.B) {
 	for _, mode := range []string{"request", "stream"} {
 		for _, inflight := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/inflight=%d", mode, inflight), func(b *testing.B) {
-				br := testutil.StartBroker(b, nil, &broker.Options{Limits: broker.Limits{HistoryPerTopic: -1}})
+				br := brokertest.Start(b, nil, &broker.Options{Limits: broker.Limits{HistoryPerTopic: -1}})
 				cc := testutil.ListenCounting(b)
 				c, err := client.New(client.Options{Broker: br.URL, RootCAs: br.PKI.Pool(), PacketConn: cc, PublishMode: mode, Logger: testutil.DiscardLogger()})
 				if err != nil {

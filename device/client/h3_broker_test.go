@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/device/client"
@@ -24,7 +26,7 @@ import (
 
 const testTimeout = 20 * time.Second
 
-func newClient(t *testing.T, b *testutil.Broker, mod func(*client.Options)) client.Client {
+func newClient(t *testing.T, b *brokertest.Broker, mod func(*client.Options)) client.Client {
 	t.Helper()
 	o := client.Options{
 		Broker:     b.URL,
@@ -144,7 +146,7 @@ func checkInOrder(t *testing.T, ms []client.Message, prefix string, n int) {
 func TestH3PublishSubscribeRoundTrip(t *testing.T) {
 	for _, mode := range []string{"request", "stream"} {
 		t.Run(mode, func(t *testing.T) {
-			b := testutil.StartBroker(t, nil, nil)
+			b := brokertest.Start(t, nil, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
 			sub := newClient(t, b, nil)
@@ -188,7 +190,7 @@ func TestH3PublishSubscribeRoundTrip(t *testing.T) {
 }
 
 func TestH3RetainedFirst(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	pub := newClient(t, b, nil)
@@ -207,7 +209,7 @@ func TestH3RetainedFirst(t *testing.T) {
 }
 
 func TestH3StreamedPublishRejection(t *testing.T) {
-	b := testutil.StartBroker(t, nil, &broker.Options{Limits: broker.Limits{MaxPayload: 64}})
+	b := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{MaxPayload: 64}})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	pub := newClient(t, b, func(o *client.Options) { o.PublishMode = "stream" })
@@ -250,7 +252,7 @@ subscribe = ["dev1/#"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := testutil.StartBroker(t, nil, &broker.Options{Auth: acl, Limits: broker.Limits{MaxPayload: 16}})
+	b := brokertest.Start(t, nil, &broker.Options{Auth: acl, Limits: broker.Limits{MaxPayload: 16}})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	good := newClient(t, b, func(o *client.Options) { o.Token = "tok1" })
@@ -306,7 +308,7 @@ subscribe = ["sensors/#"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := testutil.StartBroker(t, pki, &broker.Options{Auth: acl, ClientCAs: pki.Pool()})
+	b := brokertest.Start(t, pki, &broker.Options{Auth: acl, ClientCAs: pki.Pool()})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	cert := pki.Client(t, "sensor-1")
@@ -356,7 +358,7 @@ func (c *blackhole) ReadFrom(p []byte) (int, net.Addr, error) {
 }
 
 func TestH3ResumeAfterReconnect(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -402,7 +404,7 @@ func TestH3ReconnectAcrossBrokerRestart(t *testing.T) {
 
 func testReconnectAcrossBrokerRestart(t *testing.T, mode string) {
 	pki := testutil.NewPKI(t)
-	b1 := testutil.StartBroker(t, pki, nil)
+	b1 := brokertest.Start(t, pki, nil)
 	addr := b1.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -426,7 +428,7 @@ func testReconnectAcrossBrokerRestart(t *testing.T, mode string) {
 	if err := b1.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	testutil.StartBroker(t, pki, &broker.Options{Listen: addr})
+	brokertest.Start(t, pki, &broker.Options{Listen: addr})
 	select {
 	case <-subscribed: // resubscribed to the new broker
 	case <-ctx.Done():
@@ -456,7 +458,7 @@ func testReconnectAcrossBrokerRestart(t *testing.T, mode string) {
 }
 
 func TestH3SinceReplaysHistory(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	pub := newClient(t, b, nil)
@@ -479,7 +481,7 @@ func TestH3SinceReplaysHistory(t *testing.T) {
 }
 
 func TestH3CountingPacketConn(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	cc := testutil.ListenCounting(t)
@@ -494,7 +496,7 @@ func TestH3CountingPacketConn(t *testing.T) {
 }
 
 func TestH3StreamPublishCancelWhileBlocked(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -560,7 +562,7 @@ func (g *gate) ReadFrom(p []byte) (int, net.Addr, error) {
 // point).
 func TestH3ResumeAcrossRestartNewRunAhead(t *testing.T) {
 	pki := testutil.NewPKI(t)
-	b1 := testutil.StartBroker(t, pki, nil)
+	b1 := brokertest.Start(t, pki, nil)
 	addr := b1.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -596,7 +598,7 @@ func TestH3ResumeAcrossRestartNewRunAhead(t *testing.T) {
 	// Nothing listens on addr now; from here until the new run has numbered
 	// its messages the subscriber cannot reach it.
 	g.shut.Store(true)
-	b2 := testutil.StartBroker(t, pki, &broker.Options{Listen: addr})
+	b2 := brokertest.Start(t, pki, &broker.Options{Listen: addr})
 	pub := newClient(t, b2, nil)
 	if last := publish(pub, "new-0", "new-1", "new-2", "new-3", "new-4"); last <= resume {
 		t.Fatalf("new run numbered up to %d, not beyond the resume point %d: the test proves nothing", last, resume)
@@ -636,7 +638,7 @@ func TestH3ResumeAcrossRestartNewRunAhead(t *testing.T) {
 // 1 s idle timeout, a subscription with nothing to deliver lives on the
 // broker's heartbeat frames, which are not delivered as messages.
 func TestH3HeartbeatKeepsQuietSubscription(t *testing.T) {
-	b := testutil.StartBroker(t, nil, &broker.Options{Heartbeat: 100 * time.Millisecond})
+	b := brokertest.Start(t, nil, &broker.Options{Heartbeat: 100 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	prof := quictune.Default()
@@ -681,7 +683,7 @@ subscribe = ["dev1/#"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := testutil.StartBroker(t, nil, &broker.Options{Auth: acl})
+	b := brokertest.Start(t, nil, &broker.Options{Auth: acl})
 	for _, mode := range []string{"request", "stream"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -726,7 +728,7 @@ subscribe = ["dev1/#"]
 // carries the sequence number and no Date header (25 bytes a message on a
 // slow downlink), also for a request without content-length.
 func TestH3PublishAnswerWithoutDate(t *testing.T) {
-	b := testutil.StartBroker(t, nil, nil)
+	b := brokertest.Start(t, nil, nil)
 	hc := testutil.H3Client(b.PKI.Pool(), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()

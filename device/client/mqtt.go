@@ -21,7 +21,7 @@ import (
 	"github.com/eclipse/paho.golang/paho/session"
 	"github.com/quic-go/quic-go"
 
-	"github.com/quiot/quiot/broker/mqttquic/streamconn"
+	"github.com/quiot/quiot/internal/streamconn"
 	"github.com/quiot/quiot/internal/topic"
 )
 

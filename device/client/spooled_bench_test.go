@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quiot/quiot/broker/brokertest"
+
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/netimpair"
@@ -33,7 +35,7 @@ func BenchmarkSpoolDrain(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			pki := testutil.NewPKI(b)
-			br := testutil.StartBroker(b, pki, nil)
+			br := brokertest.Start(b, pki, nil)
 			relay, err := netimpair.New(netimpair.Options{Upstream: br.Addr().String(),
 				Up: netimpair.Direction{Delay: 50 * time.Millisecond}, Down: netimpair.Direction{Delay: 50 * time.Millisecond}})
 			if err != nil {

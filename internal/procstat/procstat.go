@@ -6,8 +6,8 @@
 // tests feed them fixtures; ReadProcess reads them under an injectable proc
 // root.
 //
-// quiot used github.com/prometheus/procfs (device/sysstat) and
-// VictoriaMetrics/metrics' process collector (internal/promexport) for
+// quiot used github.com/prometheus/procfs (internal/sysstat) and
+// VictoriaMetrics/metrics' process collector (broker/promexport) for
 // these. Both compile regexps in their package init (procfs about 25, the
 // metrics library one), which ran in every quiot process (a publisher too),
 // and together with the regexp engine, the Unicode tables it pulls in and

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/quiot/quiot/device/sysstat"
+	"github.com/quiot/quiot/internal/sysstat"
 )
 
 // RoleMetrics is one role's measurements of one run: DESIGN.md's eight

@@ -15,7 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/quiot/quiot/device/sysstat"
+	"github.com/quiot/quiot/internal/sysstat"
 	"github.com/quiot/quiot/internal/certs"
 )
 

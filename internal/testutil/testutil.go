@@ -1,6 +1,8 @@
 // Package testutil holds helpers for tests across quiot: an in-memory CA with
-// server and client certificates, a broker started on 127.0.0.1:0 with a
-// readiness wait, HTTP/3 clients for it, and a byte-counting net.PacketConn.
+// server and client certificates, a readiness wait and HTTP/3 clients for a
+// broker, and a byte-counting net.PacketConn. It imports nothing of broker/
+// or device/ (internal/ is the ground floor); broker/brokertest starts an
+// HTTP/3 broker for a test and broker/mqttquic/mqtttest an MQTT one.
 package testutil
 
 import (
@@ -18,7 +20,6 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/internal/certs"
 )
 
@@ -57,49 +58,6 @@ func (p *PKI) Pool() *x509.CertPool { return p.CA.Pool() }
 
 // DiscardLogger is a logger that writes nowhere.
 func DiscardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// Broker is a broker running for a test.
-type Broker struct {
-	*broker.Broker
-	PKI *PKI
-	// URL is https://127.0.0.1:PORT.
-	URL string
-}
-
-// StartBroker starts a broker on 127.0.0.1:0 with the PKI's server
-// certificate (opts may be nil; Listen, Certificates and Logger are filled in
-// when empty), waits until /healthz answers over HTTP/3, and closes it at the
-// end of the test.
-func StartBroker(t testing.TB, pki *PKI, opts *broker.Options) *Broker {
-	t.Helper()
-	if pki == nil {
-		pki = NewPKI(t)
-	}
-	var o broker.Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Listen == "" {
-		o.Listen = "127.0.0.1:0"
-	}
-	if len(o.Certificates) == 0 && o.CertFile == "" {
-		o.Certificates = []tls.Certificate{pki.Server.TLS}
-	}
-	if o.Logger == nil {
-		o.Logger = DiscardLogger()
-	}
-	b, err := broker.New(&o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	tb := &Broker{Broker: b, PKI: pki, URL: "https://" + b.Addr().String()}
-	WaitReady(t, tb.URL, pki.Pool())
-	return tb
-}
 
 // WaitReady polls GET /healthz over HTTP/3 until it answers 200 (10 s at most).
 func WaitReady(t testing.TB, url string, pool *x509.CertPool) {

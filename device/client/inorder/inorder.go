@@ -3,8 +3,8 @@
 // 2, ... in publish order) arrives complete and in order, with duplicates
 // only as QoS 1 allows. The fault tests of issue 11 use it.
 //
-// It lives apart from package testutil because it imports device/client,
-// whose own internal tests import testutil.
+// It lives next to the client whose messages it counts, in a package of its
+// own because device/client's internal tests cannot import it.
 package inorder
 
 import (

@@ -1,8 +1,9 @@
 // Package mqtttest is a test helper: an MQTT broker (broker/mqttquic)
 // started on loopback for a test and closed at its end.
 //
-// It lives apart from package testutil because broker/mqttquic's own
-// internal tests import testutil.
+// It lives next to the server it starts (as net/http/httptest does) and
+// apart from broker/mqttquic itself, whose internal tests import
+// internal/testutil.
 package mqtttest
 
 import (

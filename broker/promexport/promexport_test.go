@@ -19,6 +19,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/brokertest"
 	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"
 	itest "github.com/quiot/quiot/internal/testutil"
@@ -271,7 +272,7 @@ func TestScrapeRealBroker(t *testing.T) {
 	tracer := qmetrics.NewTracer(nil)
 	qc := quictune.Default().QUICConfig()
 	qc.Tracer = tracer.ConnectionTracer
-	b := itest.StartBroker(t, nil, &broker.Options{PacketConn: pc, QUIC: qc, DisableTCP: true})
+	b := brokertest.Start(t, nil, &broker.Options{PacketConn: pc, QUIC: qc, DisableTCP: true})
 
 	reg := NewRegistry(NewBrokerCollector(b.Stats), NewQUICCollector(pc.Stats, tracer.Stats))
 	srv, err := Listen("127.0.0.1:0", reg)

@@ -3,7 +3,7 @@ package sysstat_test
 import (
 	"fmt"
 
-	"github.com/quiot/quiot/device/sysstat"
+	"github.com/quiot/quiot/internal/sysstat"
 )
 
 func ExampleSampler() {
