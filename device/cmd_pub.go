@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"github.com/quiot/quiot/device/client"
-	"github.com/quiot/quiot/internal/sysstat"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/startpages"
+	"github.com/quiot/quiot/internal/sysstat"
 )
 
 func init() {

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/device/client/inorder"
 	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/quictune"
-	"github.com/quiot/quiot/device/client/inorder"
 )
 
 // freePort returns a port free on 127.0.0.1 for both UDP and TCP now.

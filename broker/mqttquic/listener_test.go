@@ -12,8 +12,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/quiot/quiot/internal/streamconn"
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/internal/streamconn"
 )
 
 // connect311 is a valid MQTT 3.1.1 CONNECT (client id "raw", keep-alive 30).

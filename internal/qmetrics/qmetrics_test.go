@@ -15,8 +15,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/quiot/quiot/internal/sysstat"
 	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/sysstat"
 )
 
 // endpoint is one side of a loopback QUIC test: its counted socket, its
