@@ -8,16 +8,19 @@ DIST     := dist
 # Packages with concurrency run under the race detector in `make test`.
 RACE_PKGS ?= ./broker/... ./device/bench/... ./device/client/... ./device/spool/... ./internal/netimpair/... ./internal/wire/... ./probe/capture/... ./probe/measure/... ./probe/watch/... ./internal/qmetrics/... ./internal/sysstat/... ./internal/streamconn/... ./probe/ovs/...
 
-.PHONY: all build pi arm64 test unit race lint fuzz demo deps deb lab bench clean
+.PHONY: all build quiot pi arm64 test unit race lint fuzz demo deps deb lab bench clean
 
 all: build
 
 deps:
 	@scripts/deps.sh
 
-build:
-	CGO_ENABLED=0 $(GO) build $(GOFLAGS_STATIC) -ldflags "$(LDFLAGS)" -o $(DIST)/quiot ./device
+build: quiot
 	@if [ -f probe/main.go ]; then CGO_ENABLED=0 $(GO) build $(GOFLAGS_STATIC) -ldflags "$(LDFLAGS)" -o $(DIST)/ovsprobe ./probe; fi
+
+# quiot alone (what `make demo` needs).
+quiot:
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_STATIC) -ldflags "$(LDFLAGS)" -o $(DIST)/quiot ./device
 
 # The Raspberry Pi Zero / 1 binary (ARM1176, ARMv6, hard float).
 pi:
@@ -43,8 +46,9 @@ FUZZTIME ?= 30s
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
-# make demo: the main job on loopback (see README).
-demo: build
+# make demo: the main job on loopback (see README); it needs no Debian
+# package, so it installs none (deps is for the tests, the lab and the .deb).
+demo: quiot
 	$(DIST)/quiot demo
 
 deb: deps

@@ -36,14 +36,15 @@ var (
 	// fullPreset is `quiot bench` without --quick.
 	fullPreset = benchPreset{protos: "h3,mqtt", modes: "request,stream", profiles: "lan,wifi,ltem,nbiot,lossy",
 		payloads: "16,256,1024", tunings: "default,lean", repeat: 5, count: 100, rate: 5, inflight: 4}
-	// quickPreset is `quiot bench --quick` (`make demo`): under 3 minutes
-	// on two cores.
+	// quickPreset is `quiot bench --quick` (`make demo`): about 90 s on two
+	// cores, so that `make demo` from a fresh clone (modules, build, demo)
+	// ends within 3 minutes; 2 repeats, the full bench has 5.
 	// nbiot runs take 10-15 s each (a 600 ms RTT, 20 kbit/s uplink and
 	// handshake retransmissions), so the quick form compares the protocols
 	// under the lean profile only; default vs lean is in the full bench and
 	// the tuning study.
 	quickPreset = benchPreset{protos: "h3,mqtt", modes: "request,stream", profiles: "lan,nbiot",
-		payloads: "256", tunings: "lean", repeat: 3, count: 10, rate: 5, inflight: 4}
+		payloads: "256", tunings: "lean", repeat: 2, count: 10, rate: 5, inflight: 4}
 	// studyPreset is `quiot bench --study tuning`: every knob alone from
 	// lean, on the poor links.
 	// HTTP/3 request mode (where MAX_STREAMS matters) and MQTT, 3 repeats:

@@ -80,7 +80,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if dir == "" {
 		dir = filepath.Join("results", "demo-"+time.Now().UTC().Format("20060102-150405"))
 	}
-	fmt.Fprintln(stdout, "\nquick bench: HTTP/3 vs MQTT over QUIC on lan and nbiot, lean profile (about 2-3 minutes)")
+	fmt.Fprintln(stdout, "\nquick bench: HTTP/3 vs MQTT over QUIC on lan and nbiot, lean profile (about 1.5 minutes)")
 	return runBench(ctx, []string{"--quick", "--out", dir, "--log-level", *logLevel}, stdout, stderr)
 }
 
