@@ -63,7 +63,7 @@ var (
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench", stderr)
 	presetName := fs.String("preset", "", `"study": the protocol comparison of issue 12 (all six link profiles, both protocols and HTTP/3 modes, default and lean, 256 B, 50 messages, 5 repeats; about 45 minutes)`)
-	quick := fs.Bool("quick", false, "the quick comparison (make demo): lan and nbiot, 256 B, lean, 3 repeats, 10 messages a run")
+	quick := fs.Bool("quick", false, "the quick comparison (make demo): lan and nbiot, 256 B, lean, 2 repeats, 10 messages a run")
 	study := fs.String("study", "", `"tuning": vary one knob at a time from lean on nbiot and lossy and write TUNING.md`)
 	knobs := fs.String("knobs", "", "with --study tuning: only these knobs, with all their values (comma-separated, or all; default: the 15-minute selection)")
 	protos := fs.String("protos", "", "protocols (default h3,mqtt)")
