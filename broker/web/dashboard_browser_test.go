@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -342,4 +343,55 @@ func TestDashboardScript(t *testing.T) {
 	if errs := p.Errors(); len(errs) > 0 {
 		t.Errorf("console errors: %q", errs)
 	}
+}
+
+// TestDashboardDocImage writes the picture of the dashboard that
+// docs/browser.md shows (QUIOT_SCREENSHOT_DIR/dashboard-doc.png; copy it
+// to docs/img/dashboard.png): alice logged in, temperatures published
+// over MQTT and a humidity over HTTP/3 for a few seconds, a retained
+// status, a door state and a binary reading. It only makes the picture
+// (skipped without QUIOT_SCREENSHOT_DIR); the other tests check.
+func TestDashboardDocImage(t *testing.T) {
+	dir := os.Getenv("QUIOT_SCREENSHOT_DIR")
+	if dir == "" {
+		t.Skip("writes docs/img/dashboard.png's source only when QUIOT_SCREENSHOT_DIR is set")
+	}
+	e := start(t, testACL, web.Options{Dashboard: true})
+	mq := startMQTT(t, e)
+	alice := []string{"Authorization", basic("alice", "alice-pw")}
+	if resp, body := do(t, e.h3, http.MethodPost, e.URL+"/v1/topics/"+url.PathEscape("sensors/gateway/status")+"?retain=1", "online", alice...); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("retained publish: %d %s", resp.StatusCode, body)
+	}
+	mqttPublish(t, mq, "sensors/garage/door", "closed")
+	b := browser(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := openDashboard(ctx, t, b, e, "/?"+web.TokenParam+"="+url.QueryEscape(e.session(t, "alice", "alice-pw")))
+	mqttPublish(t, mq, "sensors/garage/raw", "\x00\x01\xff")
+	tick := time.NewTicker(100 * time.Millisecond) // the pace of the readings in the picture
+	defer tick.Stop()
+	// Publish until the topic table has shown 60 readings of a
+	// temperature, and take the picture while the readings go on (the
+	// rates then are the publishing rates).
+	const shown = `+((document.querySelector('tr[data-topic="sensors/kitchen/temp"] td.count') || {}).textContent || 0) >= 60`
+	for i := 0; ; i++ {
+		<-tick.C
+		x := float64(i) / 10
+		mqttPublish(t, mq, "sensors/kitchen/temp", fmt.Sprintf("%.2f", 21+1.5*math.Sin(x/1.3)))
+		mqttPublish(t, mq, "sensors/garage/temp", fmt.Sprintf("%.2f", 17+0.9*math.Sin(x/0.7+1)))
+		if i%3 == 0 {
+			h3Publish(t, e, "sensors/kitchen/humidity", fmt.Sprintf("%.1f", 46-2.5*math.Cos(x/2)), alice...)
+		}
+		var done bool
+		if err := p.Eval(ctx, shown, &done); err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the topic table never showed 60 readings")
+		}
+	}
+	screenshot(ctx, t, p, "dashboard-doc.png")
 }
