@@ -147,6 +147,11 @@ func TestBrowserDashboardPlot(t *testing.T) {
 		if len(ls) != 2*len(want) {
 			t.Errorf("%s: the plot drew %d y-axis labels, want 2 per band (%d)", what, len(ls), 2*len(want))
 		}
+		for _, l := range ls {
+			if l.W <= 0 || l.H <= 0 || l.X < 0 || l.Y < 0 {
+				t.Errorf("%s: a label's box %+v is empty or outside the canvas", what, l)
+			}
+		}
 		if o := overlapping(ls); o != "" {
 			t.Errorf("%s: %s overlap", what, o)
 		}
