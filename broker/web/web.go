@@ -23,7 +23,7 @@
 // # Endpoints
 //
 //	POST   /v1/session   -> {"identity","token","expires","proto"}, Set-Cookie
-//	GET    /v1/session   -> who am I: {"identity","proto","via"}
+//	GET    /v1/session   -> who am I: {"identity","proto","via","filter","open"}
 //	DELETE /v1/session   -> clears the cookie
 //	GET    /v1/stats     -> broker counters (the figures of /metrics) as JSON
 //	GET    /v1/stats/topics -> topics seen since start: count, last value, retained
@@ -358,6 +358,11 @@ type sessionReply struct {
 	// dashboard's live view: "#" when allowed, else the first level of a
 	// topic seen so far ("sensors/#").
 	Filter string `json:"filter"`
+	// Open reports a broker without an ACL (--dev, --allow-anonymous, or
+	// the default loopback-only mode): every client it admits may do
+	// everything, so there is no one to log in as and the dashboard hides
+	// its login form.
+	Open bool `json:"open"`
 }
 
 func (h *Handler) handleSession(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -377,7 +382,7 @@ func (h *Handler) handleSession(w http.ResponseWriter, r *http.Request, sess *se
 	if !ok {
 		return
 	}
-	rep := sessionReply{Identity: id, Proto: r.Proto, Via: "credentials", Filter: h.defaultFilter(id)}
+	rep := sessionReply{Identity: id, Proto: r.Proto, Via: "credentials", Filter: h.defaultFilter(id), Open: h.be.Auth().IsOpen()}
 	if sess != nil {
 		rep.Via = sess.via
 	}

@@ -462,3 +462,41 @@ func TestSessionEndsOnACLReload(t *testing.T) {
 		t.Fatalf("alice's new token: %d %s", code, body)
 	}
 }
+
+// TestSessionOpen: GET /v1/session says whether the broker is open (no
+// ACL: nothing to log in to), which the dashboard uses to hide its login
+// form.
+func TestSessionOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name, acl string
+		hdr       []string
+		open      bool
+	}{
+		{"loopback, no ACL", "", nil, true},
+		{"ACL, alice", testACL, []string{"Authorization", basic("alice", "alice-pw")}, false},
+		{"ACL with anonymous rights, anonymous", testACL + anonSection, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t, tc.acl, web.Options{})
+			resp, body := do(t, e.h3, http.MethodGet, e.URL+"/v1/session", "", tc.hdr...)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET /v1/session: %d %s", resp.StatusCode, body)
+			}
+			var rep map[string]any
+			if err := json.Unmarshal([]byte(body), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if open, ok := rep["open"].(bool); !ok || open != tc.open {
+				t.Errorf("reply %s: want \"open\": %v", body, tc.open)
+			}
+		})
+	}
+}
+
+// anonSection gives anonymous clients rights under public/ (appended to
+// testACL: an ACL broker where logging in is optional).
+const anonSection = `
+[anonymous]
+publish = ["public/#"]
+subscribe = ["public/#"]
+`

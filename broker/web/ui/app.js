@@ -41,15 +41,85 @@
     if (s < 3600) return (s / 60).toFixed(0) + 'm';
     return (s / 3600).toFixed(1) + 'h';
   }
-  function b64text(b64) {
+  // --- payloads (pure functions, window.quiotDashboard for tests) -------
+  // decodePayload reads a message's payload: its "text" field (UTF-8
+  // text, when the broker sends it so) or else its base64 "payload".
+  // It returns {text: the text, or null for binary; bytes: the raw bytes,
+  // or null when the payload came as text}.
+  function decodePayload(m) {
+    if (typeof m.text === 'string') return { text: m.text, bytes: null };
+    let bytes;
     try {
-      const bin = atob(b64);
-      const bytes = Uint8Array.from(bin, (c) => c.charCodeAt(0));
-      return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+      bytes = Uint8Array.from(atob(m.payload || ''), (c) => c.charCodeAt(0));
     } catch (e) {
-      return '0x' + Array.from(atob(b64).slice(0, 32), (c) => c.charCodeAt(0).toString(16).padStart(2, '0')).join('');
+      return { text: null, bytes: new Uint8Array(0) };
+    }
+    try {
+      return { text: new TextDecoder('utf-8', { fatal: true }).decode(bytes), bytes };
+    } catch (e) {
+      return { text: null, bytes };
     }
   }
+  const CONTROL = /[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]/;
+  const HEX_BYTES = 32;
+  // payloadText is how a decoded payload is shown: its text, or (binary,
+  // or text with control characters) its size and first bytes in hex,
+  // "[3 bytes] 00 01 ff". size, when given, is the full payload's size
+  // (the bytes may be a prefix).
+  function payloadText(p, size) {
+    if (p.text !== null && !CONTROL.test(p.text)) return p.text;
+    const b = p.bytes || new TextEncoder().encode(p.text);
+    const n = size === undefined ? b.length : size;
+    const hex = Array.from(b.subarray(0, HEX_BYTES), (x) => x.toString(16).padStart(2, '0')).join(' ');
+    return '[' + n + (n === 1 ? ' byte] ' : ' bytes] ') + hex + (n > Math.min(b.length, HEX_BYTES) ? ' …' : '');
+  }
+  // A payload is plotted when it is a decimal number as text ("21.5",
+  // "-3", "1e6", a JSON number), nothing else: no hex ("0x10"), no
+  // "Infinity", no empty text, and never a binary payload.
+  const DECIMAL = /^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*$/;
+  // plotValue returns the number a decoded payload stands for, or null.
+  function plotValue(p) {
+    if (p.text === null || !DECIMAL.test(p.text)) return null;
+    const v = Number(p.text);
+    return Number.isFinite(v) ? v : null;
+  }
+  // axisLabel writes a y-axis bound short: 4 significant digits, 3 with
+  // k/M/G/T from 10000 up, an exponent below 0.001; extra adds digits.
+  function axisLabel(v, extra) {
+    const a = Math.abs(v), x = extra || 0;
+    if (a >= 1e4) {
+      for (const [d, u] of [[1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'k']]) {
+        if (a >= d) return String(+(v / d).toPrecision(3 + x)) + u;
+      }
+    }
+    if (a !== 0 && a < 1e-3) return v.toExponential(1 + x);
+    return String(+v.toPrecision(4 + x));
+  }
+  // axisLabels writes a band's bounds v0 < v1 with as many digits as it
+  // takes to tell them apart (101.3k and 101.4k, not 101k twice).
+  function axisLabels(v0, v1) {
+    let lo, hi;
+    for (let x = 0; x <= 6; x++) {
+      lo = axisLabel(v0, x); hi = axisLabel(v1, x);
+      if (lo !== hi) break;
+    }
+    return [lo, hi];
+  }
+  // plotLayout places n bands (one per series) on a canvas w CSS pixels
+  // wide whose y-axis labels are at most labelW wide: each band is at
+  // least BAND_MIN high, bands are GAP apart (so the labels of
+  // neighbouring bands never touch), and the canvas grows with n.
+  const BAND_MIN = 48, GAP = 12, MIN_H = 220;
+  function plotLayout(w, n, labelW) {
+    const L = Math.ceil(labelW) + 8, R = 8, T = 4, B = 16;
+    const h = Math.max(MIN_H, T + B + n * BAND_MIN + Math.max(0, n - 1) * GAP);
+    const bandH = n ? (h - T - B - (n - 1) * GAP) / n : 0;
+    const bands = [];
+    for (let i = 0; i < n; i++) bands.push({ top: T + i * (bandH + GAP), h: bandH });
+    return { L, R, T, B, w, h, bands };
+  }
+  window.quiotDashboard = Object.freeze({ decodePayload, payloadText, plotValue, axisLabel, axisLabels, plotLayout });
+
   // topicURL names a topic or filter as one percent-encoded path segment;
   // the topics "." and ".." (dot segments in any URL) go in ?topic=.
   function topicURL(t, query) {
@@ -68,11 +138,12 @@
   async function whoami() {
     try {
       const s = await getJSON('/v1/session');
-      $('who').textContent = s.identity ? 'logged in as ' + s.identity : 'anonymous';
+      // An open broker (no ACL) has no one to log in as: no login form.
+      $('who').textContent = s.identity ? 'logged in as ' + s.identity : s.open ? 'open broker, no login' : 'anonymous';
       $('who').dataset.identity = s.identity;
       if (s.filter && $('live-filter').value === '#') $('live-filter').value = s.filter;
       $('logout').hidden = !s.identity;
-      $('login').hidden = !!s.identity;
+      $('login').hidden = !!s.identity || !!s.open;
     } catch (e) {
       $('who').textContent = 'not logged in';
       $('login').hidden = false;
@@ -157,9 +228,10 @@
       prev.topics.set(t.topic, t.count);
       const name = el('td', { title: t.topic }, levels[levels.length - 1] || '(empty)');
       name.style.paddingLeft = (levels.length - 1) * 1.1 + 0.4 + 'em';
-      const val = t.encoding === 'base64' ? b64text(t.last) : t.last;
+      const last = decodePayload(t.encoding === 'base64' ? { payload: t.last } : { text: t.last });
+      const val = payloadText(last, t.size) + (t.truncated && payloadText(last) === last.text ? '…' : '');
       const tr = el('tr', { class: 'leaf', 'data-topic': t.topic }, name, el('td', { class: 'num count' }, fmtNum(t.count)),
-        el('td', { class: 'num rate' }, rate), el('td', { class: 'val', title: val }, val + (t.truncated ? '…' : '')),
+        el('td', { class: 'num rate' }, rate), el('td', { class: 'val', title: val }, val),
         el('td', { class: 'ret' }, t.retained ? 'R' : ''), el('td', {}, t.origin), el('td', { class: 'num' }, fmtAge(t.time)));
       tr.addEventListener('click', () => { $('live-filter').value = t.topic; $('pub-topic').value = t.topic; startLive(); });
       rows.push(tr);
@@ -207,10 +279,10 @@
     });
     es.addEventListener('message', (e) => {
       const m = JSON.parse(e.data);
-      const text = b64text(m.payload);
-      addRow(m.seq + ' ' + m.topic + (m.retained ? ' [R]' : '') + ': ' + text, m.topic);
-      const v = Number(text.trim());
-      if (text.trim() !== '' && Number.isFinite(v)) addPoint(m.topic, v);
+      const p = decodePayload(m);
+      addRow(m.seq + ' ' + m.topic + (m.retained ? ' [R]' : '') + ': ' + payloadText(p), m.topic);
+      const v = plotValue(p);
+      if (v !== null) addPoint(m.topic, v);
     });
   }
   function addRow(text, topic) {
@@ -231,51 +303,78 @@
     if (s.length > MAX_POINTS) s.shift();
     dirty = true;
   }
-  let dirty = false;
+  let dirty = false, drawnW = 0;
   // draw plots each numeric series in its own band with its own scale
   // (small multiples), so that a humidity in % and a temperature in °C
-  // are both readable; time runs along a shared x axis.
+  // are both readable; time runs along a shared x axis. The canvas grows
+  // with the number of bands (plotLayout), and the y-axis labels sit
+  // right-aligned left of the plot, the upper bound at a band's top, the
+  // lower at its bottom. The labels' boxes go to the canvas's
+  // data-labels (JSON, CSS pixels) for the tests.
   function draw() {
-    if (!dirty) return;
+    const c = $('plot');
+    if (!dirty && c.clientWidth === drawnW) return;
     dirty = false;
-    const c = $('plot'), dpr = window.devicePixelRatio || 1;
-    const w = c.clientWidth, h = c.clientHeight;
-    if (c.width !== w * dpr) { c.width = w * dpr; c.height = h * dpr; }
+    const dpr = window.devicePixelRatio || 1, w = c.clientWidth;
+    drawnW = w;
     const g = c.getContext('2d');
+    const fg = getComputedStyle(document.body).color;
+    g.font = '11px sans-serif';
+    const ranges = [];
+    let labelW = 0;
+    for (const [topic, s] of series) {
+      let v0 = Infinity, v1 = -Infinity;
+      for (const [, v] of s) { v0 = Math.min(v0, v); v1 = Math.max(v1, v); }
+      if (v0 === v1) { v0 -= 1; v1 += 1; }
+      const [lo, hi] = axisLabels(v0, v1);
+      labelW = Math.max(labelW, g.measureText(hi).width, g.measureText(lo).width);
+      ranges.push({ topic, s, v0, v1, hi, lo });
+    }
+    const lay = plotLayout(w, series.size, labelW), h = lay.h;
+    const css = h + c.offsetHeight - c.clientHeight + 'px'; // the CSS height holds the border
+    if (c.style.height !== css) c.style.height = css;
+    if (c.width !== Math.round(w * dpr) || c.height !== Math.round(h * dpr)) { c.width = Math.round(w * dpr); c.height = Math.round(h * dpr); }
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, w, h);
-    const fg = getComputedStyle(document.body).color;
-    g.fillStyle = fg; g.strokeStyle = fg; g.font = '11px sans-serif';
+    g.font = '11px sans-serif';
+    g.fillStyle = fg; g.strokeStyle = fg; g.textAlign = 'left'; g.textBaseline = 'alphabetic';
+    const boxes = [];
+    c.dataset.labels = '[]';
     if (!series.size) { g.fillText('numeric payloads of the live view are plotted here', 10, 20); $('legend').replaceChildren(); return; }
     let t0 = Infinity, t1 = -Infinity;
     for (const s of series.values()) for (const [t] of s) { t0 = Math.min(t0, t); t1 = Math.max(t1, t); }
     t0 = Math.min(t0, t1 - 10000);
-    const L = 52, R = 8, T = 4, B = 16, n = series.size, bandH = (h - T - B) / n;
+    const { L, R } = lay;
     const x = (t) => L + (t - t0) / (t1 - t0 || 1) * (w - L - R);
     g.fillText('last ' + Math.round((t1 - t0) / 1000) + ' s', L, h - 3);
+    // label writes one y-axis label right-aligned at the plot's left edge
+    // and records its box.
+    const label = (text, y, baseline) => {
+      g.textAlign = 'right'; g.textBaseline = baseline;
+      g.fillText(text, L - 4, y);
+      const m = g.measureText(text);
+      boxes.push({ X: L - 4 - m.actualBoundingBoxLeft, Y: y - m.actualBoundingBoxAscent,
+        W: m.actualBoundingBoxLeft + m.actualBoundingBoxRight, H: m.actualBoundingBoxAscent + m.actualBoundingBoxDescent });
+    };
     const legend = [];
-    let i = 0;
-    for (const [topic, s] of series) {
+    ranges.forEach(({ topic, s, v0, v1, hi, lo }, i) => {
       const col = colors[i % colors.length];
-      let v0 = Infinity, v1 = -Infinity;
-      for (const [, v] of s) { v0 = Math.min(v0, v); v1 = Math.max(v1, v); }
-      if (v0 === v1) { v0 -= 1; v1 += 1; }
-      const top = T + i * bandH, pad = Math.min(6, bandH / 6);
+      const { top, h: bandH } = lay.bands[i], pad = Math.min(6, bandH / 6);
       const y = (v) => top + pad + (1 - (v - v0) / (v1 - v0)) * (bandH - 2 * pad);
       g.globalAlpha = 0.25; g.strokeStyle = fg; g.lineWidth = 1;
       g.beginPath(); g.moveTo(L, top + bandH); g.lineTo(w - R, top + bandH); g.moveTo(L, top); g.lineTo(L, top + bandH); g.stroke();
       g.globalAlpha = 1; g.fillStyle = fg;
-      g.fillText(String(+v1.toPrecision(4)), 2, top + pad + 8);
-      g.fillText(String(+v0.toPrecision(4)), 2, top + bandH - 2);
+      label(hi, top + 1, 'top');
+      label(lo, top + bandH - 1, 'bottom');
       g.strokeStyle = col; g.lineWidth = 1.5;
       g.beginPath();
       s.forEach(([t, v], k) => (k ? g.lineTo(x(t), y(v)) : g.moveTo(x(t), y(v))));
       g.stroke();
       if (s.length === 1) { g.fillStyle = col; g.fillRect(x(s[0][0]) - 2, y(s[0][1]) - 2, 4, 4); }
       const sw = el('span', { class: 'sw' }); sw.style.background = col;
-      legend.push(el('span', { class: 'lg' }, sw, topic + ' = ' + s[s.length - 1][1]));
-      i++;
-    }
+      legend.push(el('span', { class: 'lg', 'data-topic': topic }, sw, topic + ' = ' + s[s.length - 1][1]));
+    });
+    c.dataset.labels = JSON.stringify(boxes);
     $('legend').replaceChildren(...legend);
   }
 
