@@ -33,9 +33,10 @@ func collect(c Collector) string {
 func TestBrokerCollectorStats(t *testing.T) {
 	st := broker.Stats{
 		Protocols: map[string]broker.ProtoStats{
-			"mqtt": {ConnsOpen: 1, ConnsTotal: 1, MessagesIn: 3, MessagesOut: 4},
-			"h3":   {ConnsOpen: 2, ConnsTotal: 5, MessagesIn: 10, MessagesOut: 20},
+			"mqtt": {ConnsOpen: 1, ConnsTotal: 1, MessagesIn: 3, MessagesOut: 4, Refused: map[string]uint64{"forbidden": 2, "unauthenticated": 1}},
+			"h3":   {ConnsOpen: 2, ConnsTotal: 5, MessagesIn: 10, MessagesOut: 20, Refused: map[string]uint64{"payload_too_large": 4, "too_many": 6}},
 		},
+		Retained: 2, RetainedBytes: 345,
 		Subscriptions: 3, Dropped: 7, CutOff: 1, QueueDepthSum: 12, QueueDepthMax: 9,
 		Topics: 4, HistoryMessages: 30, HistoryBytes: 3000, LastSeq: 16777216,
 		Requests: 2, StreamInflightWaits: 3, Refused: map[string]uint64{broker.RefusedConnsPerAddr: 5, broker.RefusedConns: 1},
@@ -90,10 +91,32 @@ quiot_broker_stream_inflight_waits_total 3
 # HELP quiot_broker_http_requests HTTP requests being handled (subscriptions and publish streams included).
 # TYPE quiot_broker_http_requests gauge
 quiot_broker_http_requests 2
-# HELP quiot_broker_refused_total Connections and requests refused by a limit (broker.Limits), by limit.
+# HELP quiot_broker_retained_messages Retained messages held.
+# TYPE quiot_broker_retained_messages gauge
+quiot_broker_retained_messages 2
+# HELP quiot_broker_retained_bytes Bytes of the retained messages held (as Limits.RetainedBytes counts them).
+# TYPE quiot_broker_retained_bytes gauge
+quiot_broker_retained_bytes 345
+# HELP quiot_broker_refused_total Connections, requests, publishes and subscriptions refused, by protocol and reason.
 # TYPE quiot_broker_refused_total counter
-quiot_broker_refused_total{limit="conns"} 1
-quiot_broker_refused_total{limit="conns_per_addr"} 5
+quiot_broker_refused_total{proto="h3",reason="unauthenticated"} 0
+quiot_broker_refused_total{proto="h3",reason="forbidden"} 0
+quiot_broker_refused_total{proto="h3",reason="payload_too_large"} 4
+quiot_broker_refused_total{proto="h3",reason="bad_topic"} 0
+quiot_broker_refused_total{proto="h3",reason="too_many"} 6
+quiot_broker_refused_total{proto="h3",reason="shutting_down"} 0
+quiot_broker_refused_total{proto="h3",reason="storage_full"} 0
+quiot_broker_refused_total{proto="mqtt",reason="unauthenticated"} 1
+quiot_broker_refused_total{proto="mqtt",reason="forbidden"} 2
+quiot_broker_refused_total{proto="mqtt",reason="payload_too_large"} 0
+quiot_broker_refused_total{proto="mqtt",reason="bad_topic"} 0
+quiot_broker_refused_total{proto="mqtt",reason="too_many"} 0
+quiot_broker_refused_total{proto="mqtt",reason="shutting_down"} 0
+quiot_broker_refused_total{proto="mqtt",reason="storage_full"} 0
+# HELP quiot_broker_limit_refused_total Connections and subscriptions of the HTTP side refused by a limit (broker.Limits), by limit.
+# TYPE quiot_broker_limit_refused_total counter
+quiot_broker_limit_refused_total{limit="conns"} 1
+quiot_broker_limit_refused_total{limit="conns_per_addr"} 5
 `
 	if got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
@@ -110,8 +133,8 @@ func TestBrokerCollectorNoProtocols(t *testing.T) {
 	if strings.Contains(got, "{proto=") || strings.Contains(got, "quiot_broker_connections ") {
 		t.Errorf("per-protocol families without protocols:\n%s", got)
 	}
-	if n := samples(got); n != 11 {
-		t.Errorf("%d samples, want 11:\n%s", n, got)
+	if n := samples(got); n != 13 {
+		t.Errorf("%d samples, want 13:\n%s", n, got)
 	}
 	if err := checkExposition(got); err != nil {
 		t.Error(err)
