@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"
 	itest "github.com/quiot/quiot/internal/testutil"
@@ -497,4 +499,138 @@ func checkExposition(text string) error {
 		seenSamples[f] = true
 	}
 	return nil
+}
+
+// refusalACL lets anonymous clients use public/# and alice (token
+// tok-alice) a/# as well.
+const refusalACL = `
+[anonymous]
+publish   = ["public/#"]
+subscribe = ["public/#"]
+
+[[user]]
+name      = "alice"
+token     = "tok-alice"
+publish   = ["a/#", "public/#"]
+subscribe = ["a/#", "public/#"]
+`
+
+// TestScrapeRefusalsAndRetained: real HTTP/3 requests refused with 401,
+// 403 and 413 show in quiot_broker_refused_total{proto="h3"} under their
+// reasons, the 401 and 403 are logged at Info without the credential, and
+// quiot_broker_retained_messages and _bytes follow a retained message
+// being set and cleared.
+func TestScrapeRefusalsAndRetained(t *testing.T) {
+	a, err := auth.Parse([]byte(refusalACL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs itest.SyncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	b := itest.StartBroker(t, nil, &broker.Options{Auth: a, DisableTCP: true, Logger: log, Limits: broker.Limits{MaxPayload: 16}})
+	reg := NewRegistry(NewBrokerCollector(b.Stats))
+	client := itest.H3Client(b.PKI.Pool(), nil)
+	t.Cleanup(func() { client.Transport.(*http3.Transport).Close() })
+
+	scrape := func() string {
+		t.Helper()
+		var buf bytes.Buffer
+		reg.WritePrometheus(&buf)
+		if err := checkExposition(buf.String()); err != nil {
+			t.Fatalf("%v\n%s", err, buf.String())
+		}
+		return buf.String()
+	}
+	value := func(text, series string) string {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("no series %s in scrape:\n%s", series, text)
+		}
+		return m[1]
+	}
+	refused := func(text, reason string) string {
+		t.Helper()
+		return value(text, `quiot_broker_refused_total{proto="h3",reason="`+reason+`"}`)
+	}
+	publish := func(path, token, payload string, want int) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, b.URL+path, strings.NewReader(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("POST %s: %s, want %d", path, resp.Status, want)
+		}
+	}
+
+	// Before any refusal every reason is there, at zero.
+	text := scrape()
+	for _, r := range broker.Reasons() {
+		if v := refused(text, r.String()); v != "0" {
+			t.Errorf("reason %s = %s before any refusal", r, v)
+		}
+	}
+	if v := value(text, "quiot_broker_retained_messages"); v != "0" {
+		t.Errorf("retained messages = %s at start", v)
+	}
+
+	steps := []struct {
+		name, path, token, payload string
+		status                     int
+		reason                     string
+		logged                     string // the Info line's message, "" when none
+	}{
+		{"bad token", "/v1/topics/public/x", "not-a-token-secret", "1", http.StatusUnauthorized, "unauthenticated", "http request refused"},
+		{"acl denies", "/v1/topics/a/x", "", "1", http.StatusForbidden, "forbidden", "http request refused"},
+		{"payload too large", "/v1/topics/public/x", "", strings.Repeat("x", 17), http.StatusRequestEntityTooLarge, "payload_too_large", ""},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			publish(s.path, s.token, s.payload, s.status)
+			if v := refused(scrape(), s.reason); v != "1" {
+				t.Errorf("refused_total{reason=%q} = %s, want 1", s.reason, v)
+			}
+			if s.logged == "" {
+				return
+			}
+			want := fmt.Sprintf(`level=INFO msg=%q reason=%s status=%d`, s.logged, s.reason, s.status)
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("no log line with %s:\n%s", want, logs.String())
+			}
+		})
+	}
+	if !strings.Contains(logs.String(), `path=/v1/topics/a/x`) {
+		t.Errorf("the 403 line names no path:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "not-a-token-secret") {
+		t.Errorf("a credential in the log:\n%s", logs.String())
+	}
+
+	// The retained gauges follow a retained message set, then cleared.
+	publish("/v1/topics/public/r?retain=1", "", "21.5", http.StatusNoContent)
+	text = scrape()
+	if v := value(text, "quiot_broker_retained_messages"); v != "1" {
+		t.Errorf("retained messages = %s after a retained publish, want 1", v)
+	}
+	if v, _ := strconv.Atoi(value(text, "quiot_broker_retained_bytes")); v < len("21.5") {
+		t.Errorf("retained bytes = %d, want at least the payload", v)
+	}
+	publish("/v1/topics/public/r?retain=1", "", "", http.StatusNoContent)
+	text = scrape()
+	if v := value(text, "quiot_broker_retained_messages"); v != "0" {
+		t.Errorf("retained messages = %s after clearing, want 0", v)
+	}
+	if v := value(text, "quiot_broker_retained_bytes"); v != "0" {
+		t.Errorf("retained bytes = %s after clearing, want 0", v)
+	}
 }
