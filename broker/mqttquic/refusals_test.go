@@ -8,8 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/internal/promexport"
 	"github.com/quiot/quiot/internal/testutil"
 )
@@ -109,5 +112,62 @@ func TestRefusalsCountedAndLogged(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "wrong-secret") {
 		t.Errorf("a password in the log:\n%s", logs.String())
+	}
+}
+
+// countingCore is an aclCore that counts refusals.
+type countingCore struct {
+	aclCore
+	n map[broker.Reason]int
+}
+
+func (c *countingCore) CountRefused(proto string, r broker.Reason) {
+	if proto == Origin {
+		c.n[r]++
+	}
+}
+
+// TestACLRefusalsNotDeliveries: OnACLCheck counts a denied publish and a
+// denied filter of the SUBSCRIBE being processed, never a delivery the ACL
+// denies (a subscriber's filter wider than its rights), also while a
+// SUBSCRIBE of the session with other filters is processed.
+func TestACLRefusalsNotDeliveries(t *testing.T) {
+	a, err := auth.Parse([]byte(aclFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := testAuthHook(a)
+	core := &countingCore{aclCore: aclCore{a}, n: map[broker.Reason]int{}}
+	h.core = core
+	alice := &mqtt.Client{ID: "c-alice"}
+	h.ids.Store(alice.ID, &identity{cl: alice, id: "alice"})
+	subscribe := packets.Packet{Filters: packets.Subscriptions{{Filter: "b/#"}, {Filter: "a/#"}}}
+	steps := []struct {
+		name        string
+		topic       string
+		write       bool
+		subscribing bool
+		counted     int // forbidden refusals counted so far
+	}{
+		{"delivery denied", "b/x", false, false, 0},
+		{"publish denied", "b/x", true, false, 1},
+		{"publish denied again (cached decision)", "b/x", true, false, 2},
+		{"publish allowed", "a/x", true, false, 2},
+		{"filter of the subscribe denied", "b/#", false, true, 3},
+		{"filter of the subscribe allowed", "a/#", false, true, 3},
+		{"delivery denied during the subscribe", "b/y", false, true, 3},
+		{"delivery denied after the subscribe", "b/#", false, false, 3},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			if s.subscribing {
+				h.OnSubscribe(alice, subscribe)
+				defer h.OnSubscribed(alice, subscribe, nil)
+			}
+			h.OnACLCheck(alice, s.topic, s.write)
+			if got := core.n[broker.ReasonForbidden]; got != s.counted {
+				t.Errorf("forbidden refusals = %d, want %d", got, s.counted)
+			}
+		})
 	}
 }

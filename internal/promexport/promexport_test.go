@@ -21,6 +21,7 @@ import (
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/lograte"
 	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"
 	itest "github.com/quiot/quiot/internal/testutil"
@@ -614,6 +615,16 @@ func TestScrapeRefusalsAndRetained(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "not-a-token-secret") {
 		t.Errorf("a credential in the log:\n%s", logs.String())
+	}
+	// A client refused in a loop: every refusal counted, the log bounded.
+	for range 2 * lograte.DefaultBurst {
+		publish("/v1/topics/public/x", "not-a-token", "1", http.StatusUnauthorized)
+	}
+	if v := refused(scrape(), "unauthenticated"); v != strconv.Itoa(1+2*lograte.DefaultBurst) {
+		t.Errorf("refused_total{reason=\"unauthenticated\"} = %s after a loop of 401s, want %d", v, 1+2*lograte.DefaultBurst)
+	}
+	if n := strings.Count(logs.String(), "reason=unauthenticated"); n > lograte.DefaultBurst {
+		t.Errorf("%d lines for 401s in a loop, want at most %d", n, lograte.DefaultBurst)
 	}
 
 	// The retained gauges follow a retained message set, then cleared.
