@@ -25,8 +25,7 @@ const revokedReason = "the ACL was reloaded and this connection's rights changed
 // authenticator does not admit r's remote address.
 func (b *Broker) admitted(w http.ResponseWriter, r *http.Request) bool {
 	if err := b.opts.Auth.Admit(r.RemoteAddr); err != nil {
-		b.log.Debug("client refused", "remote", r.RemoteAddr, "reason", err)
-		fail(w, http.StatusForbidden, "%v", err)
+		b.refuse(w, r, "", ReasonForbidden, http.StatusForbidden, "%v", err)
 		return false
 	}
 	return true
@@ -40,6 +39,7 @@ func (b *Broker) revoked(w http.ResponseWriter, r *http.Request, id string, gen 
 		return false
 	}
 	b.log.Info("connection closed: the reloaded ACL removed its rights", "identity", id, "remote", r.RemoteAddr)
+	b.stats.countRefused(protoOf(r), ReasonUnauthenticated) // logged just above, not again by noteRefusal
 	if r.ProtoMajor < 3 {
 		w.Header().Set("Connection", "close")
 	}

@@ -77,6 +77,7 @@ import (
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/broker/web"
 	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/lograte"
 )
 
 // Broker is an HTTP/3 pub-sub broker. Create it with New.
@@ -107,6 +108,8 @@ type Broker struct {
 	active tracker    // running request handlers
 	lim    *limiters  // connection and subscription bounds (limits.go)
 	idem   idemWindow // message ids' answers: idempotent and 0-RTT publishing (idem.go)
+	// refusalLog bounds the log lines of refused requests (refuse.go).
+	refusalLog lograte.Limiter
 
 	// epoch identifies this broker run (see internal/wire, "Epoch"): a
 	// subscriber's resume point from another run is announced as a restart.
@@ -136,6 +139,13 @@ func New(opts *Options) (*Broker, error) {
 	o := opts.ensureDefaults()
 	b := &Broker{opts: o, log: o.Logger, stats: &counters{}, done: make(chan struct{}), closed: make(chan struct{})}
 	b.epoch.Store(newEpoch())
+	// The HTTP protocols' counters exist from the start, so their series
+	// (quiot_broker_refused_total among them) are scraped before the first
+	// connection.
+	b.stats.proto(ProtoH3)
+	if !o.DisableTCP {
+		b.stats.proto(ProtoTCP)
+	}
 	b.hub = newHub(o.Limits, b.stats)
 	b.hub.fed = o.Cluster // federation.go
 	b.lim = newLimiters(o.Limits)

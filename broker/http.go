@@ -167,7 +167,7 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if b.hub.isClosing() {
 		w.Header().Set("Connection", "close")
-		fail(w, http.StatusServiceUnavailable, "broker shutting down")
+		b.refuse(w, r, "", ReasonShuttingDown, http.StatusServiceUnavailable, "broker shutting down")
 		return
 	}
 	path := r.URL.Path
@@ -199,7 +199,7 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == topicsPath || strings.HasPrefix(path, topicsPath+"/"):
 		t, err := requestTopic(r)
 		if err != nil {
-			fail(w, http.StatusBadRequest, "%v", err)
+			b.refuse(w, r, "", ReasonBadTopic, http.StatusBadRequest, "%v", err)
 			return
 		}
 		switch r.Method {
@@ -310,16 +310,16 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 			defer cs.mu.Unlock()
 			bound, was, err := cs.boundLocked(r)
 			if err != nil {
-				fail(w, bindStatus(err), "%v", err)
+				b.refuseErr(w, r, id, bindStatus(err), err)
 				return "", false
 			}
 			if bound && was != id {
-				fail(w, http.StatusForbidden, "credentials name %q but this connection is authenticated as %q (open a new connection to change identity)", id, was)
+				b.refuse(w, r, was, ReasonForbidden, http.StatusForbidden, "credentials name %q but this connection is authenticated as %q (open a new connection to change identity)", id, was)
 				return "", false
 			}
 			if !bound {
 				if err := cs.bindLocked(id); err != nil {
-					fail(w, http.StatusTooManyRequests, "%v", err)
+					b.refuseErr(w, r, id, http.StatusTooManyRequests, err)
 					return "", false
 				}
 				cs.gen = gen
@@ -329,7 +329,7 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 			return id, true
 		case !a.IsOpen():
 			w.Header().Set("WWW-Authenticate", `Bearer realm="quiot"`)
-			fail(w, http.StatusUnauthorized, "bad credentials")
+			b.refuse(w, r, "", ReasonUnauthenticated, http.StatusUnauthorized, "bad credentials")
 			return "", false
 		}
 		// An open broker ignores credentials it does not know.
@@ -339,7 +339,7 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 	wasBound := cs.authed
 	bound, id, err := cs.boundLocked(r)
 	if err != nil {
-		fail(w, bindStatus(err), "%v", err)
+		b.refuseErr(w, r, id, bindStatus(err), err)
 		return "", false
 	}
 	if bound {
@@ -354,7 +354,7 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 		return "", true
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="quiot"`)
-	fail(w, http.StatusUnauthorized, "authentication required (client certificate, Bearer token or Basic)")
+	b.refuse(w, r, "", ReasonUnauthenticated, http.StatusUnauthorized, "authentication required (client certificate, Bearer token or Basic)")
 	return "", false
 }
 
@@ -383,7 +383,7 @@ func (cs *connState) boundLocked(r *http.Request) (bound bool, id string, err er
 
 func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string) {
 	if err := b.hub.tl.ValidateName(t); err != nil {
-		fail(w, http.StatusBadRequest, "bad topic: %v", err)
+		b.refuse(w, r, "", ReasonBadTopic, http.StatusBadRequest, "bad topic: %v", err)
 		return
 	}
 	id, ok := b.identify(w, r)
@@ -391,7 +391,7 @@ func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string)
 		return
 	}
 	if err := b.opts.Auth.Check(id, auth.Publish, t); err != nil {
-		fail(w, http.StatusForbidden, "%v", err)
+		b.refuse(w, r, id, ReasonForbidden, http.StatusForbidden, "%v", err)
 		return
 	}
 	q := r.URL.Query()
@@ -422,26 +422,26 @@ func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string)
 	}
 	max := b.opts.Limits.MaxPayload
 	if r.ContentLength > int64(max) {
-		fail(w, http.StatusRequestEntityTooLarge, "payload of %d bytes exceeds the limit of %d", r.ContentLength, max)
+		b.refuse(w, r, id, ReasonPayloadTooLarge, http.StatusRequestEntityTooLarge, "payload of %d bytes exceeds the limit of %d", r.ContentLength, max)
 		return
 	}
 	body, err := readLimited(r.Body, r.ContentLength, max)
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) {
-			fail(w, http.StatusRequestEntityTooLarge, "payload exceeds the limit of %d bytes", max)
+			b.refuse(w, r, id, ReasonPayloadTooLarge, http.StatusRequestEntityTooLarge, "payload exceeds the limit of %d bytes", max)
 			return
 		}
 		fail(w, http.StatusBadRequest, "couldn't read payload: %v", err)
 		return
 	}
 	if body, err = headerPayload(r, body, max); err != nil { // 0-RTT publishes (idem.go)
-		fail(w, errStatus(err), "%v", err)
+		b.refuseErr(w, r, id, errStatus(err), err)
 		return
 	}
 	m.Payload = body
 	seq, err := b.publishOnce(r, m) // once per Quiot-Msg-Id (idem.go)
 	if err != nil {
-		fail(w, errStatus(err), "%v", err)
+		b.refuseErr(w, r, id, errStatus(err), err)
 		return
 	}
 	// No Date header (quic-go's HTTP/3 server adds one unless it is set to
@@ -503,7 +503,7 @@ func readLimited(r io.Reader, length int64, max int) ([]byte, error) {
 
 func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter string) {
 	if err := b.hub.tl.ValidateFilter(filter); err != nil {
-		fail(w, http.StatusBadRequest, "bad filter: %v", err)
+		b.refuse(w, r, "", ReasonBadTopic, http.StatusBadRequest, "bad filter: %v", err)
 		return
 	}
 	authGen, authChanged := b.opts.Auth.Watch() // a reload may end the subscription
@@ -512,7 +512,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 		return
 	}
 	if err := b.opts.Auth.Check(id, auth.Subscribe, filter); err != nil {
-		fail(w, http.StatusForbidden, "%v", err)
+		b.refuse(w, r, id, ReasonForbidden, http.StatusForbidden, "%v", err)
 		return
 	}
 	since, epoch, err := resumePoint(r)
@@ -536,14 +536,14 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 		if n := cs.subs.Add(1); int(n) > b.opts.Limits.MaxSubscriptionsPerConn {
 			cs.subs.Add(-1)
 			b.stats.refuse(RefusedSubscriptionsPerConn)
-			fail(w, http.StatusTooManyRequests, "too many subscriptions on this connection (limit %d)", b.opts.Limits.MaxSubscriptionsPerConn)
+			b.refuse(w, r, id, ReasonTooMany, http.StatusTooManyRequests, "too many subscriptions on this connection (limit %d)", b.opts.Limits.MaxSubscriptionsPerConn)
 			return
 		}
 		defer cs.subs.Add(-1)
 	}
 	release, status, err := b.admitSubscription(r, id)
 	if err != nil {
-		fail(w, status, "%v", err)
+		b.refuseErr(w, r, id, status, err)
 		return
 	}
 	defer release()
@@ -551,7 +551,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	sub := newSubscriber(filter, b.opts.Limits, b.stats)
 	initial, err := b.hub.start(sub, since, otherRun)
 	if err != nil {
-		fail(w, errStatus(err), "%v", err)
+		b.refuseErr(w, r, id, errStatus(err), err)
 		return
 	}
 	defer b.hub.stop(sub)
@@ -742,10 +742,12 @@ func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case errors.Is(err, wire.ErrTooLarge):
 				a = wire.Ack{Status: http.StatusRequestEntityTooLarge, Reason: err.Error()}
+				b.noteRefusal(r, id, ReasonPayloadTooLarge, http.StatusRequestEntityTooLarge, a.Reason)
 			case errors.Is(err, wire.ErrMalformed):
 				a = wire.Ack{Status: http.StatusBadRequest, Reason: err.Error()}
 			case b.hub.isClosing():
 				a = wire.Ack{Status: http.StatusServiceUnavailable, Reason: "broker shutting down"}
+				b.noteRefusal(r, id, ReasonShuttingDown, http.StatusServiceUnavailable, a.Reason)
 			default:
 				return
 			}
@@ -774,10 +776,13 @@ func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := b.hub.validate(&m); err != nil {
 			ack.Status, ack.Reason = uint64(errStatus(err)), err.Error()
+			b.noteErr(r, id, errStatus(err), err)
 		} else if !lastAllowed {
 			ack.Status, ack.Reason = http.StatusForbidden, b.opts.Auth.Check(id, auth.Publish, p.Topic).Error()
+			b.noteRefusal(r, id, ReasonForbidden, http.StatusForbidden, ack.Reason)
 		} else if seq, err := b.hub.publish(inflight.ctx(r.Context(), &m), m); err != nil {
 			ack.Status, ack.Reason = uint64(errStatus(err)), err.Error()
+			b.noteErr(r, id, errStatus(err), err)
 		} else {
 			ack.Seq = seq
 		}

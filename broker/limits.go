@@ -136,10 +136,14 @@ func hostOf(hostport string) string {
 	return hostport
 }
 
-// admitConn takes a connection slot for a remote address, or returns the
-// reason it is refused (counted).
-func (b *Broker) admitConn(addr string) error {
+// admitConn takes a connection slot for a remote address of protocol
+// proto, or returns the reason it is refused (counted: by the limit and as
+// ReasonTooMany).
+func (b *Broker) admitConn(proto, addr string) error {
 	overTotal, overAddr := b.lim.conns.acquire(addr)
+	if overTotal || overAddr {
+		b.stats.countRefused(proto, ReasonTooMany)
+	}
 	switch {
 	case overTotal:
 		b.stats.refuse(RefusedConns)
@@ -156,7 +160,7 @@ func (b *Broker) admitConn(addr string) error {
 // connection ends (or its handshake fails).
 func (b *Broker) quicAdmit(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
 	addr := addrKey(ci.RemoteAddr)
-	if err := b.admitConn(addr); err != nil {
+	if err := b.admitConn(ProtoH3, addr); err != nil {
 		b.log.Debug("quic connection refused", "remote", ci.RemoteAddr.String(), "error", err)
 		return ctx, err
 	}
@@ -177,7 +181,7 @@ func (l limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		addr := addrKey(c.RemoteAddr())
-		err = l.b.admitConn(addr)
+		err = l.b.admitConn(ProtoTCP, addr)
 		if err == nil {
 			return &limitedConn{Conn: c, release: func() { l.b.lim.conns.release(addr) }}, nil
 		}

@@ -1,9 +1,12 @@
 package broker
 
 import (
+	"errors"
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/quiot/quiot/broker/auth"
 )
 
 // ProtoStats are the counters of one protocol: ProtoH3 ("h3", HTTP/3),
@@ -17,6 +20,82 @@ type ProtoStats struct {
 	MessagesIn uint64
 	// MessagesOut counts deliveries to subscribers of this protocol.
 	MessagesOut uint64
+	// Refused counts the refusals of this protocol's clients by reason:
+	// every name of Reasons is a key, zero when never refused.
+	Refused map[string]uint64
+}
+
+// Reason is why the broker refused a client's connection, request, publish
+// or subscription: the reason label of quiot_broker_refused_total. The set
+// is fixed (Reasons) so the metric's label values stay few.
+type Reason uint8
+
+// The reasons of refusals, with their HTTP status and MQTT answer.
+const (
+	// ReasonUnauthenticated: no or bad credentials (HTTP 401; MQTT
+	// CONNACK Bad user name or password), or rights removed by an ACL
+	// reload.
+	ReasonUnauthenticated Reason = iota
+	// ReasonForbidden: the identity or address may not do this (HTTP 403;
+	// MQTT Not authorized: a PUBLISH or SUBSCRIBE the ACL denies, a
+	// CONNECT from an address not admitted, with a will topic not allowed
+	// or a client id of another identity).
+	ReasonForbidden
+	// ReasonPayloadTooLarge: the payload exceeds Limits.MaxPayload (HTTP
+	// 413; MQTT PUBACK Packet too large).
+	ReasonPayloadTooLarge
+	// ReasonBadTopic: the topic name or filter is not valid (HTTP 400).
+	ReasonBadTopic
+	// ReasonTooMany: a limit on connections, sessions or subscriptions
+	// (HTTP 429 or 503, QUIC CONNECTION_REFUSED; MQTT Quota exceeded).
+	// Stats.Refused names the HTTP side's limit.
+	ReasonTooMany
+	// ReasonShuttingDown: the broker is stopping (HTTP 503).
+	ReasonShuttingDown
+	// ReasonStorageFull: the retained messages hold Limits.RetainedBytes
+	// (HTTP 507).
+	ReasonStorageFull
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"unauthenticated", "forbidden", "payload_too_large", "bad_topic", "too_many", "shutting_down", "storage_full"}
+
+// String is the reason's label value ("forbidden", ...).
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Reasons returns every reason, in a fixed order.
+func Reasons() []Reason {
+	rs := make([]Reason, numReasons)
+	for i := range rs {
+		rs[i] = Reason(i)
+	}
+	return rs
+}
+
+// RefusalOf returns the reason of a refusal error of Publish, a
+// subscription or the authenticator, and false for an error that is no
+// refusal (an I/O error, a cancelled request, ...).
+func RefusalOf(err error) (Reason, bool) {
+	switch {
+	case errors.Is(err, ErrBadTopic), errors.Is(err, ErrBadFilter):
+		return ReasonBadTopic, true
+	case errors.Is(err, ErrTooLarge):
+		return ReasonPayloadTooLarge, true
+	case errors.Is(err, ErrShuttingDown):
+		return ReasonShuttingDown, true
+	case errors.Is(err, ErrRetainedFull):
+		return ReasonStorageFull, true
+	case errors.Is(err, ErrTooManySubscriptions), errors.Is(err, ErrTooManyConns):
+		return ReasonTooMany, true
+	case errors.Is(err, auth.ErrDenied):
+		return ReasonForbidden, true
+	}
+	return 0, false
 }
 
 // Stats is a snapshot of the broker's counters.
@@ -60,6 +139,8 @@ type protoCounters struct {
 	total atomic.Uint64
 	in    atomic.Uint64
 	out   atomic.Uint64
+	// refused counts refusals by Reason.
+	refused [numReasons]atomic.Uint64
 }
 
 type counters struct {
@@ -90,6 +171,18 @@ func (b *Broker) CountIn(proto string) { b.stats.proto(proto).in.Add(1) }
 // CountOut counts n deliveries to subscribers of protocol proto.
 func (b *Broker) CountOut(proto string, n int) { b.stats.proto(proto).out.Add(uint64(n)) }
 
+// CountRefused counts one refusal of a client of protocol proto, for
+// reason r (quiot_broker_refused_total). The HTTP side counts its own;
+// other protocols (MQTT) count theirs where they decide them. A reason
+// outside Reasons is not counted.
+func (b *Broker) CountRefused(proto string, r Reason) { b.stats.countRefused(proto, r) }
+
+func (c *counters) countRefused(proto string, r Reason) {
+	if r < numReasons {
+		c.proto(proto).refused[r].Add(1)
+	}
+}
+
 // ConnOpened counts a new connection of protocol proto.
 func (b *Broker) ConnOpened(proto string) {
 	p := b.stats.proto(proto)
@@ -105,7 +198,12 @@ func (b *Broker) Stats() Stats {
 	s := Stats{Protocols: map[string]ProtoStats{}}
 	b.stats.protos.Range(func(k, v any) bool {
 		p := v.(*protoCounters)
-		s.Protocols[k.(string)] = ProtoStats{ConnsOpen: p.open.Load(), ConnsTotal: p.total.Load(), MessagesIn: p.in.Load(), MessagesOut: p.out.Load()}
+		ps := ProtoStats{ConnsOpen: p.open.Load(), ConnsTotal: p.total.Load(), MessagesIn: p.in.Load(), MessagesOut: p.out.Load(),
+			Refused: make(map[string]uint64, numReasons)}
+		for r := range p.refused {
+			ps.Refused[reasonNames[r]] = p.refused[r].Load()
+		}
+		s.Protocols[k.(string)] = ps
 		return true
 	})
 	s.Refused = map[string]uint64{}

@@ -3,6 +3,7 @@ package mqttquic
 import (
 	"crypto/tls"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,7 +11,9 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/lograte"
 )
 
 // authHook authenticates MQTT clients and checks every message path with
@@ -42,6 +45,9 @@ type authHook struct {
 	// queued is the bytes of the messages all sessions hold.
 	queued atomic.Int64
 	stats  securityCounters
+	// refusalLog bounds the Info lines of refusals a client can cause
+	// (noteRefusal).
+	refusalLog lograte.Limiter
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -66,7 +72,11 @@ type identity struct {
 	// processed (its ACL checks are for filters, not deliveries, and do
 	// not count against the queue quota).
 	subscribing atomic.Int32
-	q           queueAcct
+	// filters are the filters of the SUBSCRIBE being processed (set with
+	// subscribing): an ACL check of one of them is the subscription's, a
+	// refusal to note, not a delivery's.
+	filters atomic.Pointer[[]string]
+	q       queueAcct
 }
 
 // aclDecision is one cached ACL answer for a topic (immutable), valid for
@@ -142,16 +152,19 @@ func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id
 func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	a := h.core.Auth()
 	if err := a.Admit(cl.Net.Remote); err != nil {
-		h.log.Debug("mqtt connect refused", "client", cl.ID, "remote", cl.Net.Remote, "reason", err)
+		h.noteRefusal("mqtt connect refused", broker.ReasonForbidden, "client", cl.ID, "remote", cl.Net.Remote, "why", err.Error())
 		return h.refuse(cl, packets.ErrNotAuthorized, packets.Err3NotAuthorized)
 	}
 	id, ok := authenticate(a, cl, pk)
 	if !ok {
+		// mochi answers Bad user name or password (OnConnectAuthenticate).
+		h.noteRefusal("mqtt connect refused", broker.ReasonUnauthenticated, "client", cl.ID, "remote", cl.Net.Remote, "why", "no valid credentials or client certificate")
 		return nil
 	}
 	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 && !allow(a, id, auth.Publish, cl.Properties.Will.TopicName) {
 		h.stats.refusedWills.Add(1)
-		h.log.Debug("mqtt connect refused: will topic not allowed", "client", cl.ID, "identity", id, "topic", cl.Properties.Will.TopicName)
+		h.noteRefusal("mqtt connect refused", broker.ReasonForbidden, "client", cl.ID, "identity", id, "remote", cl.Net.Remote,
+			"topic", cl.Properties.Will.TopicName, "why", "will topic not allowed")
 		return h.refuse(cl, packets.ErrNotAuthorized, packets.Err3NotAuthorized)
 	}
 	return h.claim(cl, id)
@@ -228,12 +241,61 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		last, action = &ident.lastWrite, auth.Publish
 	}
 	gen := a.Generation()
+	var ok bool
 	if d := last.Load(); d != nil && d.a == a && d.gen == gen && d.topic == topic {
-		return d.ok
+		ok = d.ok
+	} else {
+		ok = allow(a, ident.id, action, topic)
+		last.Store(&aclDecision{a: a, gen: gen, topic: topic, ok: ok})
 	}
-	ok := allow(a, ident.id, action, topic)
-	last.Store(&aclDecision{a: a, gen: gen, topic: topic, ok: ok})
+	if !ok {
+		switch {
+		case write:
+			h.noteRefusal("mqtt publish refused", broker.ReasonForbidden, "client", cl.ID, "identity", ident.id, "topic", topic)
+		case ident.subscribing.Load() > 0 && ident.subscribes(topic):
+			h.noteRefusal("mqtt subscribe refused", broker.ReasonForbidden, "client", cl.ID, "identity", ident.id, "topic", topic)
+		}
+		// A delivery the ACL denies is no refusal: the subscriber's
+		// filter is wider than its rights, and the message skips it.
+	}
 	return ok
+}
+
+// subscribes reports whether filter is one of the SUBSCRIBE being
+// processed.
+func (ident *identity) subscribes(filter string) bool {
+	f := ident.filters.Load()
+	return f != nil && slices.Contains(*f, filter)
+}
+
+// refusalCounter is the part of a Core that counts refusals
+// (*broker.Broker has it; a Core without it counts none).
+type refusalCounter interface {
+	CountRefused(proto string, r broker.Reason)
+}
+
+// countRefused counts a refusal of an MQTT client for reason r.
+func countRefused(c Core, r broker.Reason) {
+	if rc, ok := c.(refusalCounter); ok {
+		rc.CountRefused(Origin, r)
+	}
+}
+
+// noteRefusal counts a refusal for reason r and logs it at Info as msg
+// with the key/value pairs attrs (never a credential): at most
+// lograte.DefaultBurst lines of one msg a minute, the next one saying how
+// many were suppressed, so a client refused in a loop cannot flood the log.
+func (h *authHook) noteRefusal(msg string, r broker.Reason, attrs ...any) {
+	countRefused(h.core, r)
+	ok, suppressed := h.refusalLog.Allow(msg)
+	if !ok {
+		return
+	}
+	attrs = append(attrs, "reason", r.String())
+	if suppressed > 0 {
+		attrs = append(attrs, "suppressed", suppressed)
+	}
+	h.log.Info(msg, attrs...)
 }
 
 // maySubscribe reports whether cl's identity may subscribe to filter, with
@@ -246,6 +308,11 @@ func (h *authHook) maySubscribe(cl *mqtt.Client, filter string) bool {
 // OnSubscribe marks the session as subscribing (see identity.subscribing).
 func (h *authHook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	if ident := h.owner(cl); ident != nil {
+		filters := make([]string, len(pk.Filters))
+		for i, f := range pk.Filters {
+			filters[i] = f.Filter
+		}
+		ident.filters.Store(&filters)
 		ident.subscribing.Add(1)
 	}
 	return pk
@@ -255,6 +322,7 @@ func (h *authHook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packe
 func (h *authHook) OnSubscribed(cl *mqtt.Client, _ packets.Packet, _ []byte) {
 	if ident := h.owner(cl); ident != nil {
 		ident.subscribing.Add(-1)
+		ident.filters.Store(nil)
 	}
 }
 

@@ -145,6 +145,9 @@ func (b *bridge) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	m.Identity, _ = b.auth.identityOf(cl.ID)
 	if _, err := b.core.Publish(context.Background(), m); err != nil {
 		b.Refused.Add(1)
+		if r, ok := broker.RefusalOf(err); ok {
+			countRefused(b.core, r)
+		}
 		b.log.Debug("broker refused mqtt publish", "client", cl.ID, "topic", pk.TopicName, "error", err)
 		answerRefusal(cl, pk, refusalCode(err)) // server.go
 		return pk, packets.ErrRejectPacket

@@ -27,6 +27,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
 )
 
@@ -152,6 +153,7 @@ func (h *authHook) claimLocked(cl *mqtt.Client, id string) (code, v3 packets.Cod
 	defer h.mu.Unlock()
 	if atomic.LoadInt64(&h.mq.Info.ClientsConnected) >= int64(h.limits.MaxClients) {
 		h.stats.refusedClients.Add(1)
+		countRefused(h.core, broker.ReasonTooMany)
 		h.log.Warn("mqtt connect refused: too many clients", "client", cl.ID, "limit", h.limits.MaxClients)
 		return packets.ErrQuotaExceeded, packets.Err3ServerUnavailable, true
 	}
@@ -168,12 +170,14 @@ func (h *authHook) claimLocked(cl *mqtt.Client, id string) (code, v3 packets.Cod
 	}
 	if prev != nil && prev.id != id {
 		h.stats.refusedTakeovers.Add(1)
+		countRefused(h.core, broker.ReasonForbidden)
 		h.log.Info("mqtt connect refused: client id belongs to another identity", "client", cl.ID, "identity", id)
 		return packets.ErrNotAuthorized, packets.Err3NotAuthorized, true
 	}
 	if prev == nil {
 		if h.perID[id] >= h.limits.MaxSessionsPerIdentity || h.sessions >= h.limits.MaxSessions {
 			h.stats.refusedSessions.Add(1)
+			countRefused(h.core, broker.ReasonTooMany)
 			h.log.Warn("mqtt connect refused: too many sessions", "client", cl.ID, "identity", id,
 				"identity_sessions", h.perID[id], "sessions", h.sessions)
 			return packets.ErrQuotaExceeded, packets.Err3ServerUnavailable, true

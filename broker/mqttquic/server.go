@@ -1020,8 +1020,15 @@ func rewriteRecord(r slog.Record) slog.Record {
 		}
 		return true
 	})
+	var code packets.Code
 	if m, ok := mochiClientRecords[msg]; ok {
 		level, msg = m.level, m.msg
+		if errors.As(errv, &code) && code.Code == packets.ErrNotAuthorized.Code {
+			// An MQTT 3.1.1 client is disconnected for a publish the ACL
+			// denies: a refusal the auth hook logged ("mqtt publish
+			// refused"), not a broken protocol.
+			level, msg = slog.LevelDebug, "mqtt client disconnected after a refusal"
+		}
 	} else if msg == "" {
 		// mochi's TCP listener logs the end of every connection as a
 		// warning without a message.

@@ -1,6 +1,7 @@
 // Package promexport exposes the broker's counters to Prometheus: a
 // collector over (*broker.Broker).Stats (connections, subscriptions,
-// messages in and out per protocol, drops, queue depths, history), one over
+// messages in and out and refusals per protocol, drops, queue depths,
+// history, retained messages), one over
 // the QUIC statistics of internal/qmetrics (UDP bytes and datagrams at the
 // broker's socket, packets, losses, PTOs, frames by type), process metrics
 // (CPU, RSS, open files) and Go runtime metrics, served as plain HTTP on a
@@ -102,11 +103,24 @@ func (c *BrokerCollector) WritePrometheus(w io.Writer) {
 	e.single("last_sequence", gauge, "Last sequence number assigned.", u(s.LastSeq))
 	e.single("stream_inflight_waits_total", counter, "Times a publish stream waited for its QoS 0 frames to be stored (Limits.StreamInflight).", u(s.StreamInflightWaits))
 	e.single("http_requests", gauge, "HTTP requests being handled (subscriptions and publish streams included).", i(s.Requests))
+	e.single("retained_messages", gauge, "Retained messages held.", i(s.Retained))
+	e.single("retained_bytes", gauge, "Bytes of the retained messages held (as Limits.RetainedBytes counts them).", strconv.FormatInt(s.RetainedBytes, 10))
+	if len(protos) > 0 {
+		// Every reason of every protocol, zero included: the reasons are a
+		// fixed set, and a series that appears only at the first refusal
+		// hides the refusals before a scrape (rate, increase).
+		e.family("refused_total", counter, "Connections, requests, publishes and subscriptions refused, by protocol and reason.")
+		for _, p := range protos {
+			for _, r := range broker.Reasons() {
+				e.sample("refused_total", u(s.Protocols[p].Refused[r.String()]), "proto", p, "reason", r.String())
+			}
+		}
+	}
 	if len(s.Refused) > 0 {
 		limits := slices.Sorted(maps.Keys(s.Refused))
-		e.family("refused_total", counter, "Connections and requests refused by a limit (broker.Limits), by limit.")
+		e.family("limit_refused_total", counter, "Connections and subscriptions of the HTTP side refused by a limit (broker.Limits), by limit.")
 		for _, l := range limits {
-			e.sample("refused_total", u(s.Refused[l]), "limit", l)
+			e.sample("limit_refused_total", u(s.Refused[l]), "limit", l)
 		}
 	}
 }

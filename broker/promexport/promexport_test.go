@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,7 +20,9 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/broker/brokertest"
+	"github.com/quiot/quiot/internal/lograte"
 	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"
 	itest "github.com/quiot/quiot/internal/testutil"
@@ -34,9 +37,10 @@ func collect(c Collector) string {
 func TestBrokerCollectorStats(t *testing.T) {
 	st := broker.Stats{
 		Protocols: map[string]broker.ProtoStats{
-			"mqtt": {ConnsOpen: 1, ConnsTotal: 1, MessagesIn: 3, MessagesOut: 4},
-			"h3":   {ConnsOpen: 2, ConnsTotal: 5, MessagesIn: 10, MessagesOut: 20},
+			"mqtt": {ConnsOpen: 1, ConnsTotal: 1, MessagesIn: 3, MessagesOut: 4, Refused: map[string]uint64{"forbidden": 2, "unauthenticated": 1}},
+			"h3":   {ConnsOpen: 2, ConnsTotal: 5, MessagesIn: 10, MessagesOut: 20, Refused: map[string]uint64{"payload_too_large": 4, "too_many": 6}},
 		},
+		Retained: 2, RetainedBytes: 345,
 		Subscriptions: 3, Dropped: 7, CutOff: 1, QueueDepthSum: 12, QueueDepthMax: 9,
 		Topics: 4, HistoryMessages: 30, HistoryBytes: 3000, LastSeq: 16777216,
 		Requests: 2, StreamInflightWaits: 3, Refused: map[string]uint64{broker.RefusedConnsPerAddr: 5, broker.RefusedConns: 1},
@@ -91,10 +95,32 @@ quiot_broker_stream_inflight_waits_total 3
 # HELP quiot_broker_http_requests HTTP requests being handled (subscriptions and publish streams included).
 # TYPE quiot_broker_http_requests gauge
 quiot_broker_http_requests 2
-# HELP quiot_broker_refused_total Connections and requests refused by a limit (broker.Limits), by limit.
+# HELP quiot_broker_retained_messages Retained messages held.
+# TYPE quiot_broker_retained_messages gauge
+quiot_broker_retained_messages 2
+# HELP quiot_broker_retained_bytes Bytes of the retained messages held (as Limits.RetainedBytes counts them).
+# TYPE quiot_broker_retained_bytes gauge
+quiot_broker_retained_bytes 345
+# HELP quiot_broker_refused_total Connections, requests, publishes and subscriptions refused, by protocol and reason.
 # TYPE quiot_broker_refused_total counter
-quiot_broker_refused_total{limit="conns"} 1
-quiot_broker_refused_total{limit="conns_per_addr"} 5
+quiot_broker_refused_total{proto="h3",reason="unauthenticated"} 0
+quiot_broker_refused_total{proto="h3",reason="forbidden"} 0
+quiot_broker_refused_total{proto="h3",reason="payload_too_large"} 4
+quiot_broker_refused_total{proto="h3",reason="bad_topic"} 0
+quiot_broker_refused_total{proto="h3",reason="too_many"} 6
+quiot_broker_refused_total{proto="h3",reason="shutting_down"} 0
+quiot_broker_refused_total{proto="h3",reason="storage_full"} 0
+quiot_broker_refused_total{proto="mqtt",reason="unauthenticated"} 1
+quiot_broker_refused_total{proto="mqtt",reason="forbidden"} 2
+quiot_broker_refused_total{proto="mqtt",reason="payload_too_large"} 0
+quiot_broker_refused_total{proto="mqtt",reason="bad_topic"} 0
+quiot_broker_refused_total{proto="mqtt",reason="too_many"} 0
+quiot_broker_refused_total{proto="mqtt",reason="shutting_down"} 0
+quiot_broker_refused_total{proto="mqtt",reason="storage_full"} 0
+# HELP quiot_broker_limit_refused_total Connections and subscriptions of the HTTP side refused by a limit (broker.Limits), by limit.
+# TYPE quiot_broker_limit_refused_total counter
+quiot_broker_limit_refused_total{limit="conns"} 1
+quiot_broker_limit_refused_total{limit="conns_per_addr"} 5
 `
 	if got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
@@ -111,8 +137,8 @@ func TestBrokerCollectorNoProtocols(t *testing.T) {
 	if strings.Contains(got, "{proto=") || strings.Contains(got, "quiot_broker_connections ") {
 		t.Errorf("per-protocol families without protocols:\n%s", got)
 	}
-	if n := samples(got); n != 11 {
-		t.Errorf("%d samples, want 11:\n%s", n, got)
+	if n := samples(got); n != 13 {
+		t.Errorf("%d samples, want 13:\n%s", n, got)
 	}
 	if err := checkExposition(got); err != nil {
 		t.Error(err)
@@ -475,4 +501,148 @@ func checkExposition(text string) error {
 		seenSamples[f] = true
 	}
 	return nil
+}
+
+// refusalACL lets anonymous clients use public/# and alice (token
+// tok-alice) a/# as well.
+const refusalACL = `
+[anonymous]
+publish   = ["public/#"]
+subscribe = ["public/#"]
+
+[[user]]
+name      = "alice"
+token     = "tok-alice"
+publish   = ["a/#", "public/#"]
+subscribe = ["a/#", "public/#"]
+`
+
+// TestScrapeRefusalsAndRetained: real HTTP/3 requests refused with 401,
+// 403 and 413 show in quiot_broker_refused_total{proto="h3"} under their
+// reasons, the 401 and 403 are logged at Info without the credential, and
+// quiot_broker_retained_messages and _bytes follow a retained message
+// being set and cleared.
+func TestScrapeRefusalsAndRetained(t *testing.T) {
+	a, err := auth.Parse([]byte(refusalACL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs itest.SyncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	b := brokertest.Start(t, nil, &broker.Options{Auth: a, DisableTCP: true, Logger: log, Limits: broker.Limits{MaxPayload: 16}})
+	reg := NewRegistry(NewBrokerCollector(b.Stats))
+	client := itest.H3Client(b.PKI.Pool(), nil)
+	t.Cleanup(func() { client.Transport.(*http3.Transport).Close() })
+
+	scrape := func() string {
+		t.Helper()
+		var buf bytes.Buffer
+		reg.WritePrometheus(&buf)
+		if err := checkExposition(buf.String()); err != nil {
+			t.Fatalf("%v\n%s", err, buf.String())
+		}
+		return buf.String()
+	}
+	value := func(text, series string) string {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("no series %s in scrape:\n%s", series, text)
+		}
+		return m[1]
+	}
+	refused := func(text, reason string) string {
+		t.Helper()
+		return value(text, `quiot_broker_refused_total{proto="h3",reason="`+reason+`"}`)
+	}
+	publish := func(path, token, payload string, want int) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, b.URL+path, strings.NewReader(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("POST %s: %s, want %d", path, resp.Status, want)
+		}
+	}
+
+	// Before any refusal every reason is there, at zero.
+	text := scrape()
+	for _, r := range broker.Reasons() {
+		if v := refused(text, r.String()); v != "0" {
+			t.Errorf("reason %s = %s before any refusal", r, v)
+		}
+	}
+	if v := value(text, "quiot_broker_retained_messages"); v != "0" {
+		t.Errorf("retained messages = %s at start", v)
+	}
+
+	steps := []struct {
+		name, path, token, payload string
+		status                     int
+		reason                     string
+		logged                     string // the Info line's message, "" when none
+	}{
+		{"bad token", "/v1/topics/public/x", "not-a-token-secret", "1", http.StatusUnauthorized, "unauthenticated", "http request refused"},
+		{"acl denies", "/v1/topics/a/x", "", "1", http.StatusForbidden, "forbidden", "http request refused"},
+		{"payload too large", "/v1/topics/public/x", "", strings.Repeat("x", 17), http.StatusRequestEntityTooLarge, "payload_too_large", ""},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			publish(s.path, s.token, s.payload, s.status)
+			if v := refused(scrape(), s.reason); v != "1" {
+				t.Errorf("refused_total{reason=%q} = %s, want 1", s.reason, v)
+			}
+			if s.logged == "" {
+				return
+			}
+			want := fmt.Sprintf(`level=INFO msg=%q reason=%s status=%d`, s.logged, s.reason, s.status)
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("no log line with %s:\n%s", want, logs.String())
+			}
+		})
+	}
+	if !strings.Contains(logs.String(), `path=/v1/topics/a/x`) {
+		t.Errorf("the 403 line names no path:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "not-a-token-secret") {
+		t.Errorf("a credential in the log:\n%s", logs.String())
+	}
+	// A client refused in a loop: every refusal counted, the log bounded.
+	for range 2 * lograte.DefaultBurst {
+		publish("/v1/topics/public/x", "not-a-token", "1", http.StatusUnauthorized)
+	}
+	if v := refused(scrape(), "unauthenticated"); v != strconv.Itoa(1+2*lograte.DefaultBurst) {
+		t.Errorf("refused_total{reason=\"unauthenticated\"} = %s after a loop of 401s, want %d", v, 1+2*lograte.DefaultBurst)
+	}
+	if n := strings.Count(logs.String(), "reason=unauthenticated"); n > lograte.DefaultBurst {
+		t.Errorf("%d lines for 401s in a loop, want at most %d", n, lograte.DefaultBurst)
+	}
+
+	// The retained gauges follow a retained message set, then cleared.
+	publish("/v1/topics/public/r?retain=1", "", "21.5", http.StatusNoContent)
+	text = scrape()
+	if v := value(text, "quiot_broker_retained_messages"); v != "1" {
+		t.Errorf("retained messages = %s after a retained publish, want 1", v)
+	}
+	if v, _ := strconv.Atoi(value(text, "quiot_broker_retained_bytes")); v < len("21.5") {
+		t.Errorf("retained bytes = %d, want at least the payload", v)
+	}
+	publish("/v1/topics/public/r?retain=1", "", "", http.StatusNoContent)
+	text = scrape()
+	if v := value(text, "quiot_broker_retained_messages"); v != "0" {
+		t.Errorf("retained messages = %s after clearing, want 0", v)
+	}
+	if v := value(text, "quiot_broker_retained_bytes"); v != "0" {
+		t.Errorf("retained bytes = %s after clearing, want 0", v)
+	}
 }
