@@ -208,6 +208,10 @@ type Link struct {
 	dropped, resent, slow, remoteGaps, reconn  atomic.Uint64
 	caughtUp                                   atomic.Uint64
 	epoch, retainedFull                        atomic.Uint64 // seq.go
+
+	// putFault, set by tests only (export_test.go), fails a bucket put
+	// when it returns an error for the key.
+	putFault atomic.Pointer[func(key string) error]
 }
 
 // gapNote is a run of dropped messages (this broker's message ids) and
@@ -754,16 +758,55 @@ func (l *Link) msgOf(it item) *nats.Msg {
 }
 
 // putRetained stores a retained message (or its clearing) in the bucket,
-// with its sequence number seq.
+// with its sequence number seq. The message is in the history stream
+// already, so a put that fails (no acknowledgement within AckTimeout under
+// load, a leader election of the bucket's stream, NATS unreachable) is made
+// again, with the reconnect backoff, until it is stored or the link stops:
+// given up, the other brokers would never learn the topic's retained
+// message (a broker of a cluster missing a device's last value). The send
+// loop makes the puts one after the other, so a retry cannot overwrite a
+// newer value of the same topic; a put that failed on the client's side but
+// was stored is stored again, which the brokers ignore (same sequence number).
 func (l *Link) putRetained(m *broker.Message, seq uint64) {
-	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
-	defer cancel()
 	if l.kv == nil {
 		return
 	}
-	if _, err := l.kv.Put(ctx, EncodeTopic(m.Topic), encodeRetained(l.ID(), m, seq)); err != nil {
-		l.log.Warn("cluster link: couldn't store retained message", "topic", m.Topic, "err", err)
+	key, val := EncodeTopic(m.Topic), encodeRetained(l.ID(), m, seq)
+	backoff := l.o.ReconnectWait
+	for failed := uint64(1); ; failed++ {
+		err := l.kvPut(key, val)
+		if err == nil {
+			if failed > 1 {
+				l.log.Info("cluster link: retained message stored", "topic", m.Topic, "attempts", failed)
+			}
+			return
+		}
+		if failed&(failed-1) == 0 { // 1st, 2nd, 4th, ... failure
+			l.log.Warn("cluster link: couldn't store retained message, trying again", "topic", m.Topic, "err", err, "attempts", failed)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-l.ctx.Done():
+			t.Stop()
+			l.log.Warn("cluster link: retained message not stored (link stopped)", "topic", m.Topic)
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, l.o.MaxReconnectWait)
 	}
+}
+
+// kvPut puts one bucket value, within AckTimeout.
+func (l *Link) kvPut(key string, val []byte) error {
+	if f := l.putFault.Load(); f != nil {
+		if err := (*f)(key); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
+	defer cancel()
+	_, err := l.kv.Put(ctx, key, val)
+	return err
 }
 
 // announceGap tells the other brokers that messages of this one were lost
