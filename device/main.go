@@ -59,7 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int { return app.Main(args, st
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := cli.NewFlagSet("quiot", name, stderr)
 	if slices.Contains(config.Sections, name) {
-		fs.String(config.FlagName, config.DefaultPath, "TOML configuration file: table ["+name+"], keys = flag names; flags override it (a missing default file is ignored; \"\" for none)")
+		fs.String(config.FlagName, config.DefaultPath, "TOML configuration file: table ["+name+"], keys = flag names; flags override it (a missing file at the default path is ignored; empty = none)")
 	}
 	return fs
 }

@@ -106,7 +106,7 @@ func (a *App) Usage(w io.Writer) {
 	}
 	footer := a.Footer
 	if footer == "" {
-		footer = fmt.Sprintf("Run '%s <command> -h' for the flags of a command.", a.Name)
+		footer = fmt.Sprintf("Run '%s help <command>' (or '%s <command> -h') for the flags of a command.", a.Name, a.Name)
 	}
 	fmt.Fprintf(w, "\n%s\n", footer)
 }
