@@ -259,6 +259,16 @@ func NewLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
+// Names returns the names of the registered commands, sorted.
+func (a *App) Names() []string {
+	names := make([]string, 0, len(a.commands))
+	for n := range a.commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
 // Lookup returns the command registered under name.
 func (a *App) Lookup(name string) (Command, bool) {
 	c, ok := a.commands[name]
