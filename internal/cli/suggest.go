@@ -5,6 +5,10 @@ import (
 	"sort"
 )
 
+// ClosestFlag returns the name of the flag of fs nearest to name, if it is
+// close enough to suggest ("did you mean --listen?"); see closestFlag.
+func ClosestFlag(fs *flag.FlagSet, name string) (string, bool) { return closestFlag(fs, name) }
+
 // closestFlag returns the flag of fs nearest to name by edit distance
 // (editDistance), if
 // it is close: at most 3 edits and at most half of name's length, so a
