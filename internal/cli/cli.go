@@ -131,13 +131,13 @@ func (a *App) Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if len(args) > 2 && args[0] == "help" {
+		fmt.Fprintf(stderr, "%s help: want at most one command name\n", a.Name)
+		return 2
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		a.Usage(stdout)
 		if len(args) == 0 {
-			return 2
-		}
-		if len(args) > 2 {
-			fmt.Fprintf(stderr, "%s help: want at most one command name\n", a.Name)
 			return 2
 		}
 		return 0
@@ -245,8 +245,10 @@ func flagMessage(fs *flag.FlagSet, msg string) string {
 	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
 		return "flag --" + strings.TrimLeft(name, "-") + " needs a value"
 	}
-	// "invalid value "x" for flag -n: parse error" and the like.
-	return strings.Replace(msg, " flag -", " --", 1)
+	// "invalid value "x" for flag -n: parse error", "invalid boolean value
+	// "x" for -dev: parse error".
+	msg = strings.Replace(msg, " for flag -", " for -", 1)
+	return strings.Replace(msg, " for -", " for --", 1)
 }
 
 // NewLogger returns a text slog logger on w at the named level (debug,

@@ -21,6 +21,7 @@ func testApp() *App {
 		fs := NewFlagSet("prog", "flags", stderr)
 		fs.Int("n", 1, "a number")
 		fs.String("listen", ":4433", "address")
+		fs.Bool("dev", false, "development")
 		fs.Int("max-payload", 1024, "largest payload")
 		return ParseFlags(fs, args)
 	}})

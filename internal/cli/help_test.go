@@ -69,6 +69,9 @@ func TestMistypedFlag(t *testing.T) {
 		{[]string{"flags", "-max-paylod=3"}, "prog flags: unknown flag --max-paylod; did you mean --max-payload?\nRun 'prog flags -h' for the list of flags.\n"},
 		{[]string{"flags", "--zzzzzz"}, "prog flags: unknown flag --zzzzzz\nRun 'prog flags -h' for the list of flags.\n"},
 		{[]string{"flags", "--listen"}, "prog flags: flag --listen needs a value\nRun 'prog flags -h' for the list of flags.\n"},
+		{[]string{"flags", "--n", "x"}, "prog flags: invalid value \"x\" for --n: parse error\nRun 'prog flags -h' for the list of flags.\n"},
+		{[]string{"flags", "--dev=maybe"}, "prog flags: invalid boolean value \"maybe\" for --dev: parse error\nRun 'prog flags -h' for the list of flags.\n"},
+		{[]string{"flags", "--n", "1", "extra"}, "prog flags: unexpected arguments: extra\nRun 'prog flags -h' for the list of flags.\n"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -104,6 +107,10 @@ func TestHelpCommand(t *testing.T) {
 	errb.Reset()
 	if got := testApp().Main([]string{"help", "nope"}, &out, &errb); got != 2 || !strings.Contains(errb.String(), `unknown command "nope"`) {
 		t.Errorf("help nope: status %d, stderr %q", got, errb.String())
+	}
+	out.Reset()
+	if got := testApp().Main([]string{"help", "ok", "fail"}, &out, &errb); got != 2 || out.Len() != 0 {
+		t.Errorf("help ok fail: status %d, stdout %q", got, out.String())
 	}
 }
 
