@@ -142,7 +142,9 @@ func TestFlagHelpConvention(t *testing.T) {
 		}
 	}
 	bad := regexp.MustCompile(`\(default[:\s]|\(0:|[;,] 0: |defaults? to |DESIGN\.md`)
-	flagLine := regexp.MustCompile(`^  --[a-z0-9-]+`)
+	// Flag lines and their indented text (either dash style, so the test
+	// reads any layout of the help).
+	flagLine := regexp.MustCompile(`^  --?[a-z0-9-]+`)
 	for _, c := range cmds {
 		t.Run(strings.Join(c, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer
@@ -153,7 +155,7 @@ func TestFlagHelpConvention(t *testing.T) {
 				switch {
 				case flagLine.MatchString(l):
 					blocks = append(blocks, l+":")
-				case strings.HasPrefix(l, "        ") && len(blocks) > 0:
+				case (strings.HasPrefix(l, "        ") || strings.HasPrefix(l, "    \t")) && len(blocks) > 0:
 					blocks[len(blocks)-1] += " " + strings.TrimSpace(l)
 				}
 			}
@@ -211,5 +213,28 @@ func TestConfigSizes(t *testing.T) {
 	if bf.maxPayload != 1024 || bf.historyBytes != 2<<20 || bf.retainedBytes != 1<<20 {
 		t.Errorf("max-payload %d, history-bytes %d, retained-bytes %d; want 1024, 2MiB (command line wins), 1MiB",
 			bf.maxPayload, bf.historyBytes, bf.retainedBytes)
+	}
+}
+
+// TestBrokerURLSchemes: the help of --broker names every scheme the
+// clients accept: https:// (HTTP/3), mqtt-quic://, mqtts:// and mqtt://.
+func TestBrokerURLSchemes(t *testing.T) {
+	for _, cmd := range []string{"pub", "sub"} {
+		t.Run(cmd, func(t *testing.T) {
+			var out bytes.Buffer
+			if code := run([]string{cmd, "-h"}, io.Discard, &out); code != 0 {
+				t.Fatalf("status %d", code)
+			}
+			// The --broker line and its text, up to the next flag.
+			block := regexp.MustCompile(`(?s)\n  --?broker string\n(.*?)(\n  -|$)`).FindStringSubmatch(out.String())
+			if block == nil {
+				t.Fatalf("no --broker in:\n%s", out.String())
+			}
+			for _, s := range []string{"https://", "mqtt-quic://", "mqtts://", "mqtt://"} {
+				if !strings.Contains(block[1], s) {
+					t.Errorf("--broker help lacks %s:\n%s", s, block[1])
+				}
+			}
+		})
 	}
 }
