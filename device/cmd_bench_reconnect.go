@@ -36,7 +36,7 @@ func runBenchReconnect(ctx context.Context, args []string, stdout, stderr io.Wri
 	repeat := fs.Int("repeat", 3, "runs per variant")
 	payload := fs.Int("payload", 256, "payload bytes")
 	sleep := fs.Duration("sleep", time.Second, "pause between wake-ups")
-	out := fs.String("out", "", "directory for reconnect.md and reconnect.json (default: print only)")
+	out := fs.String("out", "", "directory for reconnect.md and reconnect.json (empty = print only)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	if err := parseFlags(fs, args); err != nil {
 		return err

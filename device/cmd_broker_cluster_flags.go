@@ -36,7 +36,7 @@ func init() {
 
 func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.urls, "cluster", "", "join a broker cluster through these NATS servers (nats://h:4222,... or tls://...); empty = this broker alone (docs/cluster.md)")
-	fs.StringVar(&f.name, "cluster-name", "", "this broker's name in the cluster (default: the host name)")
+	fs.StringVar(&f.name, "cluster-name", "", "this broker's name in the cluster (empty = the host name)")
 	fs.StringVar(&f.user, "cluster-user", "", "NATS user name (with --cluster-password)")
 	fs.StringVar(&f.password, "cluster-password", "", "NATS password")
 	fs.StringVar(&f.token, "cluster-token", "", "NATS token")
@@ -45,10 +45,10 @@ func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.ca, "cluster-ca", "", "CA certificate file that verifies the NATS servers (TLS)")
 	fs.StringVar(&f.cert, "cluster-cert", "", "client certificate file for NATS (mTLS, with --cluster-key)")
 	fs.StringVar(&f.key, "cluster-key", "", "client key file for NATS")
-	fs.StringVar(&f.prefix, "cluster-prefix", "", "first token of the cluster's NATS subjects, stream and bucket (0 = quiot)")
+	fs.StringVar(&f.prefix, "cluster-prefix", "", "first token of the cluster's NATS subjects, stream and bucket (empty = quiot)")
 	fs.IntVar(&f.replicas, "cluster-replicas", 0, "JetStream replicas of the history stream and retained bucket when this broker creates them (0 = 3; 1 for a single NATS server)")
 	fs.IntVar(&f.holdMessages, "cluster-hold-messages", 0, "messages held for the cluster while NATS is unreachable; beyond it the oldest are dropped and the gap announced (0 = 10000)")
-	fs.Int64Var(&f.holdBytes, "cluster-hold-bytes", 0, "bytes held for the cluster while NATS is unreachable (0 = 16 MiB)")
+	fs.Int64Var(&f.holdBytes, "cluster-hold-bytes", 0, "bytes held for the cluster while NATS is unreachable (0 = 16MiB)")
 	fs.DurationVar(&f.ackTimeout, "cluster-ack-timeout", 0, "wait for JetStream's acknowledgement before sending again (0 = 5s)")
 	fs.DurationVar(&f.reconnectWait, "cluster-reconnect-wait", 0, "first delay between NATS reconnection attempts, doubling with jitter (0 = 250ms)")
 	fs.DurationVar(&f.maxReconnectWait, "cluster-max-reconnect-wait", 0, "longest delay between NATS reconnection attempts (0 = 10s)")

@@ -39,7 +39,7 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.subsPerIdentity, "max-subscriptions-per-identity", 0, "live subscriptions of one identity, anonymous clients by IP address (0 = 1000); beyond it 429")
 	fs.IntVar(&f.subsTotal, "max-subscriptions-total", 0, "live HTTP subscriptions in all (0 = 10000); beyond it 503")
 	fs.IntVar(&f.streams, "max-streams", 0, "concurrent requests per connection (0 = the QUIC profile's stream limit; 100 on HTTP/2)")
-	fs.IntVar(&f.headerBytes, "max-header-bytes", 0, "bytes of a request's header section (0 = 64 KiB); beyond it 431")
+	fs.IntVar(&f.headerBytes, "max-header-bytes", 0, "bytes of a request's header section (0 = 64KiB); beyond it 431")
 	fs.IntVar(&f.inflight, "stream-inflight", 0, "QoS 0 frames of one publish stream the store may hold uncommitted (0 = 64); then the stream waits")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "close a TCP (HTTP/1.1, HTTP/2) connection idle this long (0 = 2m)")
 }

@@ -28,18 +28,18 @@ func init() {
 	registerBrokerExtension(brokerExtension{
 		name: "mqtt",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&f.quicAddr, "mqtt-quic", ":14567", `UDP address of MQTT over QUIC (ALPN "mqtt", EMQX/NanoMQ compatible); empty disables`)
-			fs.StringVar(&f.tcpAddr, "mqtt-tcp", "", "TCP address of plain MQTT (e.g. :1883; passwords travel in clear: prefer --mqtt-tls); empty disables")
-			fs.StringVar(&f.tlsAddr, "mqtt-tls", "", "TCP address of MQTT over TLS 1.3, mqtts:// (e.g. :8883); empty disables")
+			fs.StringVar(&f.quicAddr, "mqtt-quic", ":14567", `UDP address of MQTT over QUIC (ALPN "mqtt", EMQX/NanoMQ compatible); empty = off`)
+			fs.StringVar(&f.tcpAddr, "mqtt-tcp", "", "TCP address of plain MQTT (e.g. :1883; passwords travel in clear: prefer --mqtt-tls); empty = off")
+			fs.StringVar(&f.tlsAddr, "mqtt-tls", "", "TCP address of MQTT over TLS 1.3, mqtts:// (e.g. :8883); empty = off")
 			// Limits (mqttquic.Limits); 0 keeps the default named.
 			l := &f.limits
-			fs.IntVar(&l.MaxClients, "mqtt-max-clients", 0, "connected MQTT clients at most (0: 1024)")
-			fs.IntVar(&l.MaxSessions, "mqtt-max-sessions", 0, "MQTT sessions, connected and offline, at most (0: 2048)")
-			fs.IntVar(&l.MaxSessionsPerIdentity, "mqtt-max-sessions-per-identity", 0, "MQTT sessions of one identity (all anonymous clients are one) at most (0: 256)")
-			fs.DurationVar(&l.AnonymousSessionExpiry, "mqtt-anonymous-session-expiry", 0, "how long an anonymous client's offline session is kept (0: 5m)")
-			fs.IntVar(&l.MaxQueuedMessages, "mqtt-max-queued-messages", 0, "QoS 1/2 messages one MQTT session holds at most (0: 1024)")
-			fs.Int64Var(&l.MaxQueuedBytes, "mqtt-max-queued-bytes", 0, "bytes of messages one MQTT session holds at most (0: 4 MiB)")
-			fs.Int64Var(&l.MaxQueuedBytesTotal, "mqtt-max-queued-bytes-total", 0, "bytes of messages all MQTT sessions hold at most (0: 64 MiB)")
+			fs.IntVar(&l.MaxClients, "mqtt-max-clients", 0, "connected MQTT clients at most (0 = 1024)")
+			fs.IntVar(&l.MaxSessions, "mqtt-max-sessions", 0, "MQTT sessions, connected and offline, at most (0 = 2048)")
+			fs.IntVar(&l.MaxSessionsPerIdentity, "mqtt-max-sessions-per-identity", 0, "MQTT sessions of one identity (all anonymous clients are one) at most (0 = 256)")
+			fs.DurationVar(&l.AnonymousSessionExpiry, "mqtt-anonymous-session-expiry", 0, "how long an anonymous client's offline session is kept (0 = 5m)")
+			fs.IntVar(&l.MaxQueuedMessages, "mqtt-max-queued-messages", 0, "QoS 1/2 messages one MQTT session holds at most (0 = 1024)")
+			fs.Int64Var(&l.MaxQueuedBytes, "mqtt-max-queued-bytes", 0, "bytes of messages one MQTT session holds at most (0 = 4MiB)")
+			fs.Int64Var(&l.MaxQueuedBytesTotal, "mqtt-max-queued-bytes-total", 0, "bytes of messages all MQTT sessions hold at most (0 = 64MiB)")
 		},
 		start: f.start,
 	})

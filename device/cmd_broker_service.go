@@ -38,7 +38,7 @@ func init() {
 	registerBrokerExtension(brokerExtension{
 		name: "service",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&f.metricsListen, "metrics-listen", metricsListenDefault, "TCP address of the Prometheus metrics endpoint (plain HTTP, GET /metrics); empty disables")
+			fs.StringVar(&f.metricsListen, "metrics-listen", metricsListenDefault, "TCP address of the Prometheus metrics endpoint (plain HTTP, GET /metrics); empty = off")
 			fs.BoolVar(&f.metricsTrace, "metrics-trace", true, "count QUIC packets, losses, PTOs and frames for /metrics (a little CPU per packet; false keeps only UDP byte and datagram counts)")
 			fs.BoolVar(&f.checkConfig, "check-config", false, "check the configuration file and flags (certificates, ACL, tuning, addresses), print the result and exit")
 		},

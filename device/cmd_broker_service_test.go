@@ -176,7 +176,7 @@ func flagNames(t *testing.T, cmd string) []string {
 	var stderr bytes.Buffer
 	_ = c.Run(context.Background(), []string{"-h"}, io.Discard, &stderr)
 	var names []string
-	for _, m := range regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(stderr.String(), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  --?([a-z0-9][a-z0-9-]*)`).FindAllStringSubmatch(stderr.String(), -1) {
 		if m[1] != "config" && m[1] != "check-config" {
 			names = append(names, m[1])
 		}

@@ -58,7 +58,7 @@ func runCertsCA(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("certs ca", stderr)
 	out := fs.String("out", ".", "directory to write ca.pem and ca-key.pem to")
 	cn := fs.String("cn", "quiot CA", "common name of the CA")
-	days := fs.Int("days", 0, "validity in days (0: 10 years)")
+	days := fs.Int("days", 0, "validity in days (0 = 10 years)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -103,9 +103,9 @@ func runCertsDevice(args []string, stdout, stderr io.Writer) error {
 	}
 	fs := newFlagSet("certs device", stderr)
 	caDir := fs.String("ca-dir", ".", "directory holding ca.pem and ca-key.pem")
-	out := fs.String("out", "", "directory to write NAME.pem and NAME-key.pem to (default: --ca-dir)")
-	hosts := fs.String("hosts", "", "comma-separated DNS names and IPs for the SAN (default: NAME, localhost, 127.0.0.1, ::1)")
-	days := fs.Int("days", 0, "validity in days (0: 2 years)")
+	out := fs.String("out", "", "directory to write NAME.pem and NAME-key.pem to (empty = --ca-dir)")
+	hosts := fs.String("hosts", "", "comma-separated DNS names and IPs for the SAN (empty = NAME, localhost, 127.0.0.1, ::1)")
+	days := fs.Int("days", 0, "validity in days (0 = 2 years)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}

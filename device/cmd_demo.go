@@ -39,7 +39,7 @@ type demoPlan struct {
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", stderr)
 	simple := fs.Bool("simple", false, "only the live loopback demo (in-process broker), without the quick bench that follows it")
-	out := fs.String("out", "", "directory of the quick bench's results (default results/demo-TIMESTAMP)")
+	out := fs.String("out", "", "directory of the quick bench's results (empty = results/demo-TIMESTAMP)")
 	count := fs.Int("count", 20, "messages to publish")
 	rate := fs.Float64("rate", 20, "messages per second")
 	mode := fs.String("mode", "request", "HTTP/3 publish mode: request or stream")

@@ -52,10 +52,10 @@ type clientFlags struct {
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.broker, "broker", "https://localhost:4433", "broker URL: https://host:4433 (HTTP/3), mqtt-quic://host:14567 or mqtt://host:1883")
+	fs.StringVar(&f.broker, "broker", "https://localhost:4433", "broker URL: https://host:4433 (HTTP/3), mqtt-quic://host:14567 (MQTT over QUIC), mqtts://host:8883 (MQTT over TLS) or mqtt://host:1883 (MQTT over TCP, no TLS)")
 	fs.StringVar(&f.tuning, "tuning", "default", "QUIC tuning profile: default, lean or a TOML file")
 	fs.BoolVar(&f.insecure, "insecure", false, "skip verification of the broker's certificate (development only)")
-	fs.StringVar(&f.ca, "ca", "", "PEM file of the CA(s) that signed the broker's certificate (default: system roots)")
+	fs.StringVar(&f.ca, "ca", "", "PEM file of the CA(s) that signed the broker's certificate (empty = the system's roots)")
 	fs.StringVar(&f.token, "token", "", "token (HTTP/3 Authorization: Bearer, once per connection unless --auth-every-request; MQTT password)")
 	fs.BoolVar(&f.everyReq, "auth-every-request", false, "HTTP/3: send the token on every request instead of once per connection (costs header bytes per message)")
 	fs.StringVar(&f.username, "username", "", "user name (HTTP Basic with --token as password; MQTT username)")
@@ -64,7 +64,7 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.reconnect, "reconnect", true, "reconnect with exponential backoff and jitter after network errors and 503")
 	fs.DurationVar(&f.maxBackoff, "max-backoff", 30*time.Second, "cap of the reconnect backoff")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&f.metricsOut, "metrics-out", "", "write this role's metrics (DESIGN.md's eight, with diagnostics) as JSON to this file on exit")
+	fs.StringVar(&f.metricsOut, "metrics-out", "", "write this role's metrics (the eight of docs/BENCH.md, with diagnostics) as JSON to this file on exit")
 	fs.StringVar(&f.session, "session-file", "", "keep TLS sessions in this file (mode 0600; it holds resumption secrets) so the next run resumes: a shorter handshake and, with allow_0rtt, the first publish in 0-RTT data")
 }
 
@@ -317,9 +317,9 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	qos := fs.Int("qos", 1, "0 (no acknowledgement awaited for MQTT) or 1 (acknowledged once the broker accepted it)")
 	retain := fs.Bool("retain", false, "ask the broker to keep the message as the topic's retained one")
 	payload := fs.String("payload", "", "message payload text")
-	payloadSize := fs.Int("payload-size", -1, "payload of N filler bytes instead of --payload")
-	rate := fs.Float64("rate", 0, "messages per second (0: each as soon as the previous one is acknowledged)")
-	count := fs.Int("count", 1, "messages to publish (0: until interrupted)")
+	payloadSize := fs.Int("payload-size", -1, "payload of this many filler bytes instead of --payload (-1 = use --payload)")
+	rate := fs.Float64("rate", 0, "messages per second (0 = each as soon as the previous one is acknowledged)")
+	count := fs.Int("count", 1, "messages to publish (0 = until interrupted)")
 	inflight := fs.Int("inflight", 1, "publishes awaiting acknowledgement at once (order is kept only with 1)")
 	mode := fs.String("mode", "request", "HTTP/3 publish mode: request (one request per message) or stream (one long-lived request)")
 	quiet := fs.Bool("quiet", false, "print no summary line")

@@ -42,7 +42,7 @@ type spoolFlags struct {
 func (f *spoolFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dir, "spool", "", "on-disk spool directory: each message is written there first and delivered in order once the broker takes it (survives broker outages, restarts, kill -9 and power loss); the run ends when its messages are delivered, and a run delivers what an earlier one left")
 	fs.Int64Var(&f.maxBytes, "spool-max-bytes", spool.DefaultMaxBytes, "size bound of the spool in bytes; when full, the oldest undelivered messages go (counted and logged)")
-	fs.DurationVar(&f.maxAge, "spool-max-age", spool.DefaultMaxAge, "undelivered messages older than this are dropped (counted and logged); 0: no age limit")
+	fs.DurationVar(&f.maxAge, "spool-max-age", spool.DefaultMaxAge, "undelivered messages older than this are dropped (counted and logged) (0 = no age limit)")
 	fs.StringVar(&f.fsync, "spool-fsync", "interval", "when the spool forces its writes to disk: always (before a message counts as accepted), interval (every 1s), a period such as 200ms, or never (the kernel's writeback)")
 	fs.BoolVar(&f.stdin, "stdin", false, "publish each line of standard input as one message (as mosquitto_pub -l; blank lines are skipped); the run ends when the input ends (with --spool: and the spool has drained)")
 }

@@ -32,7 +32,7 @@ func (s *serviceNotifier) ready(ctx context.Context, status string) {
 }
 
 // sensorFlagHelp is the help of pub's --sensor flag.
-const sensorFlagHelp = "publish readings of the board's hardware instead of --payload: thermal (SoC temperature, JSON, one reading per message at --rate, default 1/s) or gpio:NAME (each edge of GPIO input NAME, pulled up, as JSON {\"pin\",\"level\"}); --count defaults to 0 (until stopped)"
+const sensorFlagHelp = "publish readings of the board's hardware instead of --payload: thermal (SoC temperature, JSON, one reading per message at --rate, or 1/s without --rate) or gpio:NAME (each edge of GPIO input NAME, pulled up, as JSON {\"pin\",\"level\"}); without --count it publishes until stopped"
 
 // gpioOutFlagHelp is the help of sub's --gpio-out flag.
 const gpioOutFlagHelp = "drive GPIO output NAME on each message (an LED, a relay): 1/on/high/true and 0/off/low/false (or JSON {\"level\":...}) set it, anything else toggles it"

@@ -226,7 +226,7 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var cf clientFlags
 	cf.register(fs)
 	filter := fs.String("topic", "", "topic filter to subscribe to; MQTT wildcards + and # (required)")
-	count := fs.Int("count", 0, "exit after N messages (0: until interrupted)")
+	count := fs.Int("count", 0, "exit after N messages (0 = until interrupted)")
 	since := fs.Uint64("since", 0, "replay the broker's history after this sequence number first (HTTP/3)")
 	format := fs.String("format", "text", "output: text, json (one object a line), raw (payload bytes only) or none")
 	quiet := fs.Bool("quiet", false, "print no summary line on stderr")

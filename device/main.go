@@ -59,18 +59,24 @@ func run(args []string, stdout, stderr io.Writer) int { return app.Main(args, st
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := cli.NewFlagSet("quiot", name, stderr)
 	if slices.Contains(config.Sections, name) {
-		fs.String(config.FlagName, config.DefaultPath, "TOML configuration file: table ["+name+"], keys = flag names; flags override it (a missing default file is ignored; \"\" for none)")
+		fs.String(config.FlagName, config.DefaultPath, "TOML configuration file: table ["+name+"], keys = flag names; flags override it (a missing file at the default path is ignored; empty = none)")
 	}
 	return fs
 }
 
-// parseFlags parses args into fs (mistakes are usage errors), then lets roles
-// with a --config flag take defaults from the file.
+// parseFlags gives fs its command's help layout (flagLayouts) and byte-size
+// flags (sizeFlags), parses args into fs (mistakes are usage errors), then
+// lets roles with a --config flag take defaults from the file.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	name := strings.TrimPrefix(fs.Name(), "quiot ")
+	if h, ok := flagLayouts[name]; ok {
+		cli.SetHelp(fs, h)
+	}
+	cli.SizeFlags(fs, sizeFlags[name]...)
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
-	return config.ApplyFlag(fs, strings.TrimPrefix(fs.Name(), "quiot "))
+	return config.ApplyFlag(fs, name)
 }
 
 // newLogger returns the slog logger for a role: text to stderr, at the given

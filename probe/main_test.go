@@ -37,7 +37,7 @@ func TestUsageErrors(t *testing.T) {
 		{"no command", nil, 2, ""},
 		{"help", []string{"help"}, 0, ""},
 		{"unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{"bad flag", []string{"fit", "--nope"}, 2, "flag provided but not defined"},
+		{"bad flag", []string{"fit", "--nope"}, 2, "unknown flag --nope"},
 		{"fit without in", []string{"fit"}, 2, "--in DIR is required"},
 		{"fit missing dir", []string{"fit", "--in", "/nonexistent-dir"}, 1, "no such file"},
 		{"fit bad response", []string{"fit", "--in", "testdata", "--out", "/dev/null", "--response", "p42"}, 1, "unknown response"},

@@ -3,7 +3,7 @@
 // tuning profiles x link profiles x payload sizes x repeats), each role as its
 // own process of the quiot binary with the userspace link emulator in between,
 // and writes runs.csv (every repeat), summary.json (medians over repeats, the
-// schema of DESIGN.md), report.md with PNG plots and 95 % confidence
+// schema in docs/BENCH.md), report.md with PNG plots and 95 % confidence
 // intervals, and for the tuning study TUNING.md.
 //
 // The pieces are usable apart: Expand turns a Spec into the list of runs,

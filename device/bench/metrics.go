@@ -18,13 +18,13 @@ type Latency struct {
 	Max float64 `json:"max"`
 }
 
-// Metrics are the eight metrics of DESIGN.md for one run. The connection
+// Metrics are the eight metrics of docs/BENCH.md for one run. The connection
 // and resource figures (handshake, TTFD, wire, CPU, RSS) are the
 // publisher's, the constrained device of the study; latency, throughput,
 // delivery and completion are measured at the subscriber. The subscriber's
 // and other figures are in the run's diagnostics.
 type Metrics struct {
-	// The fields are DESIGN.md's metrics 1-8, named as in summary.json.
+	// The fields are metrics 1-8 of docs/BENCH.md, named as in summary.json.
 	HandshakeMs float64 `json:"handshake_ms"`
 	TTFDMs      float64 `json:"ttfd_ms"`
 	LatencyMs   Latency `json:"latency_ms"`

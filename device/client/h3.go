@@ -26,8 +26,8 @@ import (
 	"github.com/quiot/quiot/internal/wire"
 )
 
-// The HTTP/3 pub-sub client (scheme https): see DESIGN.md, "HTTP/3 pub-sub
-// protocol, v1". One QUIC connection at a time over one quic.Transport (so a
+// The HTTP/3 pub-sub client (scheme https) of the protocol docs/pubsub.md
+// describes. One QUIC connection at a time over one quic.Transport (so a
 // counting Options.PacketConn sees every datagram of every reconnection);
 // connected lazily on the first Publish or Subscribe and redialled when it
 // dies. Requests of Publish and Subscribe share the connection.

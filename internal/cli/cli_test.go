@@ -20,6 +20,9 @@ func testApp() *App {
 	a.Register(Command{Name: "flags", Summary: "parses flags", Run: func(_ context.Context, args []string, _, stderr io.Writer) error {
 		fs := NewFlagSet("prog", "flags", stderr)
 		fs.Int("n", 1, "a number")
+		fs.String("listen", ":4433", "address")
+		fs.Bool("dev", false, "development")
+		fs.Int("max-payload", 1024, "largest payload")
 		return ParseFlags(fs, args)
 	}})
 	return a
@@ -36,7 +39,7 @@ func TestMainStatuses(t *testing.T) {
 		{args: []string{"ok"}, want: 0},
 		{args: []string{"fail"}, want: 1, wantStderr: "prog fail: boom"},
 		{args: []string{"nope"}, want: 2, wantStderr: `unknown command "nope"`},
-		{args: []string{"flags", "-n", "x"}, want: 2, wantStderr: "usage error"},
+		{args: []string{"flags", "-n", "x"}, want: 2, wantStderr: `invalid value "x" for --n`},
 		{args: []string{"flags", "extra"}, want: 2, wantStderr: "unexpected arguments: extra"},
 		{args: []string{"flags", "-h"}, want: 0},
 		{args: []string{"flags", "-n", "3"}, want: 0},
@@ -57,7 +60,7 @@ func TestMainStatuses(t *testing.T) {
 func TestUsageListsCommands(t *testing.T) {
 	var b bytes.Buffer
 	testApp().Usage(&b)
-	for _, s := range []string{"prog: does things", "fail", "succeeds", "prog <command> -h"} {
+	for _, s := range []string{"prog: does things", "fail", "succeeds", "prog help <command>", "prog <command> -h"} {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("usage lacks %q:\n%s", s, b.String())
 		}

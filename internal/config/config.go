@@ -8,8 +8,19 @@
 //	metrics-listen = "127.0.0.1:9464"
 //	dev = false
 //
+// A value is given to the flag as its text, so it is written as on the
+// command line: byte sizes as "1k", "256KiB", "128MiB" or plain bytes (TOML
+// integers are bytes), durations as "5m", lists as TOML arrays or
+// comma-separated strings.
+//
+//	[broker]
+//	max-payload = "1k"
+//	history-bytes = "128MiB"
+//	shutdown-grace = "10s"
+//
 // Unknown tables, unknown keys and values a flag rejects are errors that name
-// the file, the line and the key.
+// the file, the line and the key, with the flag's own reason (for a size, the
+// accepted forms).
 package config
 
 import (
@@ -22,6 +33,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/quiot/quiot/internal/cli"
 )
 
 // DefaultPath is where the roles look for their configuration when --config
@@ -121,6 +134,9 @@ func ApplyData(fs *flag.FlagSet, section, name string, data []byte) error {
 			return fail(errors.New("not allowed in the configuration file"))
 		}
 		if fs.Lookup(kv.Key) == nil {
+			if s, ok := cli.ClosestFlag(fs, kv.Key); ok && !skipKeys[s] {
+				return fail(fmt.Errorf("unknown key (%s has no --%s flag; did you mean %s?)", fs.Name(), kv.Key, s))
+			}
 			return fail(fmt.Errorf("unknown key (%s has no --%s flag)", fs.Name(), kv.Key))
 		}
 		if set[kv.Key] {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quiot/quiot/internal/cli"
 )
 
 func brokerFlags() *flag.FlagSet {
@@ -23,6 +25,9 @@ func brokerFlags() *flag.FlagSet {
 	fs.Duration("idle", time.Minute, "")
 	fs.String("protos", "h3", "")
 	fs.String(FlagName, DefaultPath, "")
+	fs.Int("max-payload", 256<<10, "")
+	fs.Int64("history-bytes", 16<<20, "")
+	cli.SizeFlags(fs, "max-payload", "history-bytes")
 	return fs
 }
 
@@ -45,6 +50,8 @@ max-subs = 7
 rate = 2.5
 idle = "30s"
 protos = ["h3", "mqtt"]
+max-payload = "1k"
+history-bytes = "128MiB"
 
 [pub]
 broker = "https://x:4433"
@@ -58,6 +65,8 @@ nonsense-for-broker = 1
 		{"file only", nil, map[string]string{
 			"listen": ":5555", "metrics-listen": "0.0.0.0:9100", "dev": "true",
 			"max-subs": "7", "rate": "2.5", "idle": "30s", "protos": "h3,mqtt"}},
+		{"sizes", []string{"--history-bytes", "2M"}, map[string]string{
+			"max-payload": "1024", "history-bytes": "2097152"}},
 		{"flags win", []string{"--listen", ":1", "--dev=false"}, map[string]string{
 			"listen": ":1", "dev": "false", "max-subs": "7"}},
 	}
@@ -88,6 +97,9 @@ func TestApplyErrors(t *testing.T) {
 		wantIn   []string
 	}{
 		{"unknown key", "[broker]\nlisten = \":1\"\n\nlisten-typo = \"x\"\n", 4, []string{`key "listen-typo"`, "unknown key"}},
+		{"mistyped key", "[broker]\nmetrics-listn = \":1\"\n", 2, []string{`key "metrics-listn"`, "unknown key", "did you mean metrics-listen?"}},
+		{"bad size", "[broker]\n\nmax-payload = \"1kx\"\n", 3, []string{`key "max-payload"`, `invalid value "1kx"`, `unknown unit "kx"`, "256k, 256KiB", "plain bytes"}},
+		{"negative size", "[broker]\nmax-payload = -5\n", 2, []string{`key "max-payload"`, `invalid value "-5"`, "plain bytes"}},
 		{"bad int", "[broker]\n# c\nmax-subs = \"many\"\n", 3, []string{`key "max-subs"`, "invalid value"}},
 		{"bad duration", "[broker]\nidle = 5\n", 2, []string{`key "idle"`, "invalid value"}},
 		{"bad bool", "[broker]\n\ndev = \"maybe\"\n", 3, []string{`key "dev"`}},

@@ -49,7 +49,7 @@ func TestBuiltinProfiles(t *testing.T) {
 			}
 		})
 	}
-	// The characteristics DESIGN.md asks for.
+	// The characteristics the design asks for.
 	checks := []struct {
 		name string
 		ok   func(Profile) bool

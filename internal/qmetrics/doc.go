@@ -1,5 +1,5 @@
 // Package qmetrics measures a QUIC role (publisher, subscriber, broker) from
-// inside its process, for the eight metrics of DESIGN.md:
+// inside its process, for the eight metrics of docs/BENCH.md:
 //
 //   - NewCountingPacketConn wraps the UDP socket under a quic.Transport and
 //     counts UDP payload bytes and datagrams in both directions (metrics 5

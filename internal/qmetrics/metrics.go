@@ -11,7 +11,7 @@ import (
 	"github.com/quiot/quiot/internal/sysstat"
 )
 
-// RoleMetrics is one role's measurements of one run: DESIGN.md's eight
+// RoleMetrics is one role's measurements of one run: docs/BENCH.md's eight
 // metrics at the top level, diagnostics under "diag". It is what
 // --metrics-out writes. A metric that does not apply to the role (latency
 // at a publisher, TTFD at a subscriber) is 0.

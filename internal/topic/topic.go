@@ -20,7 +20,8 @@ import (
 	"unicode/utf8"
 )
 
-// Default limits, as in the protocol description (DESIGN.md).
+// Default limits of topics and filters, the same for HTTP/3 and MQTT
+// (docs/pubsub.md, docs/mqtt.md).
 const (
 	// DefaultMaxLength is the default maximum length of a topic or filter in bytes.
 	DefaultMaxLength = 256
