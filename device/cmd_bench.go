@@ -102,75 +102,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *reportOnly != "" {
 		return bench.Rereport(*reportOnly, link)
 	}
-	preset := fullPreset
-	title := ""
-	var knobList []bench.Knob
-	switch {
-	case *study == "tuning":
-		preset = studyPreset
-		title = "quiot bench: the tuning study (one knob at a time from lean)"
-		if knobList, err = bench.SelectKnobs(bench.ParseList(*knobs)); err != nil {
-			return fmt.Errorf("%w: --knobs: %v", errUsage, err)
-		}
-	case *study != "":
-		return fmt.Errorf("%w: --study %q (want tuning)", errUsage, *study)
-	case *quick:
-		preset = quickPreset
+	preset, title, knobList, err := choosePreset(*presetName, *study, *knobs, *quick)
+	if err != nil {
+		return err
 	}
-	switch *presetName {
-	case "":
-	case "study":
-		if *quick || *study != "" {
-			return fmt.Errorf("%w: --preset goes without --quick and --study", errUsage)
-		}
-		preset = comparisonPreset
-		title = "quiot bench: HTTP/3 vs MQTT over QUIC, the study preset"
-	default:
-		return fmt.Errorf("%w: --preset %q (want study)", errUsage, *presetName)
-	}
-	pick := func(flagVal, def string) string {
-		if flagVal != "" {
-			return flagVal
-		}
-		return def
-	}
-	spec := bench.Spec{
-		Protos:   bench.ParseList(pick(*protos, preset.protos)),
-		Modes:    bench.ParseList(pick(*modes, preset.modes)),
-		Profiles: bench.ParseList(pick(*profiles, preset.profiles)),
-		Repeat:   preset.repeat,
-		Count:    preset.count,
-		Rate:     preset.rate,
-		QoS:      *qos,
-		Inflight: preset.inflight,
-	}
-	if *inflight != 0 {
-		spec.Inflight = *inflight
-	}
-	if *repeat != 0 {
-		spec.Repeat = *repeat
-	}
-	if *count != 0 {
-		spec.Count = *count
-	}
-	if *rate >= 0 {
-		spec.Rate = *rate
-	}
-	if spec.Payloads, err = bench.ParseSizes(pick(*payloads, preset.payloads)); err != nil {
-		return fmt.Errorf("%w: --payloads: %v", errUsage, err)
-	}
-	if knobList != nil && *tunings == "" {
-		spec.Tunings = bench.KnobTunings(knobList)
-	} else if spec.Tunings, err = bench.ResolveTunings(bench.ParseList(pick(*tunings, preset.tunings))); err != nil {
-		return fmt.Errorf("%w: --tunings: %v", errUsage, err)
-	}
-	if err := spec.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	for _, p := range spec.Profiles {
-		if _, ok := link.Info(p); !ok {
-			return fmt.Errorf("%w: unknown link profile %q (want one of %s)", errUsage, p, strings.Join(link.Names(), ", "))
-		}
+	over := benchPreset{protos: *protos, modes: *modes, profiles: *profiles, payloads: *payloads, tunings: *tunings,
+		repeat: *repeat, count: *count, rate: *rate, inflight: *inflight}
+	spec, err := benchSpec(preset, over, *qos, knobList, link)
+	if err != nil {
+		return err
 	}
 	dir := *out
 	if dir == "" {
@@ -190,25 +130,119 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	start := time.Now()
 	res, err := bench.Run(ctx, opts)
 	if res != nil && res.Summary != nil {
-		fmt.Fprintln(stdout)
-		if herr := bench.WriteHeadline(stdout, res.Summary); herr != nil {
-			return herr
+		if werr := writeBenchResults(stdout, res, knobList, dir, start); werr != nil {
+			return werr
 		}
-		fmt.Fprintln(stdout)
-		if herr := bench.WriteComparison(stdout, res.Summary, res.Samples, res.Links); herr != nil {
-			return herr
-		}
-		if knobList != nil {
-			if terr := bench.WriteTuningDoc(filepath.Join(dir, "TUNING.md"), knobList, res); terr != nil {
-				return terr
-			}
-			fmt.Fprintf(stdout, "tuning study: %s\n", filepath.Join(dir, "TUNING.md"))
-		}
-		fmt.Fprintf(stdout, "\n%d runs in %s; results in %s (report.md, summary.json, runs.csv)\n",
-			len(res.Samples), time.Since(start).Round(time.Second), dir)
 	}
 	if errors.Is(err, bench.ErrInterrupted) {
 		return fmt.Errorf("%v: partial results in %s", err, dir)
 	}
 	return err
+}
+
+// choosePreset picks the bench's preset from --preset, --study (with
+// --knobs) and --quick, the report's title ("" for the default one) and,
+// for the tuning study, its knobs.
+func choosePreset(presetName, study, knobs string, quick bool) (preset benchPreset, title string, knobList []bench.Knob, err error) {
+	preset = fullPreset
+	switch {
+	case study == "tuning":
+		preset = studyPreset
+		title = "quiot bench: the tuning study (one knob at a time from lean)"
+		if knobList, err = bench.SelectKnobs(bench.ParseList(knobs)); err != nil {
+			return preset, "", nil, fmt.Errorf("%w: --knobs: %v", errUsage, err)
+		}
+	case study != "":
+		return preset, "", nil, fmt.Errorf("%w: --study %q (want tuning)", errUsage, study)
+	case quick:
+		preset = quickPreset
+	}
+	switch presetName {
+	case "":
+	case "study":
+		if quick || study != "" {
+			return preset, "", nil, fmt.Errorf("%w: --preset goes without --quick and --study", errUsage)
+		}
+		preset = comparisonPreset
+		title = "quiot bench: HTTP/3 vs MQTT over QUIC, the study preset"
+	default:
+		return preset, "", nil, fmt.Errorf("%w: --preset %q (want study)", errUsage, presetName)
+	}
+	return preset, title, knobList, nil
+}
+
+// benchSpec is preset's matrix and workload with the flags' values in over
+// put in its place: an empty string or zero count keeps the preset's, as
+// does a negative rate. Without --tunings, the tuning study's knobs give
+// the tunings. The spec must be valid and name only link's profiles.
+func benchSpec(preset, over benchPreset, qos int, knobList []bench.Knob, link *bench.ImpairLink) (bench.Spec, error) {
+	pick := func(flagVal, def string) string {
+		if flagVal != "" {
+			return flagVal
+		}
+		return def
+	}
+	spec := bench.Spec{
+		Protos:   bench.ParseList(pick(over.protos, preset.protos)),
+		Modes:    bench.ParseList(pick(over.modes, preset.modes)),
+		Profiles: bench.ParseList(pick(over.profiles, preset.profiles)),
+		Repeat:   preset.repeat,
+		Count:    preset.count,
+		Rate:     preset.rate,
+		QoS:      qos,
+		Inflight: preset.inflight,
+	}
+	if over.inflight != 0 {
+		spec.Inflight = over.inflight
+	}
+	if over.repeat != 0 {
+		spec.Repeat = over.repeat
+	}
+	if over.count != 0 {
+		spec.Count = over.count
+	}
+	if over.rate >= 0 {
+		spec.Rate = over.rate
+	}
+	var err error
+	if spec.Payloads, err = bench.ParseSizes(pick(over.payloads, preset.payloads)); err != nil {
+		return spec, fmt.Errorf("%w: --payloads: %v", errUsage, err)
+	}
+	if knobList != nil && over.tunings == "" {
+		spec.Tunings = bench.KnobTunings(knobList)
+	} else if spec.Tunings, err = bench.ResolveTunings(bench.ParseList(pick(over.tunings, preset.tunings))); err != nil {
+		return spec, fmt.Errorf("%w: --tunings: %v", errUsage, err)
+	}
+	if err := spec.Validate(); err != nil {
+		return spec, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	for _, p := range spec.Profiles {
+		if _, ok := link.Info(p); !ok {
+			return spec, fmt.Errorf("%w: unknown link profile %q (want one of %s)", errUsage, p, strings.Join(link.Names(), ", "))
+		}
+	}
+	return spec, nil
+}
+
+// writeBenchResults prints the bench's headline and protocol comparison,
+// writes TUNING.md in dir for the tuning study (knobList set) and ends
+// with the run count, the time since start and where the results are.
+func writeBenchResults(w io.Writer, res *bench.Result, knobList []bench.Knob, dir string, start time.Time) error {
+	fmt.Fprintln(w)
+	if err := bench.WriteHeadline(w, res.Summary); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if err := bench.WriteComparison(w, res.Summary, res.Samples, res.Links); err != nil {
+		return err
+	}
+	if knobList != nil {
+		if err := bench.WriteTuningDoc(filepath.Join(dir, "TUNING.md"), knobList, res); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "tuning study: %s\n", filepath.Join(dir, "TUNING.md"))
+	}
+	fmt.Fprintf(w, "\n%d runs in %s; results in %s (report.md, summary.json, runs.csv)\n",
+		len(res.Samples), time.Since(start).Round(time.Second), dir)
+	return nil
 }

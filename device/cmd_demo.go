@@ -92,33 +92,11 @@ func demo(ctx context.Context, p demoPlan, stdout io.Writer, log *slog.Logger) e
 	defer cancel()
 	stdout = &lockedWriter{w: stdout} // the subscriber's goroutine prints too
 
-	dev, err := certs.SelfSigned(nil, nil)
+	url, pool, stop, err := startDemoBroker(p.tuning, stdout, log)
 	if err != nil {
 		return err
 	}
-	b, err := broker.New(&broker.Options{
-		Listen:       "127.0.0.1:0",
-		DisableTCP:   true,
-		Certificates: []tls.Certificate{dev.TLS},
-		Tuning:       p.tuning,
-		Logger:       log,
-	})
-	if err != nil {
-		return err
-	}
-	if err := b.Start(); err != nil {
-		return err
-	}
-	defer func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer scancel()
-		_ = b.Shutdown(sctx)
-	}()
-	url := "https://" + b.Addr().String()
-	fmt.Fprintf(stdout, "broker   %s (HTTP/3; dev certificate SHA-256 %s)\n", url, certs.Fingerprint(dev.TLS.Certificate[0]))
-
-	pool := x509.NewCertPool()
-	pool.AddCert(dev.TLS.Leaf)
+	defer stop()
 	newClient := func(mode string) (client.Client, error) {
 		return client.New(client.Options{Broker: url, RootCAs: pool, Profile: p.tuning, PublishMode: mode, Reconnect: true, Logger: log})
 	}
@@ -134,14 +112,9 @@ func demo(ctx context.Context, p demoPlan, stdout io.Writer, log *slog.Logger) e
 	defer pub.Close()
 
 	const filter, topicName = "demo/#", "demo/sensor-1/temperature"
-	var (
-		latencies []time.Duration
-		lastSeq   uint64
-		inOrder   = true
-		got       = make(chan struct{})
-		ready     = make(chan struct{})
-		subErr    = make(chan error, 1)
-	)
+	ds := &demoSub{out: stdout, count: p.count, inOrder: true, got: make(chan struct{})}
+	ready := make(chan struct{})
+	subErr := make(chan error, 1)
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
 	sctx = client.WithSubscribed(sctx, func() {
@@ -151,24 +124,7 @@ func demo(ctx context.Context, p demoPlan, stdout io.Writer, log *slog.Logger) e
 			close(ready)
 		}
 	})
-	go func() {
-		subErr <- sub.Subscribe(sctx, filter, 0, func(m client.Message) {
-			if m.Gap {
-				fmt.Fprintf(stdout, "sub      gap: messages lost on %s\n", orUnknown(m.Topic))
-				return
-			}
-			if m.Seq <= lastSeq {
-				inOrder = false
-			}
-			lastSeq = m.Seq
-			l := m.Latency()
-			latencies = append(latencies, l)
-			fmt.Fprintf(stdout, "sub      %-28s #%-3d %8.3f ms  %s\n", m.Topic, m.Seq, ms(l), m.Payload)
-			if len(latencies) == p.count {
-				close(got)
-			}
-		})
-	}()
+	go func() { subErr <- sub.Subscribe(sctx, filter, 0, ds.deliver) }()
 	select {
 	case <-ready:
 		fmt.Fprintf(stdout, "sub      subscribed to %s (handshake %.2f ms)\n", filter, ms(sub.Stats().Handshake))
@@ -185,25 +141,95 @@ func demo(ctx context.Context, p demoPlan, stdout io.Writer, log *slog.Logger) e
 		return fmt.Errorf("publisher: %w", err)
 	}
 	select {
-	case <-got:
+	case <-ds.got:
 	case err := <-subErr:
 		return fmt.Errorf("subscriber: %w", err)
 	case <-ctx.Done():
 		return demoEnd(ctx, "waiting for deliveries")
 	}
 	scancel()
-	<-subErr // the handler no longer runs: latencies is ours
+	<-subErr // the handler no longer runs: ds is ours
+	return ds.summary(stdout, res)
+}
 
-	sorted := slices.Clone(latencies)
+// startDemoBroker starts an HTTP/3-only broker with a fresh dev certificate
+// on 127.0.0.1:0 and prints its URL and the certificate's fingerprint. It
+// returns the URL, a pool trusting the certificate and stop, which shuts
+// the broker down.
+func startDemoBroker(tuning *quictune.Profile, stdout io.Writer, log *slog.Logger) (url string, roots *x509.CertPool, stop func(), err error) {
+	dev, err := certs.SelfSigned(nil, nil)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	b, err := broker.New(&broker.Options{
+		Listen:       "127.0.0.1:0",
+		DisableTCP:   true,
+		Certificates: []tls.Certificate{dev.TLS},
+		Tuning:       tuning,
+		Logger:       log,
+	})
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if err := b.Start(); err != nil {
+		return "", nil, nil, err
+	}
+	stop = func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		_ = b.Shutdown(sctx)
+	}
+	url = "https://" + b.Addr().String()
+	fmt.Fprintf(stdout, "broker   %s (HTTP/3; dev certificate SHA-256 %s)\n", url, certs.Fingerprint(dev.TLS.Certificate[0]))
+	roots = x509.NewCertPool()
+	roots.AddCert(dev.TLS.Leaf)
+	return url, roots, stop, nil
+}
+
+// demoSub is the demo subscriber's record of its deliveries. Its handler,
+// deliver, runs on the subscriber's goroutine; the rest is read once that
+// goroutine has ended.
+type demoSub struct {
+	out       io.Writer
+	count     int // deliveries awaited
+	latencies []time.Duration
+	lastSeq   uint64
+	inOrder   bool
+	got       chan struct{} // closed at the count-th delivery
+}
+
+// deliver prints one delivery (or gap) and records its latency and order.
+func (s *demoSub) deliver(m client.Message) {
+	if m.Gap {
+		fmt.Fprintf(s.out, "sub      gap: messages lost on %s\n", orUnknown(m.Topic))
+		return
+	}
+	if m.Seq <= s.lastSeq {
+		s.inOrder = false
+	}
+	s.lastSeq = m.Seq
+	l := m.Latency()
+	s.latencies = append(s.latencies, l)
+	fmt.Fprintf(s.out, "sub      %-28s #%-3d %8.3f ms  %s\n", m.Topic, m.Seq, ms(l), m.Payload)
+	if len(s.latencies) == s.count {
+		close(s.got)
+	}
+}
+
+// summary prints the deliveries' count, order and latency percentiles with
+// the publisher's handshake and time to first data from res. It fails when
+// messages arrived out of order.
+func (s *demoSub) summary(w io.Writer, res pubResult) error {
+	sorted := slices.Clone(s.latencies)
 	slices.Sort(sorted)
 	q := func(f float64) float64 { return ms(sorted[int(f*float64(len(sorted)-1)+0.5)]) }
 	order := "in order"
-	if !inOrder {
+	if !s.inOrder {
 		order = "OUT OF ORDER"
 	}
-	fmt.Fprintf(stdout, "summary  %d/%d delivered %s; latency p50 %.3f ms, p95 %.3f ms, max %.3f ms; publisher handshake %.2f ms, time to first data %.2f ms\n",
-		len(latencies), res.Sent, order, q(0.5), q(0.95), ms(sorted[len(sorted)-1]), ms(res.Handshake), ms(res.TTFD))
-	if !inOrder {
+	fmt.Fprintf(w, "summary  %d/%d delivered %s; latency p50 %.3f ms, p95 %.3f ms, max %.3f ms; publisher handshake %.2f ms, time to first data %.2f ms\n",
+		len(s.latencies), res.Sent, order, q(0.5), q(0.95), ms(sorted[len(sorted)-1]), ms(res.Handshake), ms(res.TTFD))
+	if !s.inOrder {
 		return errors.New("messages were delivered out of order")
 	}
 	return nil

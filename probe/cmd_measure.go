@@ -104,28 +104,13 @@ func runMeasure(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkInterface("egress", *egress, *egressNS); err != nil {
 		return err
 	}
-	var oc *ovs.Client
 	row := lab.Row{Condition: lab.Condition{Path: "ovs", Size: *size, Rate: *rate, Flows: *flows,
 		Rules: *rulesLabel, MemBytes: memBytes, CPUs: *cpusLabel, Cold: *coldLabel}}
-	var before ovs.Counters
-	var pb ovs.ProcSample
-	pid := 0
+	var rec *ovsRecord
 	if *bridge != "" {
-		oc = &ovs.Client{DB: *ovsDB, Target: *ovsTarget, RunDir: *ovsRunDir}
-		if row.OVSVersion, err = oc.Version(ctx); err != nil {
-			return fmt.Errorf("--bridge %s: %w", *bridge, err)
-		}
-		if row.Datapath, err = oc.DatapathType(ctx, *bridge); err != nil {
-			return fmt.Errorf("--bridge %s: %w", *bridge, err)
-		}
-		if before, err = oc.Snapshot(ctx); err != nil {
+		oc := &ovs.Client{DB: *ovsDB, Target: *ovsTarget, RunDir: *ovsRunDir}
+		if rec, err = startOVSRecord(ctx, oc, *bridge, &row); err != nil {
 			return err
-		}
-		if *ovsRunDir != "" {
-			oc.PIDFile = *ovsRunDir + "/ovs-vswitchd.pid"
-		}
-		if pid, err = oc.VswitchdPID(); err == nil {
-			pb, _ = ovs.SampleProcess("", pid)
 		}
 	} else {
 		row.Path = "measure"
@@ -138,45 +123,21 @@ func runMeasure(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	if res.Matched == 0 {
-		if res.IngressSeen == 0 {
-			return fmt.Errorf("%w: %s saw none of the %d probe packets sent to %s (wrong interface or namespace?)", lab.ErrNoTraffic, *ingress, res.Sent, ap)
-		}
-		return fmt.Errorf("%w: %s saw %d probe packets but %s saw none of them (are they forwarded between the two?)", lab.ErrNoTraffic, *ingress, res.IngressSeen, *egress)
+	if err := checkMatched(res, *ingress, *egress, ap); err != nil {
+		return err
 	}
 	s, err := stats.Summarize(stats.Micros(res.Delays), stats.Options{Resamples: *resamples, Seed: *seed})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s -> %s: %d sent, %d matched, %d lost, %d duplicated, %d reordered, ring drops %d/%d\n",
-		*ingress, *egress, res.Sent, res.Matched, res.Lost, res.Duplicated, res.Reordered, res.IngressRingDrops, res.EgressRingDrops)
-	fmt.Fprintf(stdout, "delay us: min %.1f  p50 %.1f [%.1f, %.1f]  p99 %.1f [%.1f, %.1f]  p99.9 %.1f  PDV %.1f  max %.1f\n",
-		s.Min, s.P50, s.P50CI.Lo, s.P50CI.Hi, s.P99, s.P99CI.Lo, s.P99CI.Hi, s.P999, s.PDV, s.Max)
-	if res.FirstOK {
-		fmt.Fprintf(stdout, "first packet (cold): %.1f us\n", float64(res.FirstDelay)/1e3)
-		row.FirstDelayUS = float64(res.FirstDelay) / 1e3
-	}
+	printMeasurement(stdout, *ingress, *egress, res, s)
 	if *out == "" {
 		return nil
 	}
 	row.DurationS = time.Since(t0).Seconds()
-	row.Sent, row.Matched, row.Lost, row.Duplicated, row.Reordered = res.Sent, res.Matched, res.Lost, res.Duplicated, res.Reordered
-	row.IngressRingDrops, row.EgressRingDrops, row.Stats = res.IngressRingDrops, res.EgressRingDrops, s
-	if oc != nil {
-		if after, err := oc.Snapshot(ctx); err == nil {
-			d := after.Sub(before)
-			row.DPHit, row.DPMissed, row.DPLost, row.DPFlows = d.Hit, d.Missed, d.Lost, d.Flows
-			row.EMCHits, row.SMCHits, row.MegaflowHits = d.PMD["emc hits"], d.PMD["smc hits"], d.PMD["megaflow hits"]
-			row.Upcalls = d.PMD["miss with success upcall"] + d.PMD["miss with failed upcall"]
-		}
-		if n, err := oc.RuleCount(ctx, *bridge); err == nil {
-			row.OFRules = n
-		}
-		if pid > 0 {
-			if pa, err := ovs.SampleProcess("", pid); err == nil {
-				row.VswitchdCPUPct, row.VswitchdRSSBytes, row.VswitchdPeakRSS = ovs.CPUPercent(pb, pa), pa.RSSBytes, pa.PeakRSSBytes
-			}
-		}
+	setResults(&row, res, s)
+	if rec != nil {
+		rec.finish(ctx, &row)
 	}
 	row.HostMemAvailBytes, _ = ovs.HostMemAvailable("")
 	row.HostLoad1, _ = ovs.HostLoad1("")
@@ -186,6 +147,94 @@ func runMeasure(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "appended %s to %s/conditions.csv\n", row.ID, *out)
 	return nil
+}
+
+// checkMatched fails with lab.ErrNoTraffic, saying which side saw nothing,
+// when no probe packet was seen on both ports.
+func checkMatched(res *measure.Result, ingress, egress string, dst netip.AddrPort) error {
+	if res.Matched > 0 {
+		return nil
+	}
+	if res.IngressSeen == 0 {
+		return fmt.Errorf("%w: %s saw none of the %d probe packets sent to %s (wrong interface or namespace?)", lab.ErrNoTraffic, ingress, res.Sent, dst)
+	}
+	return fmt.Errorf("%w: %s saw %d probe packets but %s saw none of them (are they forwarded between the two?)", lab.ErrNoTraffic, ingress, res.IngressSeen, egress)
+}
+
+// printMeasurement writes one condition's packet counts, delay percentiles
+// and, when it was timed, the first packet's delay.
+func printMeasurement(w io.Writer, ingress, egress string, res *measure.Result, s stats.Summary) {
+	fmt.Fprintf(w, "%s -> %s: %d sent, %d matched, %d lost, %d duplicated, %d reordered, ring drops %d/%d\n",
+		ingress, egress, res.Sent, res.Matched, res.Lost, res.Duplicated, res.Reordered, res.IngressRingDrops, res.EgressRingDrops)
+	fmt.Fprintf(w, "delay us: min %.1f  p50 %.1f [%.1f, %.1f]  p99 %.1f [%.1f, %.1f]  p99.9 %.1f  PDV %.1f  max %.1f\n",
+		s.Min, s.P50, s.P50CI.Lo, s.P50CI.Hi, s.P99, s.P99CI.Lo, s.P99CI.Hi, s.P999, s.PDV, s.Max)
+	if res.FirstOK {
+		fmt.Fprintf(w, "first packet (cold): %.1f us\n", float64(res.FirstDelay)/1e3)
+	}
+}
+
+// setResults copies the measurement's counts, first-packet delay and
+// delay summary into row.
+func setResults(row *lab.Row, res *measure.Result, s stats.Summary) {
+	if res.FirstOK {
+		row.FirstDelayUS = float64(res.FirstDelay) / 1e3
+	}
+	row.Sent, row.Matched, row.Lost, row.Duplicated, row.Reordered = res.Sent, res.Matched, res.Lost, res.Duplicated, res.Reordered
+	row.IngressRingDrops, row.EgressRingDrops, row.Stats = res.IngressRingDrops, res.EgressRingDrops, s
+}
+
+// ovsRecord samples an OVS bridge around one condition: its datapath
+// counters, OpenFlow rule count and ovs-vswitchd's CPU and memory.
+type ovsRecord struct {
+	c      *ovs.Client
+	bridge string
+	before ovs.Counters   // datapath counters at the start
+	pid    int            // ovs-vswitchd's pid; 0 when not found
+	pb     ovs.ProcSample // its CPU time and memory at the start
+}
+
+// startOVSRecord notes the OVS version and bridge's datapath type in row
+// and takes the starting samples. Without a readable ovs-vswitchd pid file
+// the record leaves out its CPU and memory.
+func startOVSRecord(ctx context.Context, c *ovs.Client, bridge string, row *lab.Row) (*ovsRecord, error) {
+	r := &ovsRecord{c: c, bridge: bridge}
+	var err error
+	if row.OVSVersion, err = c.Version(ctx); err != nil {
+		return nil, fmt.Errorf("--bridge %s: %w", bridge, err)
+	}
+	if row.Datapath, err = c.DatapathType(ctx, bridge); err != nil {
+		return nil, fmt.Errorf("--bridge %s: %w", bridge, err)
+	}
+	if r.before, err = c.Snapshot(ctx); err != nil {
+		return nil, err
+	}
+	if c.RunDir != "" {
+		c.PIDFile = c.RunDir + "/ovs-vswitchd.pid"
+	}
+	if r.pid, err = c.VswitchdPID(); err == nil {
+		r.pb, _ = ovs.SampleProcess("", r.pid)
+	}
+	return r, nil
+}
+
+// finish adds to row what the bridge did since the start: datapath counter
+// deltas, the OpenFlow rule count and ovs-vswitchd's CPU share and memory.
+// A sample that fails is left out.
+func (r *ovsRecord) finish(ctx context.Context, row *lab.Row) {
+	if after, err := r.c.Snapshot(ctx); err == nil {
+		d := after.Sub(r.before)
+		row.DPHit, row.DPMissed, row.DPLost, row.DPFlows = d.Hit, d.Missed, d.Lost, d.Flows
+		row.EMCHits, row.SMCHits, row.MegaflowHits = d.PMD["emc hits"], d.PMD["smc hits"], d.PMD["megaflow hits"]
+		row.Upcalls = d.PMD["miss with success upcall"] + d.PMD["miss with failed upcall"]
+	}
+	if n, err := r.c.RuleCount(ctx, r.bridge); err == nil {
+		row.OFRules = n
+	}
+	if r.pid > 0 {
+		if pa, err := ovs.SampleProcess("", r.pid); err == nil {
+			row.VswitchdCPUPct, row.VswitchdRSSBytes, row.VswitchdPeakRSS = ovs.CPUPercent(r.pb, pa), pa.RSSBytes, pa.PeakRSSBytes
+		}
+	}
 }
 
 func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -17,74 +17,127 @@ import (
 // bootstraps it for coefficient intervals (see the package comment).
 func Fit(obs []Observation, opts FitOptions) (*Model, error) {
 	opts = opts.withDefaults()
-	n := len(obs)
-	if n < 1 {
-		return nil, errors.New("no conditions to fit a model to")
+	if err := checkInput(obs, opts); err != nil {
+		return nil, err
 	}
-	switch opts.Transform {
-	case "auto", "none", "log":
-	default:
-		return nil, fmt.Errorf("unknown response transform %q (none, log, auto)", opts.Transform)
-	}
-	for i, o := range obs {
-		if math.IsNaN(o.Y) || math.IsInf(o.Y, 0) {
-			return nil, fmt.Errorf("condition %d: response is %v", i, o.Y)
-		}
-	}
-	factors := opts.Factors
-	if factors == nil {
-		seen := map[string]int{}
-		for _, o := range obs {
-			for k := range o.X {
-				seen[k]++
-			}
-		}
-		for k, c := range seen {
-			if c == n {
-				factors = append(factors, k)
-			}
-		}
-		sort.Strings(factors)
-	}
-	m := &Model{
+	r := &fitRun{opts: opts, m: &Model{
 		Coefficients: map[string]float64{},
 		CI95:         map[string][2]float64{},
 		Ranges:       map[string][2]float64{},
 		Response:     opts.Response,
-		NConditions:  n,
+		NConditions:  len(obs),
+	}}
+	if err := r.factors(obs); err != nil {
+		return nil, err
 	}
-	var varying []string
+	if err := r.candidates(obs); err != nil {
+		return nil, err
+	}
+	if err := r.fitTerms(); err != nil {
+		return nil, err
+	}
+	r.scoreTrain()
+	r.scoreCV()
+	r.intervals()
+	return r.m, nil
+}
+
+// fitRun is the state Fit's phases hand on to each other, in the order
+// they fill it.
+type fitRun struct {
+	opts    FitOptions  // with defaults applied
+	m       *Model      // the model being filled in
+	varying []string    // factors with at least 2 distinct values
+	p       *pipeline   // candidates and response, set by candidates
+	sel     selection   // the selection on all conditions, set by fitTerms
+	cols    [][]float64 // the final design, intercept first, set by fitTerms
+	beta    []float64   // its least-squares coefficients
+	df      int         // its residual degrees of freedom
+	sst     float64     // total sum of squares of the response, set by scoreTrain
+}
+
+// checkInput rejects what no fit can use: no conditions, an unknown
+// response transform, a response that is not a finite number.
+func checkInput(obs []Observation, opts FitOptions) error {
+	if len(obs) < 1 {
+		return errors.New("no conditions to fit a model to")
+	}
+	switch opts.Transform {
+	case "auto", "none", "log":
+	default:
+		return fmt.Errorf("unknown response transform %q (none, log, auto)", opts.Transform)
+	}
+	for i, o := range obs {
+		if math.IsNaN(o.Y) || math.IsInf(o.Y, 0) {
+			return fmt.Errorf("condition %d: response is %v", i, o.Y)
+		}
+	}
+	return nil
+}
+
+// commonFactors returns, sorted, the factors present in every observation.
+func commonFactors(obs []Observation) []string {
+	var factors []string
+	seen := map[string]int{}
+	for _, o := range obs {
+		for k := range o.X {
+			seen[k]++
+		}
+	}
+	for k, c := range seen {
+		if c == len(obs) {
+			factors = append(factors, k)
+		}
+	}
+	sort.Strings(factors)
+	return factors
+}
+
+// factors sets the model's factors (the requested ones, or those common to
+// all observations) and their ranges, and finds the varying ones. Every
+// observation must carry every factor.
+func (r *fitRun) factors(obs []Observation) error {
+	factors := r.opts.Factors
+	if factors == nil {
+		factors = commonFactors(obs)
+	}
 	for _, f := range factors {
 		for i, o := range obs {
 			if _, ok := o.X[f]; !ok {
-				return nil, fmt.Errorf("condition %d lacks factor %q", i, f)
+				return fmt.Errorf("condition %d lacks factor %q", i, f)
 			}
 		}
 		vals := distinct(obs, f)
-		m.Ranges[f] = [2]float64{vals[0], vals[len(vals)-1]}
+		r.m.Ranges[f] = [2]float64{vals[0], vals[len(vals)-1]}
 		if len(vals) >= 2 {
-			varying = append(varying, f)
+			r.varying = append(r.varying, f)
 		}
 	}
-	m.Factors = factors
-	// The candidates depend on the design (factor levels), not on the
-	// response: generating them once from all conditions leaks nothing
-	// into the outer folds.
-	cands := opts.Candidates
+	r.m.Factors = factors
+	return nil
+}
+
+// candidates builds the pipeline: the response (and its log when every
+// value is positive) and the usable candidate terms with their columns.
+// The candidates depend on the design (factor levels), not on the
+// response: generating them once from all conditions leaks nothing into
+// the outer folds.
+func (r *fitRun) candidates(obs []Observation) error {
+	cands := r.opts.Candidates
 	if cands == nil {
-		cands = Candidates(obs, varying)
+		cands = Candidates(obs, r.varying)
 	}
-	y := make([]float64, n)
+	y := make([]float64, len(obs))
 	for i, o := range obs {
 		y[i] = o.Y
 	}
-	p := &pipeline{y: y, tr: opts.Transform, folds: opts.Folds, maxTerms: opts.MaxTerms, minGain: opts.MinGain,
-		strata: strata(obs, varying)}
+	p := &pipeline{y: y, tr: r.opts.Transform, folds: r.opts.Folds, maxTerms: r.opts.MaxTerms, minGain: r.opts.MinGain,
+		strata: strata(obs, r.varying)}
 	seen := map[string]bool{}
 	for _, c := range cands {
 		t, err := ParseTerm(c)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if seen[t.String()] || len(t.atoms) == 0 {
 			continue
@@ -99,46 +152,71 @@ func Fit(obs []Observation, opts FitOptions) (*Model, error) {
 	}
 	if positive(y) {
 		p.ylog = forward("log", y)
-	} else if opts.Transform == "log" {
-		return nil, errors.New("log transform needs a positive response")
+	} else if r.opts.Transform == "log" {
+		return errors.New("log transform needs a positive response")
 	}
+	r.p = p
+	return nil
+}
 
+// fitTerms runs the selection on all conditions and fits the chosen
+// transform and terms by least squares: the model's terms, coefficients
+// and t-intervals given the terms (when there are residual degrees of
+// freedom).
+func (r *fitRun) fitTerms() error {
+	m, p, n := r.m, r.p, r.m.NConditions
 	all := make([]int, n)
 	for i := range all {
 		all[i] = i
 	}
-	sel := p.selectOn(all, opts.Seed)
-	_, m.Folds = p.assignFolds(all, opts.Folds, opts.Seed)
-	m.Transform = sel.transform
-	yt := forward(m.Transform, y)
-	cols := [][]float64{ones(n)}
+	r.sel = p.selectOn(all, r.opts.Seed)
+	_, m.Folds = p.assignFolds(all, r.opts.Folds, r.opts.Seed)
+	m.Transform = r.sel.transform
+	yt := forward(m.Transform, p.y)
+	r.cols = [][]float64{ones(n)}
 	chosen := []Term{{}}
-	for _, c := range sel.terms {
-		cols = append(cols, p.cols[c])
+	for _, c := range r.sel.terms {
+		r.cols = append(r.cols, p.cols[c])
 		chosen = append(chosen, p.cands[c])
 	}
-	beta, cov, rssT, err := ols(cols, yt)
+	beta, cov, rssT, err := ols(r.cols, yt)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	df := n - len(cols)
+	r.beta = beta
+	r.df = n - len(r.cols)
 	var tq float64
-	if df > 0 {
-		tq = distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(df)}.Quantile(0.975)
+	if r.df > 0 {
+		tq = distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(r.df)}.Quantile(0.975)
 		m.CI95GivenTerms = map[string][2]float64{}
 	}
 	for i, t := range chosen {
 		name := t.String()
 		m.Terms = append(m.Terms, name)
 		m.Coefficients[name] = beta[i]
-		if df > 0 {
-			se := math.Sqrt(cov.At(i, i) * rssT / float64(df))
+		if r.df > 0 {
+			se := math.Sqrt(cov.At(i, i) * rssT / float64(r.df))
 			m.CI95GivenTerms[name] = [2]float64{beta[i] - tq*se, beta[i] + tq*se}
 		}
 	}
 	if m.Transform == "log" {
 		m.Notes = append(m.Notes, "terms model ln("+m.Response+"): Predict returns exp(sum of terms); coefficients and CIs are on the log scale")
 	}
+	return nil
+}
+
+// r2 is 1 - press/SST, or 0 when the response does not vary.
+func (r *fitRun) r2(press float64) float64 {
+	if r.sst > 0 {
+		return 1 - press/r.sst
+	}
+	return 0
+}
+
+// scoreTrain sets the in-sample R^2 and RMSE of the final fit, on the
+// original scale.
+func (r *fitRun) scoreTrain() {
+	m, y, n := r.m, r.p.y, r.m.NConditions
 	mean := 0.0
 	for _, v := range y {
 		mean += v
@@ -147,38 +225,40 @@ func Fit(obs []Observation, opts FitOptions) (*Model, error) {
 	sst, rss := 0.0, 0.0
 	for i, v := range y {
 		sst += (v - mean) * (v - mean)
-		f := inverse(m.Transform, predictRow(cols, beta, i))
+		f := inverse(m.Transform, predictRow(r.cols, r.beta, i))
 		rss += (v - f) * (v - f)
 	}
+	r.sst = sst
 	m.RMSETrainUS = math.Sqrt(rss / float64(n))
-	r2 := func(press float64) float64 {
-		if sst > 0 {
-			return 1 - press/sst
-		}
-		return 0
-	}
-	m.R2Train = r2(rss)
+	m.R2Train = r.r2(rss)
 	if sst == 0 {
 		m.Notes = append(m.Notes, "response does not vary: R^2 undefined, reported as 0")
 	}
-	if len(varying) == 0 {
+	if len(r.varying) == 0 {
 		m.Notes = append(m.Notes, "no factor varies: intercept-only model")
 	}
-	innerRMSE, innerOK := sel.innerRMSE, !math.IsInf(sel.innerRMSE, 0)
+}
+
+// scoreCV sets the reported R^2 and RMSE: from nested cross-validation,
+// or, noted in the model, from the inner folds when the outer loop is
+// skipped and in-sample below 3 conditions.
+func (r *fitRun) scoreCV() {
+	m, n := r.m, r.m.NConditions
+	innerRMSE, innerOK := r.sel.innerRMSE, !math.IsInf(r.sel.innerRMSE, 0)
 	if !innerOK {
 		innerRMSE = m.RMSETrainUS
 	}
-	innerR2 := r2(innerRMSE * innerRMSE * float64(n))
+	innerR2 := r.r2(innerRMSE * innerRMSE * float64(n))
 
 	switch {
-	case opts.OuterFolds < 0:
+	case r.opts.OuterFolds < 0:
 		m.R2, m.RMSEus = innerR2, innerRMSE
 		m.Notes = append(m.Notes, "outer cross-validation skipped: r2 and rmse_us come from the folds that chose the terms (optimistic)")
 	case n < 3:
 		m.R2, m.RMSEus = m.R2Train, m.RMSETrainUS
 		m.Notes = append(m.Notes, "too few conditions for cross-validation: r2 and rmse_us are in-sample")
 	default:
-		cv, pred := p.nested(opts, sst)
+		cv, pred := r.p.nested(r.opts, r.sst)
 		cv.InnerR2, cv.InnerRMSEus = innerR2, innerRMSE
 		cv.OptimismR2 = innerR2 - cv.R2.Mean
 		cv.OptimismRMSEus = cv.RMSEus.Mean - innerRMSE
@@ -189,21 +269,26 @@ func Fit(obs []Observation, opts FitOptions) (*Model, error) {
 			m.Notes = append(m.Notes, "too few conditions for inner cross-validation: terms are the intercept only")
 		}
 	}
+}
 
-	if opts.Bootstrap > 0 && n >= 3 {
-		m.Bootstrap = p.bootstrap(opts, sel, m)
-	} else {
-		for k, v := range m.CI95GivenTerms {
-			m.CI95[k] = v
-		}
-		switch {
-		case df <= 0:
-			m.Notes = append(m.Notes, "no residual degrees of freedom: confidence intervals omitted")
-		default:
-			m.Notes = append(m.Notes, "no bootstrap: ci95 are t-intervals given the selected terms (optimistic)")
-		}
+// intervals sets the coefficient intervals: from the bootstrap of the
+// whole pipeline, or, noted in the model, the t-intervals given the
+// selected terms when the bootstrap is off or below 3 conditions.
+func (r *fitRun) intervals() {
+	m := r.m
+	if r.opts.Bootstrap > 0 && m.NConditions >= 3 {
+		m.Bootstrap = r.p.bootstrap(r.opts, r.sel, m)
+		return
 	}
-	return m, nil
+	for k, v := range m.CI95GivenTerms {
+		m.CI95[k] = v
+	}
+	switch {
+	case r.df <= 0:
+		m.Notes = append(m.Notes, "no residual degrees of freedom: confidence intervals omitted")
+	default:
+		m.Notes = append(m.Notes, "no bootstrap: ci95 are t-intervals given the selected terms (optimistic)")
+	}
 }
 
 // nested runs the repeated outer cross-validation: for each outer fold the
