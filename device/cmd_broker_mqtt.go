@@ -35,7 +35,7 @@ func init() {
 			l := &f.limits
 			fs.IntVar(&l.MaxClients, "mqtt-max-clients", 0, "connected MQTT clients at most (0 = 1024)")
 			fs.IntVar(&l.MaxSessions, "mqtt-max-sessions", 0, "MQTT sessions, connected and offline, at most (0 = 2048)")
-			fs.IntVar(&l.MaxSessionsPerIdentity, "mqtt-max-sessions-per-identity", 0, "MQTT sessions of one identity (all anonymous clients are one) at most (0 = 256)")
+			fs.IntVar(&l.MaxSessionsPerIdentity, "mqtt-max-sessions-per-identity", 0, "MQTT sessions of one identity, anonymous clients per source address, at most (0 = 256)")
 			fs.DurationVar(&l.AnonymousSessionExpiry, "mqtt-anonymous-session-expiry", 0, "how long an anonymous client's offline session is kept (0 = 5m)")
 			fs.IntVar(&l.MaxQueuedMessages, "mqtt-max-queued-messages", 0, "QoS 1/2 messages one MQTT session holds at most (0 = 1024)")
 			fs.Int64Var(&l.MaxQueuedBytes, "mqtt-max-queued-bytes", 0, "bytes of messages one MQTT session holds at most (0 = 4MiB)")

@@ -63,6 +63,9 @@ type authHook struct {
 type identity struct {
 	cl *mqtt.Client // the latest connection of the session
 	id string       // "" = anonymous
+	// key is what Limits.MaxSessionsPerIdentity counts the session
+	// under (limitKey).
+	key string
 	// lastRead and lastWrite remember the last ACL decision for a
 	// delivery or subscription (read) and for a publish (write): a
 	// subscriber gets the same topic over and over, and the ACL would

@@ -24,8 +24,8 @@ type Limits struct {
 	// offline together; zero means 2048.
 	MaxSessions int
 	// MaxSessionsPerIdentity caps the sessions (connected and offline) of
-	// one identity; a client taking over its own session does not count
-	// twice. Zero means 256.
+	// one identity, anonymous clients counted per source address; a client
+	// taking over its own session does not count twice. Zero means 256.
 	MaxSessionsPerIdentity int
 	// AnonymousSessionExpiry caps how long the offline session of an
 	// anonymous client is kept (authenticated clients are capped by

@@ -74,6 +74,35 @@ func TestLimitSessions(t *testing.T) {
 	}
 }
 
+// TestAnonymousSessionsPerAddress: anonymous clients are bounded per
+// source address, not as one identity: with 2 sessions per identity, a
+// third anonymous client from 127.0.0.1 is refused and one from
+// 127.0.0.2 is not (before, every anonymous client of the broker shared
+// one quota, so a broker without an ACL took 256 MQTT clients in all).
+func TestAnonymousSessionsPerAddress(t *testing.T) {
+	b, _ := startSecure(t, aclFile, func(o *Options) { o.Limits.MaxSessionsPerIdentity = 2 })
+	for _, id := range []string{"a1", "a2"} {
+		mustConnect(t, b.mqtt, b.pki, "tcp", connectOpts{id: id, clean: true, local: "127.0.0.1"})
+	}
+	if _, code := connectRaw(t, b.mqtt, b.pki, "tcp", connectOpts{id: "a3", clean: true, local: "127.0.0.1"}); code != packets.ErrQuotaExceeded.Code {
+		t.Errorf("third anonymous session from 127.0.0.1: 0x%02x, want 0x97", code)
+	}
+	for _, id := range []string{"b1", "b2"} {
+		if _, code := connectRaw(t, b.mqtt, b.pki, "tcp", connectOpts{id: id, clean: true, local: "127.0.0.2"}); code != 0 {
+			t.Errorf("anonymous session %s from 127.0.0.2: 0x%02x, want 0", id, code)
+		}
+	}
+	// Named identities keep their own quota, wherever they connect from.
+	mustConnect(t, b.mqtt, b.pki, "tcp", connectOpts{id: "alice-1", user: "alice", pass: "tok-alice", clean: true, local: "127.0.0.1"})
+	mustConnect(t, b.mqtt, b.pki, "tcp", connectOpts{id: "alice-2", user: "alice", pass: "tok-alice", clean: true, local: "127.0.0.2"})
+	if _, code := connectRaw(t, b.mqtt, b.pki, "tcp", connectOpts{id: "alice-3", user: "alice", pass: "tok-alice", clean: true, local: "127.0.0.3"}); code != packets.ErrQuotaExceeded.Code {
+		t.Errorf("third session of alice: 0x%02x, want 0x97", code)
+	}
+	if st := b.mqtt.Security(); st.RefusedSessions != 2 || st.Sessions != 6 {
+		t.Errorf("RefusedSessions = %d, Sessions = %d, want 2, 6", st.RefusedSessions, st.Sessions)
+	}
+}
+
 func TestAnonymousSessionExpiry(t *testing.T) {
 	b, _ := startSecure(t, aclFile, func(o *Options) { o.Limits.AnonymousSessionExpiry = time.Minute })
 	for _, o := range []connectOpts{

@@ -19,6 +19,7 @@ package mqttquic
 //   - Every resource is bounded (Limits), with a counter (Server.Security).
 
 import (
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,26 +175,47 @@ func (h *authHook) claimLocked(cl *mqtt.Client, id string) (code, v3 packets.Cod
 		h.log.Info("mqtt connect refused: client id belongs to another identity", "client", cl.ID, "identity", id)
 		return packets.ErrNotAuthorized, packets.Err3NotAuthorized, true
 	}
+	key := limitKey(id, cl)
 	if prev == nil {
-		if h.perID[id] >= h.limits.MaxSessionsPerIdentity || h.sessions >= h.limits.MaxSessions {
+		if h.perID[key] >= h.limits.MaxSessionsPerIdentity || h.sessions >= h.limits.MaxSessions {
 			h.stats.refusedSessions.Add(1)
 			countRefused(h.core, broker.ReasonTooMany)
-			h.log.Warn("mqtt connect refused: too many sessions", "client", cl.ID, "identity", id,
-				"identity_sessions", h.perID[id], "sessions", h.sessions)
+			h.log.Warn("mqtt connect refused: too many sessions", "client", cl.ID, "identity", id, "remote", cl.Net.Remote,
+				"identity_sessions", h.perID[key], "sessions", h.sessions)
 			return packets.ErrQuotaExceeded, packets.Err3ServerUnavailable, true
 		}
-		h.perID[id]++
+		h.perID[key]++
 		h.sessions++
 	} else {
+		key = prev.key // counted where the session was first counted
 		// The new connection's queue is counted afresh once its
 		// session is established.
 		h.queued.Add(prev.q.reset(nil))
 	}
-	h.ids.Store(cl.ID, &identity{cl: cl, id: id})
+	h.ids.Store(cl.ID, &identity{cl: cl, id: id, key: key})
 	// The session store keeps the user name: a session restored after a
 	// restart keeps its owner (adoptLocked).
 	cl.Properties.Username = []byte(id)
 	return packets.Code{}, packets.Code{}, false
+}
+
+// limitKey is what Limits.MaxSessionsPerIdentity counts a session of
+// identity id, connected as cl, under: the identity, or for an anonymous
+// client its source address (the HTTP side bounds anonymous clients per
+// address too). Counted as one identity, all anonymous clients of a broker
+// without an ACL (--dev, --allow-anonymous, loopback) shared one quota, and
+// the 257th was refused. The NUL byte keeps the key apart from every
+// identity name. A session restored after a restart whose address is not
+// known is counted under the empty address.
+func limitKey(id string, cl *mqtt.Client) string {
+	if id != "" {
+		return id
+	}
+	host := cl.Net.Remote
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return "\x00anonymous " + host
 }
 
 // adoptLocked records a session mochi holds that no CONNECT of this
@@ -202,12 +224,13 @@ func (h *authHook) claimLocked(cl *mqtt.Client, id string) (code, v3 packets.Cod
 // (h.mu held).
 func (h *authHook) adoptLocked(cl *mqtt.Client) *identity {
 	ident := &identity{cl: cl, id: string(cl.Properties.Username)}
+	ident.key = limitKey(ident.id, cl)
 	if _, loaded := h.ids.LoadOrStore(cl.ID, ident); loaded {
 		v, _ := h.ids.Load(cl.ID)
 		return v.(*identity)
 	}
 	h.queued.Add(ident.q.reset(cl.State.Inflight.GetAll(false)))
-	h.perID[ident.id]++
+	h.perID[ident.key]++
 	h.sessions++
 	return ident
 }
@@ -228,8 +251,8 @@ func (h *authHook) dropLocked(cid string, ident *identity) {
 		return
 	}
 	h.queued.Add(ident.q.reset(nil))
-	if h.perID[ident.id]--; h.perID[ident.id] <= 0 {
-		delete(h.perID, ident.id)
+	if h.perID[ident.key]--; h.perID[ident.key] <= 0 {
+		delete(h.perID, ident.key)
 	}
 	h.sessions--
 }

@@ -50,11 +50,18 @@ type connectOpts struct {
 	willRetain  bool
 	willQoS     byte
 	cert        *tls.Certificate // client certificate (QUIC and TLS)
+	local       string           // source address over TCP (a loopback address), "" = any
 }
 
 // secDial opens a connection to s over "tcp", "tls" or "quic", with
 // client certificate cert if not nil.
 func secDial(t testing.TB, s *Server, p *testPKI, transport string, cert ...*tls.Certificate) net.Conn {
+	t.Helper()
+	return secDialFrom(t, s, p, transport, "", cert...)
+}
+
+// secDialFrom is secDial from source address local over TCP ("" = any).
+func secDialFrom(t testing.TB, s *Server, p *testPKI, transport, local string, cert ...*tls.Certificate) net.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -73,6 +80,9 @@ func secDial(t testing.TB, s *Server, p *testPKI, transport string, cert ...*tls
 	}
 	if transport == "tcp" {
 		var d net.Dialer
+		if local != "" {
+			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(local)}
+		}
 		nc, err := d.DialContext(ctx, "tcp", s.TCPAddr())
 		if err != nil {
 			t.Fatal(err)
@@ -101,7 +111,7 @@ func connectRaw(t testing.TB, s *Server, p *testPKI, transport string, o connect
 	if o.version == 0 {
 		o.version = 5
 	}
-	c := &rawClient{t: t, nc: secDial(t, s, p, transport, o.cert), v: o.version}
+	c := &rawClient{t: t, nc: secDialFrom(t, s, p, transport, o.local, o.cert), v: o.version}
 	c.r = bufio.NewReader(c.nc)
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
