@@ -50,6 +50,11 @@
       return '0x' + Array.from(atob(b64).slice(0, 32), (c) => c.charCodeAt(0).toString(16).padStart(2, '0')).join('');
     }
   }
+  // sseText is the payload of an SSE message as text: "text" holds a
+  // UTF-8 payload, "payload" any other as base64 (docs/pubsub.md).
+  function sseText(m) {
+    return typeof m.text === 'string' ? m.text : b64text(m.payload || '');
+  }
   // topicURL names a topic or filter as one percent-encoded path segment;
   // the topics "." and ".." (dot segments in any URL) go in ?topic=.
   function topicURL(t, query) {
@@ -207,7 +212,7 @@
     });
     es.addEventListener('message', (e) => {
       const m = JSON.parse(e.data);
-      const text = b64text(m.payload);
+      const text = sseText(m);
       addRow(m.seq + ' ' + m.topic + (m.retained ? ' [R]' : '') + ': ' + text, m.topic);
       const v = Number(text.trim());
       if (text.trim() !== '' && Number.isFinite(v)) addPoint(m.topic, v);
