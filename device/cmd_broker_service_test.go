@@ -204,7 +204,7 @@ func TestConfigExampleDocumentsEveryFlag(t *testing.T) {
 			tables[sec] = map[string]bool{}
 			continue
 		}
-		if m := regexp.MustCompile(`^([a-z0-9-]+) = `).FindStringSubmatch(line); m != nil && sec != "" {
+		if m := regexp.MustCompile(`^([A-Za-z0-9-]+) = `).FindStringSubmatch(line); m != nil && sec != "" {
 			tables[sec][m[1]] = true
 		}
 	}

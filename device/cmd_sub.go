@@ -343,9 +343,11 @@ const sinceFlagHelp = "replay the broker's history after sequence number SEQ fir
 const sepFlagHelp = "what follows each payload of --format raw and -v output, with Go escapes (\\n, \\t, \\x00); " +
 	"\"\" or -N for none (payloads run together, as before)"
 
-// parseSeparator reads --separator: a Go string literal's contents.
+// parseSeparator reads --separator: a Go string literal's contents. A raw
+// newline stands for itself (a config file's separator = "\n" arrives as
+// one, TOML having decoded the escape).
 func parseSeparator(s string) (string, error) {
-	u, err := strconv.Unquote(`"` + strings.ReplaceAll(s, `"`, `\"`) + `"`)
+	u, err := strconv.Unquote(`"` + strings.NewReplacer(`"`, `\"`, "\n", `\n`).Replace(s) + `"`)
 	if err != nil {
 		return "", fmt.Errorf("%w: bad --separator %q (Go escapes such as \\n, \\t, \\x00)", errUsage, s)
 	}

@@ -211,3 +211,26 @@ func TestSubSince(t *testing.T) {
 		}
 	})
 }
+
+// TestParseSeparator: --separator takes Go escapes; a raw newline (what a
+// config file's separator = "\n" arrives as) stands for itself.
+func TestParseSeparator(t *testing.T) {
+	tests := []struct {
+		in, want string
+		ok       bool
+	}{
+		{`\n`, "\n", true},
+		{"\n", "\n", true},
+		{`\x00`, "\x00", true},
+		{`, `, ", ", true},
+		{`"`, `"`, true},
+		{"", "", true},
+		{`\q`, "", false},
+	}
+	for _, tt := range tests {
+		got, err := parseSeparator(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parseSeparator(%q) = %q, %v; want %q, ok %v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
