@@ -22,6 +22,7 @@
 //	GET  /v1/topics/{filter}[?since=SEQ[&epoch=E]]  (Accept: text/event-stream -> SSE,
 //	     [Last-Event-ID: SEQ or E-SEQ]               otherwise binary frames)
 //	     [Quiot-Heartbeat: 1]                        -> 200, Quiot-Epoch: E
+//	     (since=0: all the history; SSE: [&payload=base64], docs/pubsub.md)
 //	GET  /healthz
 //
 // A topic or filter travels as one percent-encoded path segment

@@ -548,6 +548,15 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	}
 	defer release()
 	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	appendSSE := wire.AppendSSE // text payloads as "text"
+	switch pv := r.URL.Query().Get("payload"); pv {
+	case "":
+	case "base64":
+		appendSSE = wire.AppendSSEBase64 // every payload as base64, as before "text"
+	default:
+		fail(w, http.StatusBadRequest, "bad payload %q (want base64, or none for text payloads as text)", pv)
+		return
+	}
 	sub := newSubscriber(filter, b.opts.Limits, b.stats)
 	initial, err := b.hub.start(sub, since, otherRun)
 	if err != nil {
@@ -582,7 +591,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	rc := http.NewResponseController(w)
 	encode := func(buf []byte, f *wire.Frame) []byte {
 		if sse {
-			return wire.AppendSSE(buf, f, bepoch)
+			return appendSSE(buf, f, bepoch)
 		}
 		return wire.AppendFrame(buf, f)
 	}
@@ -591,6 +600,11 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	for i := range initial {
 		if limit > 0 && delivered == limit {
 			break
+		}
+		if since != nil && !initial[i].IsGap() {
+			// History after the resume point, not a live message: the
+			// subscriber keeps it out of its latency figures.
+			initial[i].Flags |= wire.FlagReplayed
 		}
 		buf = encode(buf, &initial[i])
 		if !initial[i].IsGap() {

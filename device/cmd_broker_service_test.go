@@ -176,7 +176,7 @@ func flagNames(t *testing.T, cmd string) []string {
 	var stderr bytes.Buffer
 	_ = c.Run(context.Background(), []string{"-h"}, io.Discard, &stderr)
 	var names []string
-	for _, m := range regexp.MustCompile(`(?m)^  --?([a-z0-9][a-z0-9-]*)`).FindAllStringSubmatch(stderr.String(), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  --?([A-Za-z0-9][A-Za-z0-9-]*)`).FindAllStringSubmatch(stderr.String(), -1) {
 		if m[1] != "config" && m[1] != "check-config" {
 			names = append(names, m[1])
 		}
@@ -204,7 +204,7 @@ func TestConfigExampleDocumentsEveryFlag(t *testing.T) {
 			tables[sec] = map[string]bool{}
 			continue
 		}
-		if m := regexp.MustCompile(`^([a-z0-9-]+) = `).FindStringSubmatch(line); m != nil && sec != "" {
+		if m := regexp.MustCompile(`^([A-Za-z0-9-]+) = `).FindStringSubmatch(line); m != nil && sec != "" {
 			tables[sec][m[1]] = true
 		}
 	}

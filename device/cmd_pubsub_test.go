@@ -198,22 +198,39 @@ func TestSubFormats(t *testing.T) {
 		{Topic: "a/b", Seq: 7, Sent: sent, Received: sent.Add(1500 * time.Microsecond), Payload: []byte("hi")},
 		{Topic: "a/c", Seq: 8, Payload: []byte{0xff, 0x00}, Retained: true},
 		{Topic: "a/b", Seq: 12, Gap: true},
+		{Topic: "a b", Seq: 9, Payload: []byte("x\ty"), Replayed: true},
+		{Topic: "m/q", Sent: sent, Received: sent.Add(2 * time.Millisecond), Payload: []byte("1\n2")}, // MQTT: no seq
+		{Gap: true},
+		{Topic: "-"},
 	}
 	tests := []struct {
 		format string
 		want   string
 	}{
-		{"text", "a/b #7 1.500ms hi\na/c #8 retained <2 bytes>\na/b gap: messages lost before #12\n"},
+		{"text", "a/b 7 1.500ms live hi\na/c 8 - retained <2 bytes>\na/b - - gap messages lost before #12\n" +
+			"\"a b\" 9 - replayed x\ty\nm/q - 2.000ms live <3 bytes>\n- - - gap messages lost\n\"-\" - - live \n"},
 		{"json", `{"topic":"a/b","seq":7,"payload":"hi","time":1700000000000000000,"latency_ms":1.5}` + "\n" +
 			`{"topic":"a/c","seq":8,"payload_base64":"/wA=","retained":true}` + "\n" +
-			`{"topic":"a/b","seq":12,"gap":true}` + "\n"},
-		{"raw", "hi\xff\x00"},
+			`{"topic":"a/b","seq":12,"gap":true}` + "\n" +
+			`{"topic":"a b","seq":9,"payload":"x\ty","replayed":true}` + "\n" +
+			`{"topic":"m/q","seq":0,"payload":"1\n2","time":1700000000000000000,"latency_ms":2}` + "\n" +
+			`{"topic":"","seq":0,"gap":true}` + "\n" +
+			`{"topic":"-","seq":0,"payload":""}` + "\n"},
+		{"raw", "hi\n\xff\x00\nx\ty\n1\n2\n\n"},
+		{"raw -N", "hi\xff\x00x\ty1\n2"},
+		{"-v", "a/b hi\na/c \xff\x00\na b x\ty\nm/q 1\n2\n- \n"},
 		{"none", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.format, func(t *testing.T) {
 			var buf bytes.Buffer
-			p := &subPrinter{w: bufio.NewWriter(&buf), format: tt.format}
+			p := &subPrinter{w: bufio.NewWriter(&buf), format: tt.format, sep: "\n"}
+			switch tt.format {
+			case "raw -N":
+				p.format, p.sep = "raw", ""
+			case "-v":
+				p.format, p.verbose = "text", true
+			}
 			for i := range msgs {
 				if err := p.print(&msgs[i]); err != nil {
 					t.Fatal(err)

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -63,6 +65,11 @@ var subFormats = []string{"text", "json", "raw", "none"}
 type subPrinter struct {
 	w      *bufio.Writer
 	format string
+	// verbose (-v): raw output is "topic payload", as mosquitto_sub -v.
+	verbose bool
+	// sep follows each payload of raw and verbose output ("\n" by
+	// default, "" with -N).
+	sep string
 }
 
 // subJSON is one JSON line of `quiot sub --format json`.
@@ -74,21 +81,28 @@ type subJSON struct {
 	Time          int64    `json:"time,omitempty"`
 	LatencyMS     *float64 `json:"latency_ms,omitempty"`
 	Retained      bool     `json:"retained,omitempty"`
+	Replayed      bool     `json:"replayed,omitempty"`
 	Gap           bool     `json:"gap,omitempty"`
 }
 
 // print writes m and flushes, so a reader of a pipe sees it at once.
+// Gaps are not written in raw and verbose output (the caller logs them).
 func (p *subPrinter) print(m *client.Message) error {
-	switch p.format {
-	case "none":
+	switch {
+	case p.format == "none":
 		return nil
-	case "raw":
+	case p.verbose || p.format == "raw":
 		if m.Gap {
 			return nil
 		}
+		if p.verbose {
+			_, _ = p.w.WriteString(m.Topic)
+			_ = p.w.WriteByte(' ')
+		}
 		_, _ = p.w.Write(m.Payload)
-	case "json":
-		j := subJSON{Topic: m.Topic, Seq: m.Seq, Retained: m.Retained, Gap: m.Gap}
+		_, _ = p.w.WriteString(p.sep)
+	case p.format == "json":
+		j := subJSON{Topic: m.Topic, Seq: m.Seq, Retained: m.Retained, Replayed: m.Replayed, Gap: m.Gap}
 		if !m.Gap {
 			if utf8.Valid(m.Payload) {
 				s := string(m.Payload)
@@ -113,30 +127,50 @@ func (p *subPrinter) print(m *client.Message) error {
 	return p.w.Flush()
 }
 
-// textLine is the text rendering of a message: topic, sequence, latency,
-// payload (non-printable payloads are summarized).
+// textLine is the text rendering of a message: one line of five columns
+// separated by single spaces, the same on every protocol (docs/pubsub.md):
+//
+//	TOPIC SEQ LATENCY KIND PAYLOAD
+//
+// TOPIC is quoted (Go syntax) when it contains a space, a control character
+// or a double quote, or is "-"; "-" is the unknown topic of a gap. SEQ is the
+// broker's sequence number, "-" without one (MQTT, gaps). LATENCY is the
+// publisher's send stamp to delivery, as "1.500ms", "-" when unstamped. KIND
+// is live, retained, replayed (history asked for with --since) or gap.
+// PAYLOAD, the rest of the line, is the payload when it is UTF-8 text without
+// control characters but tab, else "<N bytes>"; for a gap it says what was
+// lost.
 func textLine(m *client.Message) string {
 	var b strings.Builder
 	if m.Gap {
-		fmt.Fprintf(&b, "%s gap: messages lost", orUnknown(m.Topic))
+		b.WriteString(textTopic(m.Topic))
+		b.WriteString(" - - gap messages lost")
 		if m.Seq > 0 {
 			fmt.Fprintf(&b, " before #%d", m.Seq)
 		}
 		b.WriteByte('\n')
 		return b.String()
 	}
-	b.WriteString(m.Topic)
+	b.WriteString(textTopic(m.Topic))
 	if m.Seq > 0 {
-		fmt.Fprintf(&b, " #%d", m.Seq)
-	}
-	if m.Retained {
-		b.WriteString(" retained")
+		fmt.Fprintf(&b, " %d", m.Seq)
+	} else {
+		b.WriteString(" -")
 	}
 	if !m.Sent.IsZero() {
 		fmt.Fprintf(&b, " %.3fms", ms(m.Latency()))
+	} else {
+		b.WriteString(" -")
 	}
-	b.WriteByte(' ')
-	if utf8.Valid(m.Payload) && !strings.ContainsAny(string(m.Payload), "\n\r\x00") {
+	switch {
+	case m.Retained:
+		b.WriteString(" retained ")
+	case m.Replayed:
+		b.WriteString(" replayed ")
+	default:
+		b.WriteString(" live ")
+	}
+	if printableText(m.Payload) {
 		b.Write(m.Payload)
 	} else {
 		fmt.Fprintf(&b, "<%d bytes>", len(m.Payload))
@@ -145,6 +179,18 @@ func textLine(m *client.Message) string {
 	return b.String()
 }
 
+// textTopic is a topic as the first column of a text line.
+func textTopic(t string) string {
+	switch {
+	case t == "":
+		return "-"
+	case t == "-" || strings.ContainsFunc(t, func(r rune) bool { return r <= ' ' || r == '"' || r == 0x7f }):
+		return strconv.Quote(t)
+	}
+	return t
+}
+
+// orUnknown names the unknown topic of a gap.
 func orUnknown(s string) string {
 	if s == "" {
 		return "(topic unknown)"
@@ -152,13 +198,29 @@ func orUnknown(s string) string {
 	return s
 }
 
+// printableText reports whether p prints on one line as it is: UTF-8
+// without control characters other than tab.
+func printableText(p []byte) bool {
+	if !utf8.Valid(p) {
+		return false
+	}
+	for _, c := range p {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // subStats summarizes what a subscriber received.
 type subStats struct {
 	Count       int               // messages delivered (gaps and dropped duplicates excluded)
+	Replayed    int               // of Count: replayed from the broker's history (--since)
+	Retained    int               // of Count: retained messages
 	Gaps        int               // gap announcements
 	Dups        int               // QoS 1 redeliveries dropped by --dedup
-	Latency     *qmetrics.Latency // of messages carrying the publisher's send time
-	FirstSent   time.Time         // earliest publisher send time seen
+	Latency     *qmetrics.Latency // of live messages carrying the publisher's send time
+	FirstSent   time.Time         // earliest publisher send time of a live message
 	First, Last time.Time         // first and last delivery
 }
 
@@ -170,6 +232,9 @@ func newSubStats(keepSamples bool) *subStats {
 	return &subStats{Latency: qmetrics.NewLatency(keep)}
 }
 
+// add counts m. Only live messages count in the latency: a retained or
+// replayed message was published before the subscription began, so its
+// "latency" is its age.
 func (s *subStats) add(m *client.Message) {
 	if m.Gap {
 		s.Gaps++
@@ -180,6 +245,14 @@ func (s *subStats) add(m *client.Message) {
 		s.First = m.Received
 	}
 	s.Last = m.Received
+	switch {
+	case m.Retained:
+		s.Retained++
+		return
+	case m.Replayed:
+		s.Replayed++
+		return
+	}
 	if m.Sent.IsZero() {
 		return
 	}
@@ -208,9 +281,15 @@ func (s *subStats) summary(filter string) string {
 			fmt.Fprintf(&b, " in %s (%.1f msg/s)", d.Round(time.Millisecond), float64(s.Count-1)/d.Seconds())
 		}
 	}
+	if s.Replayed > 0 || s.Retained > 0 {
+		fmt.Fprintf(&b, "; %d live, %d replayed, %d retained", s.Count-s.Replayed-s.Retained, s.Replayed, s.Retained)
+	}
 	if s.Latency.Count() > 0 {
 		l := s.Latency.Summary()
 		fmt.Fprintf(&b, "; latency p50 %.3f ms, p99 %.3f ms, max %.3f ms", l.P50, l.P99, l.Max)
+		if s.Replayed > 0 || s.Retained > 0 {
+			b.WriteString(" (live only)")
+		}
 	}
 	if s.Gaps > 0 {
 		fmt.Fprintf(&b, "; %d gap(s)", s.Gaps)
@@ -221,14 +300,73 @@ func (s *subStats) summary(filter string) string {
 	return b.String()
 }
 
+// sinceFlag is --since: unset (no replay, retained messages instead), or
+// a sequence number to replay the history after, 0 meaning all of it.
+type sinceFlag struct {
+	seq uint64
+	set bool
+}
+
+func (f *sinceFlag) String() string {
+	if f == nil || !f.set {
+		return ""
+	}
+	return strconv.FormatUint(f.seq, 10)
+}
+
+func (f *sinceFlag) Set(v string) error {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n == client.SinceStart {
+		return errors.New("want a sequence number (0: from the first message the history holds)")
+	}
+	f.seq, f.set = n, true
+	return nil
+}
+
+// since is Subscribe's since argument.
+func (f *sinceFlag) since() uint64 {
+	switch {
+	case !f.set:
+		return 0
+	case f.seq == 0:
+		return client.SinceStart
+	}
+	return f.seq
+}
+
+// sinceFlagHelp explains --since.
+const sinceFlagHelp = "replay the broker's history after sequence number SEQ first, instead of the retained messages " +
+	"(0 = from the first message the history holds; replayed messages are marked and kept out of the latency). " +
+	"HTTP/3 only: over MQTT, which has no history, it is refused"
+
+// sepFlagHelp explains --separator.
+const sepFlagHelp = "what follows each payload of --format raw and -v output, with Go escapes (\\n, \\t, \\x00); " +
+	"\"\" or -N for none (payloads run together, as before)"
+
+// parseSeparator reads --separator: a Go string literal's contents. A raw
+// newline stands for itself (a config file's separator = "\n" arrives as
+// one, TOML having decoded the escape).
+func parseSeparator(s string) (string, error) {
+	u, err := strconv.Unquote(`"` + strings.NewReplacer(`"`, `\"`, "\n", `\n`).Replace(s) + `"`)
+	if err != nil {
+		return "", fmt.Errorf("%w: bad --separator %q (Go escapes such as \\n, \\t, \\x00)", errUsage, s)
+	}
+	return u, nil
+}
+
 func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sub", stderr)
 	var cf clientFlags
 	cf.register(fs)
 	filter := fs.String("topic", "", "topic filter to subscribe to; MQTT wildcards + and # (required)")
 	count := fs.Int("count", 0, "exit after N messages (0 = until interrupted)")
-	since := fs.Uint64("since", 0, "replay the broker's history after this sequence number first (HTTP/3)")
-	format := fs.String("format", "text", "output: text, json (one object a line), raw (payload bytes only) or none")
+	var since sinceFlag
+	fs.Var(&since, "since", sinceFlagHelp)
+	format := fs.String("format", "text", "output: text (one line a message: topic seq latency kind payload), json (one object a line), "+
+		"raw (payloads, each followed by --separator) or none")
+	verbose := fs.Bool("v", false, "print each message as \"topic payload\" followed by --separator, as mosquitto_sub -v (with --format text or raw)")
+	sep := fs.String("separator", `\n`, sepFlagHelp)
+	noSep := fs.Bool("N", false, "no separator after payloads (--separator \"\"), as mosquitto_sub -N")
 	quiet := fs.Bool("quiet", false, "print no summary line on stderr")
 	gpioOut := fs.String("gpio-out", "", gpioOutFlagHelp)
 	dedup := fs.Bool("dedup", true, dedupFlagHelp)
@@ -243,6 +381,24 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if !validFormat(*format) {
 		return fmt.Errorf("%w: --format %q (want %s)", errUsage, *format, strings.Join(subFormats, ", "))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *verbose && *format != "text" && *format != "raw" {
+		return fmt.Errorf("%w: -v prints \"topic payload\" lines; it goes with --format text or raw, not %s", errUsage, *format)
+	}
+	if (set["separator"] || *noSep) && !*verbose && *format != "raw" {
+		return fmt.Errorf("%w: --separator and -N apply to --format raw and -v output", errUsage)
+	}
+	if set["separator"] && *noSep {
+		return fmt.Errorf("%w: -N and --separator exclude each other", errUsage)
+	}
+	separator, err := parseSeparator(*sep)
+	if err != nil {
+		return err
+	}
+	if *noSep {
+		separator = ""
 	}
 	opts, log, err := cf.options(stderr)
 	if err != nil {
@@ -273,14 +429,14 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		notifier.ready(ctx, "subscribed to "+*filter)
 		release.Do(func() { releaseStartPages(log) })
 	})
-	p := &subPrinter{w: bufio.NewWriter(stdout), format: *format}
+	p := &subPrinter{w: bufio.NewWriter(stdout), format: *format, verbose: *verbose, sep: separator}
 	st := newSubStats(meter != nil)
 	var dd *subDeduper
 	if *dedup {
 		dd = &subDeduper{}
 	}
 	var outErr error
-	err = c.Subscribe(ctx, *filter, *since, func(m client.Message) {
+	err = c.Subscribe(ctx, *filter, since.since(), func(m client.Message) {
 		if outErr != nil || (*count > 0 && st.Count >= *count) {
 			return // a message delivered after the cancel of --count is not printed
 		}
@@ -290,6 +446,9 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return
 		}
 		st.add(&m)
+		if m.Gap && (p.verbose || p.format == "raw") {
+			log.Warn("gap: messages lost", "topic", m.Topic, "before", m.Seq) // not in the payload stream
+		}
 		driveGPIOOut(out, &m, log)
 		if err := p.print(&m); err != nil {
 			outErr = fmt.Errorf("couldn't write output: %w", err)
@@ -310,6 +469,7 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		m.MessagesReceived = uint64(st.Count)
 		m.HandshakeMs = qmetrics.Ms(c.Stats().Handshake)
 		m.SetLatency(st.Latency, true)
+		m.Diag.Replayed, m.Diag.Retained = uint64(st.Replayed), uint64(st.Retained)
 		expected := uint64(*count)
 		if expected == 0 {
 			expected = uint64(st.Count)

@@ -23,7 +23,8 @@ import (
 )
 
 // dedupCases are `quiot sub` with and without --dedup on a stream in which
-// message 0 comes twice: the payloads it prints, one a line.
+// message 0 comes twice: the payloads it prints, one a line (raw output's
+// newline separator).
 var dedupCases = []dedupCase{
 	{"default", nil, "0\n1\n2\n", true},
 	{"off", []string{"--dedup=false"}, "0\n0\n1\n2\n", false},
@@ -119,7 +120,7 @@ func TestSubDedup(t *testing.T) {
 					for i, p := range []string{"0", "0", "1", "2"} {
 						// The second "0" is the resend: the first one's stamp.
 						stamp := sent.Add(time.Duration(max(i-1, 0)) * time.Millisecond)
-						if _, err := pub.Publish(ctx, "dup/"+tc.name, []byte(p+"\n"), client.PublishOptions{QoS: 1, Sent: stamp}); err != nil {
+						if _, err := pub.Publish(ctx, "dup/"+tc.name, []byte(p), client.PublishOptions{QoS: 1, Sent: stamp}); err != nil {
 							t.Fatalf("publish %d: %v", i, err)
 						}
 					}
@@ -269,7 +270,7 @@ func TestSubDedupLostAck(t *testing.T) {
 			}
 
 			relay.cut.Store(true)
-			publish("dup/x", "0\n")
+			publish("dup/x", "0")
 			select {
 			case <-sub.out.seen: // the broker has it
 			case <-ctx.Done():
@@ -280,8 +281,8 @@ func TestSubDedupLostAck(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatalf("the publisher did not connect again within 90 s (%d datagrams dropped; spool %+v)", relay.dropped.Load(), pub.SpoolStats())
 			}
-			publish("dup/x", "1\n")
-			publish("dup/x", "2\n")
+			publish("dup/x", "1")
+			publish("dup/x", "2")
 			if err := pub.Drain(ctx); err != nil {
 				t.Fatalf("drain: %v (spool %+v)", err, pub.SpoolStats())
 			}

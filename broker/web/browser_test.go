@@ -78,8 +78,9 @@ const es = new EventSource(cfg.get('broker') + '/v1/topics/' + encodeURIComponen
 es.addEventListener('proto', (e) => protos.push(JSON.parse(e.data)));
 es.addEventListener('message', (e) => {
   const m = JSON.parse(e.data);
-  got.push({id: e.lastEventId, topic: m.topic, payload: atob(m.payload), origin: e.origin});
-  document.body.append(m.topic + '=' + atob(m.payload) + ' ');
+  const text = typeof m.text === 'string' ? m.text : atob(m.payload); // "text": UTF-8 payloads
+  got.push({id: e.lastEventId, topic: m.topic, payload: text, origin: e.origin});
+  document.body.append(m.topic + '=' + text + ' ');
 });
 es.addEventListener('error', () => { window.errors++; });
 </script>`

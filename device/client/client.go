@@ -41,6 +41,13 @@ type Message struct {
 	QoS byte
 	// Retained marks a retained message replayed on subscribe.
 	Retained bool
+	// Replayed marks a message the broker replayed from its history
+	// because the subscription asked for it (Subscribe's since): published
+	// before the subscription began, so its latency says nothing about
+	// delivery. Messages the client fetched from history itself, resuming
+	// after a reconnect, are not marked: they were published while
+	// subscribed, and their latency includes the outage. HTTP/3 only.
+	Replayed bool
 	// Gap marks a gap announcement: the broker's history no longer covers
 	// sequence numbers up to Seq-1 on Topic; Payload is empty.
 	Gap bool
@@ -84,6 +91,11 @@ type Ack struct {
 	Sent time.Time
 }
 
+// SinceStart, as Subscribe's since, asks for a replay of all the history
+// the broker holds, from its first message (?since=0 on the wire: sequence
+// numbers start at 1). HTTP/3 only.
+const SinceStart = ^uint64(0)
+
 // Client is a connection to a broker that publishes and subscribes.
 // Implementations connect lazily on first use and reconnect with backoff.
 type Client interface {
@@ -92,8 +104,10 @@ type Client interface {
 	Publish(ctx context.Context, topic string, payload []byte, opts PublishOptions) (Ack, error)
 	// Subscribe delivers messages matching filter to h until ctx is done or
 	// an unrecoverable error occurs (authorization, bad filter). since > 0
-	// asks for a replay of history after that sequence number (HTTP/3 only).
-	// Across reconnects the client resumes after the last sequence it saw.
+	// asks for a replay of history after that sequence number, SinceStart
+	// for all the history the broker holds (HTTP/3 only; 0: no replay, the
+	// retained messages instead). Across reconnects the client resumes
+	// after the last sequence it saw.
 	Subscribe(ctx context.Context, filter string, since uint64, h func(Message)) error
 	// Stats reports connection-level measurements.
 	Stats() Stats

@@ -676,6 +676,9 @@ func (c *h3Client) Subscribe(ctx context.Context, filter string, since uint64, h
 		return errors.New("subscribe: empty filter")
 	}
 	st := &resumeState{filter: filter, since: since, last: map[string]uint64{}}
+	if since == SinceStart {
+		st.since, st.fromStart = 0, true
+	}
 	attempt := 0
 	for {
 		err := c.subscribeOnce(ctx, st, h, func() { attempt = 0 })
@@ -707,6 +710,12 @@ type resumeState struct {
 	since  uint64            // the caller's since, then the highest sequence seen
 	epoch  uint64            // the broker run since belongs to; 0: unknown
 	last   map[string]uint64 // topic -> last sequence delivered
+	// fromStart: the caller asked for all history (SinceStart), so a
+	// resume point of 0 is sent as since=0, not left out.
+	fromStart bool
+	// resumed: a subscription was accepted before; history replayed now
+	// is what the client missed while reconnecting, not Message.Replayed.
+	resumed bool
 }
 
 // resumePoint is the ?since= of the next subscription (0: none).
@@ -716,7 +725,7 @@ func (s *resumeState) resumePoint() uint64 { return s.since }
 // and, when known, the epoch it belongs to.
 func (s *resumeState) query() url.Values {
 	q := url.Values{}
-	if s.since > 0 {
+	if s.since > 0 || s.fromStart {
 		q.Set("since", strconv.FormatUint(s.since, 10))
 		if s.epoch != 0 {
 			q.Set("epoch", wire.FormatEpoch(s.epoch))
@@ -804,7 +813,12 @@ func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Me
 		st.reset()
 		asked = 0
 	}
+	resumed := st.resumed
+	st.resumed = true
 	err = readMessages(resp.Body, restarted, func(m Message) {
+		if resumed {
+			m.Replayed = false
+		}
 		if asked > 0 && !m.Gap && !m.Retained && m.Seq > 0 && m.Seq <= asked {
 			// A message numbered at or below the resume point we asked for
 			// (a broker that does not announce its restart): the numbering

@@ -32,6 +32,7 @@ func frameMessage(f *wire.Frame, now time.Time) (Message, error) {
 		Received: now,
 		Payload:  f.Payload,
 		Retained: f.Retained(),
+		Replayed: f.Replayed(),
 	}
 	if f.Time != 0 {
 		m.Sent = time.Unix(0, f.Time)

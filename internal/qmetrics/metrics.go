@@ -88,6 +88,12 @@ type Diag struct {
 	LatencyNegative uint64 `json:"latency_negative"`
 	// WallS is the measured interval's wall-clock duration.
 	WallS float64 `json:"wall_s"`
+	// Replayed and Retained count a subscriber's messages replayed from the
+	// broker's history (a resume point asked for) and retained messages:
+	// included in messages_received, left out of latency_ms, which is of
+	// live messages only.
+	Replayed uint64 `json:"replayed,omitempty"`
+	Retained uint64 `json:"retained,omitempty"`
 }
 
 // NewRoleMetrics returns RoleMetrics for role with empty frame maps.

@@ -21,8 +21,8 @@
 //	time     i64      publisher send time, Unix ns; 0 = unknown
 //	topic    str      topic name (UTF-8)
 //	payload  str      payload bytes
-//	flags    1 byte   FlagRetained 0x01, FlagGap 0x02, FlagHeartbeat 0x04;
-//	                  other bits reserved (0)
+//	flags    1 byte   FlagRetained 0x01, FlagGap 0x02, FlagHeartbeat 0x04,
+//	                  FlagReplayed 0x08; other bits reserved (0)
 //
 // Sequence numbers come from one broker-wide counter, assigned in acceptance
 // order: they increase strictly within every topic, and a single number is a
@@ -47,7 +47,10 @@
 // broker can only tell a restart when SEQ is beyond its last sequence number.
 //
 // A message with FlagRetained is the retained message of its topic, sent when
-// the subscription starts (before live messages).
+// the subscription starts (before live messages). A message with
+// FlagReplayed comes from the broker's history, sent when a subscription
+// with a resume point starts (before live messages); live messages have
+// neither flag. Decoders that predate FlagReplayed ignore it.
 //
 // A frame with FlagGap carries no message: it announces that messages were
 // lost for this subscriber, either because the broker's bounded history no
@@ -111,10 +114,15 @@
 //
 //	id: <epoch>-<seq>
 //	event: message
-//	data: {"topic":"a/b","seq":7,"time":1700000000000000000,"payload":"aGk=","retained":true}
+//	data: {"topic":"a/b","seq":7,"time":1700000000000000000,"text":"hi","retained":true}
 //
-// ("retained" only when true; payload in standard base64 with padding; time 0
-// = unknown), and a gap is
+// The payload is in "text", a JSON string, when it is valid UTF-8 (the empty
+// payload included), and otherwise in "payload", standard base64 with
+// padding: exactly one of the two is present, and "payload" is always
+// base64. A subscription with the query parameter payload=base64 gets every
+// payload in "payload" (the data of brokers before "text"). "retained" and
+// "replayed" (see the flags) are present only when true; time 0 = unknown.
+// A gap is
 //
 //	id: <epoch>-<last lost seq>, omitted when that is 0
 //	event: gap
@@ -140,6 +148,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ContentType is the media type of a frame stream.
@@ -154,6 +163,7 @@ const (
 	FlagRetained  byte = 0x01
 	FlagGap       byte = 0x02
 	FlagHeartbeat byte = 0x04
+	FlagReplayed  byte = 0x08
 )
 
 // Header names of the subscribe exchange (see the package documentation).
@@ -190,6 +200,10 @@ type Frame struct {
 
 // Retained reports whether the frame carries a retained message.
 func (f *Frame) Retained() bool { return f.Flags&FlagRetained != 0 }
+
+// Replayed reports whether the frame carries a message replayed from the
+// broker's history (a subscription with a resume point), not a live one.
+func (f *Frame) Replayed() bool { return f.Flags&FlagReplayed != 0 }
 
 // IsGap reports whether the frame announces a gap.
 func (f *Frame) IsGap() bool { return f.Flags&FlagGap != 0 }
@@ -513,12 +527,15 @@ func clone(b []byte) []byte {
 }
 
 // SSEData is the JSON object in the data line of an SSE "message" event.
+// Exactly one of Text and Payload is present in what a broker sends.
 type SSEData struct {
-	Topic    string `json:"topic"`
-	Seq      uint64 `json:"seq"`
-	Time     int64  `json:"time"`
-	Payload  []byte `json:"payload"` // base64 in JSON
-	Retained bool   `json:"retained,omitempty"`
+	Topic    string  `json:"topic"`
+	Seq      uint64  `json:"seq"`
+	Time     int64   `json:"time"`
+	Text     *string `json:"text,omitempty"`    // a payload that is valid UTF-8
+	Payload  []byte  `json:"payload,omitempty"` // any other payload, base64 in JSON
+	Retained bool    `json:"retained,omitempty"`
+	Replayed bool    `json:"replayed,omitempty"`
 }
 
 // SSEGap is the JSON object in the data line of an SSE "gap" event.
@@ -530,8 +547,20 @@ type SSEGap struct {
 
 // AppendSSE appends f as one Server-Sent Event (a message or a gap event)
 // of a broker with the given epoch; epoch 0 (none) writes plain numeric ids.
-// A heartbeat frame is written as a comment line.
+// A payload that is valid UTF-8 goes in "text" as a JSON string, any other
+// in "payload" as base64. A heartbeat frame is written as a comment line.
 func AppendSSE(dst []byte, f *Frame, epoch uint64) []byte {
+	return appendSSE(dst, f, epoch, true)
+}
+
+// AppendSSEBase64 is AppendSSE with every payload in "payload" as base64,
+// text or not: the data of brokers before "text" existed, for a consumer
+// that asked for it (GET ...?payload=base64).
+func AppendSSEBase64(dst []byte, f *Frame, epoch uint64) []byte {
+	return appendSSE(dst, f, epoch, false)
+}
+
+func appendSSE(dst []byte, f *Frame, epoch uint64, text bool) []byte {
 	if f.IsHeartbeat() {
 		return append(dst, ": keep-alive\n\n"...)
 	}
@@ -563,11 +592,19 @@ func AppendSSE(dst []byte, f *Frame, epoch uint64) []byte {
 	dst = strconv.AppendUint(dst, f.Seq, 10)
 	dst = append(dst, ",\"time\":"...)
 	dst = strconv.AppendInt(dst, f.Time, 10)
-	dst = append(dst, ",\"payload\":\""...)
-	dst = base64.StdEncoding.AppendEncode(dst, f.Payload)
-	dst = append(dst, '"')
+	if text && utf8.Valid(f.Payload) {
+		dst = append(dst, ",\"text\":"...)
+		dst = appendJSONString(dst, string(f.Payload))
+	} else {
+		dst = append(dst, ",\"payload\":\""...)
+		dst = base64.StdEncoding.AppendEncode(dst, f.Payload)
+		dst = append(dst, '"')
+	}
 	if f.Retained() {
 		dst = append(dst, ",\"retained\":true"...)
+	}
+	if f.Replayed() {
+		dst = append(dst, ",\"replayed\":true"...)
 	}
 	return append(dst, "}\n\n"...)
 }
@@ -749,8 +786,14 @@ func (e *SSEEvent) Frame() (Frame, error) {
 			return Frame{}, fmt.Errorf("%w: sse message data: %v", ErrMalformed, err)
 		}
 		f := Frame{Seq: d.Seq, Time: d.Time, Topic: d.Topic, Payload: d.Payload}
+		if d.Text != nil {
+			f.Payload = []byte(*d.Text)
+		}
 		if d.Retained {
 			f.Flags |= FlagRetained
+		}
+		if d.Replayed {
+			f.Flags |= FlagReplayed
 		}
 		return f, nil
 	case "gap":

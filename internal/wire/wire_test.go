@@ -154,7 +154,7 @@ func TestSSE(t *testing.T) {
 		want  string
 	}{
 		{"message with epoch", Frame{Seq: 7, Time: 12, Topic: "a/b", Payload: []byte("hi")}, epoch,
-			"id: 00c0ffee12345678-7\nevent: message\ndata: {\"topic\":\"a/b\",\"seq\":7,\"time\":12,\"payload\":\"aGk=\"}\n\n"},
+			"id: 00c0ffee12345678-7\nevent: message\ndata: {\"topic\":\"a/b\",\"seq\":7,\"time\":12,\"text\":\"hi\"}\n\n"},
 		{"gap with epoch", GapFrame(Gap{Topic: "a", From: 3, To: 9}), epoch,
 			"id: 00c0ffee12345678-9\nevent: gap\ndata: {\"topic\":\"a\",\"from\":3,\"to\":9}\n\n"},
 		{"restart gap with epoch", GapFrame(Gap{From: 4}), epoch,
@@ -162,9 +162,13 @@ func TestSSE(t *testing.T) {
 		{"unknown gap with epoch", GapFrame(Gap{}), epoch,
 			"event: gap\ndata: {\"topic\":\"\",\"from\":0,\"to\":0}\n\n"},
 		{"message", Frame{Seq: 7, Time: 12, Topic: "a/b", Payload: []byte("hi")}, 0,
-			"id: 7\nevent: message\ndata: {\"topic\":\"a/b\",\"seq\":7,\"time\":12,\"payload\":\"aGk=\"}\n\n"},
+			"id: 7\nevent: message\ndata: {\"topic\":\"a/b\",\"seq\":7,\"time\":12,\"text\":\"hi\"}\n\n"},
 		{"retained empty", Frame{Seq: 1, Topic: "x", Flags: FlagRetained}, 0,
-			"id: 1\nevent: message\ndata: {\"topic\":\"x\",\"seq\":1,\"time\":0,\"payload\":\"\",\"retained\":true}\n\n"},
+			"id: 1\nevent: message\ndata: {\"topic\":\"x\",\"seq\":1,\"time\":0,\"text\":\"\",\"retained\":true}\n\n"},
+		{"replayed multi-line text", Frame{Seq: 3, Topic: "x", Payload: []byte("a\nb\"\x00ü"), Flags: FlagReplayed}, 0,
+			"id: 3\nevent: message\ndata: {\"topic\":\"x\",\"seq\":3,\"time\":0,\"text\":\"a\\nb\\\"\\u0000ü\",\"replayed\":true}\n\n"},
+		{"binary", Frame{Seq: 4, Topic: "x", Payload: []byte{'a', 0xc3}}, 0,
+			"id: 4\nevent: message\ndata: {\"topic\":\"x\",\"seq\":4,\"time\":0,\"payload\":\"YcM=\"}\n\n"},
 		{"quoted topic", Frame{Seq: 2, Topic: "a\"b\\c/ü", Payload: []byte{0xff}}, 0,
 			"id: 2\nevent: message\ndata: {\"topic\":\"a\\\"b\\\\c/ü\",\"seq\":2,\"time\":0,\"payload\":\"/w==\"}\n\n"},
 		{"gap", GapFrame(Gap{Topic: "a", From: 3, To: 9}), 0,
@@ -203,6 +207,12 @@ func TestSSE(t *testing.T) {
 	hb := HeartbeatFrame()
 	if got := string(AppendSSE(nil, &hb, epoch)); got != ": keep-alive\n\n" {
 		t.Fatalf("heartbeat as SSE = %q, want a comment", got)
+	}
+	// ?payload=base64: every payload in "payload", as before "text".
+	f := Frame{Seq: 7, Time: 12, Topic: "a/b", Payload: []byte("hi"), Flags: FlagRetained}
+	want := "id: 7\nevent: message\ndata: {\"topic\":\"a/b\",\"seq\":7,\"time\":12,\"payload\":\"aGk=\",\"retained\":true}\n\n"
+	if got := string(AppendSSEBase64(nil, &f, 0)); got != want {
+		t.Fatalf("AppendSSEBase64 =\n%q\nwant\n%q", got, want)
 	}
 }
 
