@@ -123,17 +123,63 @@ func (l *Link) coverChanged() {
 // consume runs one ordered consumer from the broker's last sequence number,
 // filtered on the local interest, until it fails or the interest gains a
 // filter (errReseq). epoch is the cluster epoch known so far (0: none); it
-// returns the one it found.
+// returns the one it found. Its phases: the stream and its epoch
+// (openStream), the consumer's filter (localFilters, consumerSubjects), the
+// consumer (openConsumer), what it covers (setCover), the watch for a new
+// filter (watchReseq) and the read loop (readStream).
 func (l *Link) consume(epoch uint64) (uint64, error) {
 	select { // what asked for this consumer is served by it
 	case <-l.reseq:
 	default:
 	}
+	str, info, epoch, err := l.openStream(epoch)
+	if err != nil {
+		return epoch, err
+	}
+	start := l.b.Stats().LastSeq + 1
+	if first := info.State.FirstSeq; first > start {
+		// Gone from the stream (its bounds) before this broker read them.
+		l.b.ForgetThrough(first - 1)
+	}
+	limit := info.Config.MaxMsgsPerSubject
+	filters := l.localFilters()
+	subjects, all := l.consumerSubjects(filters)
+	it, err := l.openConsumer(str, subjects, all, start)
+	if err != nil {
+		return epoch, err
+	}
+	defer it.Stop()
+	l.setCover(filters, subjects, all, start, info.State.LastSeq)
+	reseq, unwatch := l.watchReseq(it)
+	defer unwatch()
+	r := &streamRead{
+		l:     l,
+		str:   str,
+		all:   all,
+		start: start,
+		limit: limit,
+		// Until it has caught up with the stream, the consumer counts each
+		// subject's messages: a subject that has as many as the stream keeps per
+		// subject may have lost older ones, after start, to that bound (MarkEvicted).
+		counts: map[string]*subjectCount{},
+		last:   start - 1,
+	}
+	err = r.readStream(it, reseq)
+	return epoch, err
+}
+
+// openStream looks up the history stream and checks its cluster epoch
+// against epoch, the one known so far (0: none). The first epoch found is
+// given to the broker and logged; another one than known is logged and
+// fails with errEpochChanged. It returns the stream, its cached info and
+// the epoch now known (stored in l.epoch); on an error, epoch unchanged.
+// l.mu not held.
+func (l *Link) openStream(epoch uint64) (jetstream.Stream, *jetstream.StreamInfo, uint64, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
 	str, err := l.js.Stream(ctx, l.stream)
 	cancel()
 	if err != nil {
-		return epoch, err
+		return nil, nil, epoch, err
 	}
 	info := str.CachedInfo()
 	e := streamEpoch(info)
@@ -142,23 +188,32 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 		l.log.Info("cluster-wide sequence numbers", "epoch", wire.FormatEpoch(e), "stream", l.stream)
 	} else if e != epoch {
 		l.log.Error("cluster link: "+errEpochChanged.Error(), "was", wire.FormatEpoch(epoch), "now", wire.FormatEpoch(e))
-		return epoch, errEpochChanged
+		return nil, nil, epoch, errEpochChanged
 	}
-	epoch = e
 	l.epoch.Store(e)
-	start := l.b.Stats().LastSeq + 1
-	if first := info.State.FirstSeq; first > start {
-		// Gone from the stream (its bounds) before this broker read them.
-		l.b.ForgetThrough(first - 1)
-	}
-	limit := info.Config.MaxMsgsPerSubject
+	return str, info, e, nil
+}
+
+// localFilters returns a copy of the local interest's filters, in no
+// particular order. It takes l.mu.
+func (l *Link) localFilters() []string {
 	l.mu.Lock()
 	filters := make([]string, 0, len(l.interest))
 	for f := range l.interest {
 		filters = append(filters, f)
 	}
 	l.mu.Unlock()
-	subjects := []string{l.o.Prefix + ".gap"}
+	return filters
+}
+
+// consumerSubjects returns the stream subjects a consumer reads for
+// filters: the gap notes' subject first, then each filter's subjects once
+// (disjointSubjects drops those another one covers). all reports that the
+// consumer is to read the whole stream instead: two subjects that remain
+// still collide, or there are more than maxConsumerSubjects. It holds no
+// lock and changes nothing.
+func (l *Link) consumerSubjects(filters []string) (subjects []string, all bool) {
+	subjects = []string{l.o.Prefix + ".gap"}
 	seen := map[string]bool{}
 	for _, f := range filters {
 		for _, s := range FilterSubjects(f) {
@@ -169,7 +224,14 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 		}
 	}
 	subjects, disjoint := disjointSubjects(subjects)
-	all := !disjoint || len(subjects) > maxConsumerSubjects
+	all = !disjoint || len(subjects) > maxConsumerSubjects
+	return subjects, all
+}
+
+// openConsumer makes an ordered consumer of str from stream number start
+// (1: the stream's first), filtered on subjects unless all, and returns
+// its message iterator; the caller stops it. l.mu not held.
+func (l *Link) openConsumer(str jetstream.Stream, subjects []string, all bool, start uint64) (jetstream.MessagesContext, error) {
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if !all {
 		cfg.FilterSubjects = subjects
@@ -177,27 +239,31 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 	if start > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
 	}
-	ctx, cancel = context.WithTimeout(l.ctx, l.o.AckTimeout)
+	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
 	cons, err := str.OrderedConsumer(ctx, cfg)
 	cancel()
 	if err != nil {
-		return epoch, err
+		return nil, err
 	}
-	it, err := cons.Messages()
-	if err != nil {
-		return epoch, err
-	}
-	defer it.Stop()
-	// What the consumer covers: filters read before keep their start (the
-	// consumer goes on after the last number applied); new ones begin here,
-	// and their messages already published are history, not news.
+	return cons.Messages()
+}
+
+// setCover records what a new consumer covers and wakes Cover's waiters:
+// filters read before keep their start (the consumer goes on after the
+// last number applied); new ones begin at start, and their messages already
+// published, up to lastSeq (the stream's last number when the consumer
+// began, or the last number applied when the filter was subscribed with
+// NATS unreachable, l.early, if earlier), are history, not news. Each
+// filter leaves l.early. subjects and all are the consumer's filter
+// (consumerSubjects). It takes l.mu.
+func (l *Link) setCover(filters, subjects []string, all bool, start, lastSeq uint64) {
 	l.mu.Lock()
 	cover, fresh := map[string]uint64{}, map[string]uint64{}
 	for _, f := range filters {
 		if c, ok := l.cover[f]; ok {
 			cover[f], fresh[f] = c, l.fresh[f]
 		} else {
-			cover[f], fresh[f] = start, info.State.LastSeq
+			cover[f], fresh[f] = start, lastSeq
 			if e, ok := l.early[f]; ok {
 				fresh[f] = min(e, fresh[f])
 			}
@@ -211,11 +277,16 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 	}
 	l.coverChanged()
 	l.mu.Unlock()
-	var reseq atomic.Bool
+}
+
+// watchReseq stops it when the link shuts down or when a new consumer is
+// asked for (l.reseq); the latter sets the returned flag first, so the read
+// loop ends with errReseq. The caller must call unwatch (before stopping
+// it) once done reading: it ends the watch.
+func (l *Link) watchReseq(it jetstream.MessagesContext) (reseq *atomic.Bool, unwatch func()) {
+	reseq = new(atomic.Bool)
 	stop := context.AfterFunc(l.ctx, it.Stop)
-	defer stop()
 	done := make(chan struct{})
-	defer close(done)
 	go func() {
 		select {
 		case <-l.reseq:
@@ -224,66 +295,113 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 		case <-done:
 		}
 	}()
-	// Until it has caught up with the stream, the consumer counts each
-	// subject's messages: a subject that has as many as the stream keeps per
-	// subject may have lost older ones, after start, to that bound (MarkEvicted).
-	type count struct{ n, first uint64 }
-	counts := map[string]*count{}
-	last := start - 1     // the last stream number read
-	var checked time.Time // the last look at the stream's start
+	return reseq, func() {
+		close(done)
+		stop()
+	}
+}
+
+// subjectCount is how many messages of one subject a consumer read before
+// catching up with the stream, and the first one's stream number.
+type subjectCount struct{ n, first uint64 }
+
+// streamRead is the state of one consumer's read loop. Only that loop uses
+// it: it needs no lock.
+type streamRead struct {
+	l       *Link
+	str     jetstream.Stream
+	all     bool   // the consumer reads the whole stream
+	start   uint64 // the first stream number the consumer reads
+	limit   int64  // the stream's messages kept per subject (0 or less: no bound)
+	counts  map[string]*subjectCount
+	last    uint64    // the last stream number read
+	checked time.Time // the last look at the stream's start
+}
+
+// readStream applies the consumer's messages in order until it fails. It
+// returns errReseq when the iterator was stopped for a new consumer
+// (reseq set, watchReseq), or the error that ended the loop.
+func (r *streamRead) readStream(it jetstream.MessagesContext, reseq *atomic.Bool) error {
 	for {
 		m, err := it.Next()
 		if err != nil {
 			if reseq.Load() {
-				return epoch, errReseq
+				return errReseq
 			}
-			return epoch, err
+			return err
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return epoch, err
-		}
-		seq := md.Sequence.Stream
-		if seq > last+1 {
-			// Numbers missing: other subjects (filtered), or deleted before
-			// this broker read them.
-			if all && counts == nil {
-				// Reading the whole stream live, nothing is deleted this young
-				// unless the stream's bounds overtook this broker: say so.
-				l.b.ForgetThrough(seq - 1)
-			} else if time.Since(checked) > 250*time.Millisecond {
-				// Old messages of full subjects are missing as expected
-				// (counted below); the stream's start overtaking this broker
-				// is not.
-				checked = time.Now()
-				ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
-				if si, err := str.Info(ctx); err == nil && si.State.FirstSeq > last+1 {
-					l.b.ForgetThrough(min(si.State.FirstSeq, seq) - 1)
-				}
-				cancel()
-			}
-		}
-		last = seq
-		if counts != nil {
-			c := counts[m.Subject()]
-			if c == nil {
-				c = &count{first: seq}
-				counts[m.Subject()] = c
-			}
-			c.n++
-		}
-		l.applyStream(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}, seq)
-		if counts != nil && md.NumPending == 0 {
-			for subj, c := range counts {
-				if limit > 0 && c.n >= uint64(limit) && c.first > start {
-					if t, err := DecodeTopic(strings.TrimPrefix(subj, l.subjM)); err == nil && strings.HasPrefix(subj, l.subjM) {
-						l.b.MarkEvicted(t, c.first-1)
-					}
-				}
-			}
-			counts = nil // caught up
+		if err := r.handle(m); err != nil {
+			return err
 		}
 	}
+}
+
+// handle applies one message of the consumer (applyStream), after telling
+// the broker of numbers missing before it (missing), and counts it until
+// the consumer has caught up (caughtUp). It returns only an error reading
+// the message's metadata.
+func (r *streamRead) handle(m jetstream.Msg) error {
+	md, err := m.Metadata()
+	if err != nil {
+		return err
+	}
+	seq := md.Sequence.Stream
+	if seq > r.last+1 {
+		r.missing(seq)
+	}
+	r.last = seq
+	if r.counts != nil {
+		c := r.counts[m.Subject()]
+		if c == nil {
+			c = &subjectCount{first: seq}
+			r.counts[m.Subject()] = c
+		}
+		c.n++
+	}
+	r.l.applyStream(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}, seq)
+	if r.counts != nil && md.NumPending == 0 {
+		r.caughtUp()
+	}
+	return nil
+}
+
+// missing handles the numbers between the last one read and seq, which
+// the consumer did not deliver: other subjects (filtered), or deleted
+// before this broker read them. The latter are forgotten by the broker
+// (ForgetThrough). Called before r.last moves to seq.
+func (r *streamRead) missing(seq uint64) {
+	l := r.l
+	if r.all && r.counts == nil {
+		// Reading the whole stream live, nothing is deleted this young
+		// unless the stream's bounds overtook this broker: say so.
+		l.b.ForgetThrough(seq - 1)
+	} else if time.Since(r.checked) > 250*time.Millisecond {
+		// Old messages of full subjects are missing as expected
+		// (counted by handle); the stream's start overtaking this
+		// broker is not.
+		r.checked = time.Now()
+		ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
+		if si, err := r.str.Info(ctx); err == nil && si.State.FirstSeq > r.last+1 {
+			l.b.ForgetThrough(min(si.State.FirstSeq, seq) - 1)
+		}
+		cancel()
+	}
+}
+
+// caughtUp ends the counting once the consumer has caught up with the
+// stream: a subject read after start as many times as the stream keeps per
+// subject may have lost older messages to that bound, so the broker marks
+// its topic evicted before the first one read (MarkEvicted).
+func (r *streamRead) caughtUp() {
+	l := r.l
+	for subj, c := range r.counts {
+		if r.limit > 0 && c.n >= uint64(r.limit) && c.first > r.start {
+			if t, err := DecodeTopic(strings.TrimPrefix(subj, l.subjM)); err == nil && strings.HasPrefix(subj, l.subjM) {
+				l.b.MarkEvicted(t, c.first-1)
+			}
+		}
+	}
+	r.counts = nil // caught up
 }
 
 // errNotCovered: the stream consumer did not take up a filter in time.
