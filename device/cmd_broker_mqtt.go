@@ -40,6 +40,8 @@ func init() {
 			fs.IntVar(&l.MaxQueuedMessages, "mqtt-max-queued-messages", 0, "QoS 1/2 messages one MQTT session holds at most (0 = 1024)")
 			fs.Int64Var(&l.MaxQueuedBytes, "mqtt-max-queued-bytes", 0, "bytes of messages one MQTT session holds at most (0 = 4MiB)")
 			fs.Int64Var(&l.MaxQueuedBytesTotal, "mqtt-max-queued-bytes-total", 0, "bytes of messages all MQTT sessions hold at most (0 = 64MiB)")
+			fs.DurationVar(&l.ConnectTimeout, "mqtt-connect-timeout", 0, "close an MQTT connection that sends no CONNECT within this time, TLS handshake included (0 = 10s)")
+			fs.IntVar(&l.MaxPreConnectPerAddr, "mqtt-max-preconnect-per-addr", 0, "MQTT connections of one source address without CONNECT yet at most (0 = 64)")
 		},
 		start: f.start,
 	})

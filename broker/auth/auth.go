@@ -64,7 +64,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -72,6 +71,7 @@ import (
 	"time"
 
 	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/safefile"
 	"github.com/quiot/quiot/internal/topic"
 )
 
@@ -166,8 +166,11 @@ func Load(path string) (*Authenticator, error) {
 	return a, nil
 }
 
+// readFile reads and decodes the ACL file at path; a file others could
+// have written is refused (safefile.ReadFile: writable by group or
+// others, or owned by another user than the broker's or root).
 func readFile(path string) (File, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path)
 	if err != nil {
 		return File{}, fmt.Errorf("couldn't read auth file: %w", err)
 	}

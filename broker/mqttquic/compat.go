@@ -86,6 +86,7 @@ type compatHook struct {
 	ids        sync.Map     // *mqtt.Client -> *idState: packet identifiers used by both sides
 	idClients  atomic.Int32 // entries in ids
 	conns      sync.Map     // net.Conn -> *connTrack: connections mochi is handling (sessionEnds)
+	pre        *preConnect  // connections without CONNECT yet (sessionEnds)
 	latest     sync.Map     // client id -> *connTrack: its latest connection with a session
 
 	// Session takeovers (takeover.go).
@@ -100,6 +101,9 @@ type compatHook struct {
 type connTrack struct {
 	cl   *mqtt.Client  // set when its session is established (the connection's own goroutine)
 	done chan struct{} // closed once mochi is done with the connection
+	// pre releases the connection's place among those without CONNECT
+	// (preConnect); reports whether it still held one.
+	pre func() bool
 }
 
 // sessionEndWait bounds awaitSessionEnd; it only guards against a clean-up
@@ -117,9 +121,15 @@ type sessionEnds struct {
 // Serve serves the wrapped listener, tracking each connection.
 func (l sessionEnds) Serve(establish listeners.EstablishFn) {
 	l.Listener.Serve(func(id string, c net.Conn) error {
-		t := &connTrack{done: make(chan struct{})}
+		release, err := l.h.pre.admit(c)
+		if err != nil {
+			_ = c.Close()
+			return err
+		}
+		t := &connTrack{done: make(chan struct{}), pre: release}
 		l.h.conns.Store(c, t)
 		defer func() {
+			t.pre()
 			l.h.conns.Delete(c)
 			if t.cl != nil {
 				l.h.completeTakeover(t.cl) // if its CONNACK never went out
@@ -156,6 +166,9 @@ func (h *compatHook) Provides(b byte) bool {
 // sent-message hook when it announces a Receive Maximum (before anything
 // is written to it).
 func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
+	if v, ok := h.conns.Load(cl.Net.Conn); ok {
+		v.(*connTrack).pre() // CONNECT read: mochi's keepalive deadline follows
+	}
 	if cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval > 0 {
 		// A session that may outlive its connection gets no topic
 		// aliases from the server: mochi queues a delivery as sent (with

@@ -53,6 +53,14 @@ type Limits struct {
 	// BridgeQueueMessages caps the number of those messages; zero means
 	// 65536.
 	BridgeQueueMessages int
+	// ConnectTimeout bounds the time from a connection's start (TLS
+	// handshake included) to its CONNECT packet; a connection that sends
+	// none in time is closed. Zero means 10 s.
+	ConnectTimeout time.Duration
+	// MaxPreConnectPerAddr caps the connections of one source address
+	// that have not sent CONNECT yet; more are closed at once. Zero
+	// means 64.
+	MaxPreConnectPerAddr int
 }
 
 func (l *Limits) ensureDefaults() {
@@ -85,6 +93,12 @@ func (l *Limits) ensureDefaults() {
 	}
 	if l.BridgeQueueMessages == 0 {
 		l.BridgeQueueMessages = 1 << 16
+	}
+	if l.ConnectTimeout == 0 {
+		l.ConnectTimeout = 10 * time.Second
+	}
+	if l.MaxPreConnectPerAddr == 0 {
+		l.MaxPreConnectPerAddr = 64
 	}
 }
 

@@ -25,6 +25,7 @@ func TestLimitDefaults(t *testing.T) {
 		AnonymousSessionExpiry: 5 * time.Minute, MaxQueuedMessages: 1024,
 		MaxQueuedBytes: 4 << 20, MaxQueuedBytesTotal: 64 << 20, MaxReceiveInflight: 1024,
 		BridgeQueueBytes: 16 << 20, BridgeQueueMessages: 1 << 16,
+		ConnectTimeout: 10 * time.Second, MaxPreConnectPerAddr: 64,
 	}
 	if l != want {
 		t.Fatalf("defaults %+v, want %+v", l, want)

@@ -82,6 +82,13 @@ type SecurityStats struct {
 	// BridgeDroppedDenied counts HTTP/3 messages not injected into MQTT
 	// because of a `$` topic or a publisher not allowed to publish there.
 	BridgeDroppedDenied uint64
+	// RefusedPreConnect counts connections closed at once because their
+	// source address held Limits.MaxPreConnectPerAddr connections without
+	// CONNECT.
+	RefusedPreConnect uint64
+	// ClosedNoConnect counts connections closed because they sent no
+	// CONNECT within Limits.ConnectTimeout.
+	ClosedNoConnect uint64
 	// Clients is the number of connected MQTT clients.
 	Clients int64
 	// Sessions is the number of sessions (connected and offline) of
@@ -101,8 +108,10 @@ type securityCounters struct {
 // Security returns the server's security counters (for metrics).
 func (s *Server) Security() SecurityStats {
 	st := SecurityStats{
-		Clients:         atomic.LoadInt64(&s.mq.Info.ClientsConnected),
-		DroppedInflight: uint64(atomic.LoadInt64(&s.mq.Info.InflightDropped)),
+		Clients:           atomic.LoadInt64(&s.mq.Info.ClientsConnected),
+		DroppedInflight:   uint64(atomic.LoadInt64(&s.mq.Info.InflightDropped)),
+		RefusedPreConnect: s.compat.pre.refused.Load(),
+		ClosedNoConnect:   s.compat.pre.timedOut.Load(),
 	}
 	if s.br == nil {
 		return st

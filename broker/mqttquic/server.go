@@ -174,7 +174,7 @@ func New(opts Options) (*Server, error) {
 		// wasteful on a Pi).
 		SysTopicResendInterval: 60,
 	})
-	compat := &compatHook{mq: mq, maxPacketSize: opts.MaxPacketSize, topicAliasMaximum: opts.TopicAliasMaximum}
+	compat := &compatHook{mq: mq, maxPacketSize: opts.MaxPacketSize, topicAliasMaximum: opts.TopicAliasMaximum, pre: newPreConnect(opts.Limits)}
 	s := &Server{opts: opts, mq: mq, compat: compat}
 	if opts.DataDir != "" {
 		so := store.SessionOptions{Dir: opts.DataDir, Server: mq, Logger: opts.Logger}

@@ -23,6 +23,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/internal/safefile"
 )
 
 // SessionsFileName is the MQTT session file inside the data directory.
@@ -132,12 +133,17 @@ func OpenSessions(o SessionOptions) (*Sessions, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("couldn't create data directory: %w", err)
 	}
+	if err := safefile.CheckDir(o.Dir); err != nil {
+		return nil, err
+	}
 	path := filepath.Join(o.Dir, SessionsFileName)
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
 		_ = os.Remove(path) // created, never written
 	}
 	db, err := openBolt(path, &bolt.Options{Timeout: time.Second, NoSync: o.NoSync, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	switch {
+	case errors.Is(err, safefile.ErrUnsafe):
+		return nil, err
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch):

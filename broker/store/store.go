@@ -32,6 +32,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/internal/safefile"
 )
 
 // FileName is the broker state file inside the data directory.
@@ -161,6 +162,9 @@ func Open(o Options) (*Store, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("couldn't create data directory: %w", err)
 	}
+	if err := safefile.CheckDir(o.Dir); err != nil {
+		return nil, err
+	}
 	path := filepath.Join(o.Dir, FileName)
 	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: %s is not a regular file", ErrForeign, path)
@@ -179,6 +183,8 @@ func Open(o Options) (*Store, error) {
 		FreelistType:   bolt.FreelistMapType,
 	})
 	switch {
+	case errors.Is(err, safefile.ErrUnsafe):
+		return nil, err
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch):
@@ -214,6 +220,7 @@ func openBolt(path string, o *bolt.Options) (db *bolt.DB, err error) {
 			db, err = nil, fmt.Errorf("bbolt: %v", r)
 		}
 	}()
+	o.OpenFile = safefile.OpenInDir // no symbolic link, nobody else's file
 	return bolt.Open(path, 0o600, o)
 }
 

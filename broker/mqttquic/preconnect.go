@@ -1,0 +1,88 @@
+package mqttquic
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// errPreConnectLimit ends a connection refused because its source address
+// already holds Limits.MaxPreConnectPerAddr connections without CONNECT.
+var errPreConnectLimit = errors.New("too many connections without CONNECT from this address")
+
+// preConnect bounds the connections (MQTT over QUIC, TCP and TLS) that
+// have not sent CONNECT yet: each gets Limits.ConnectTimeout to send it
+// (TLS handshake included) and is closed otherwise, and one source address
+// holds at most Limits.MaxPreConnectPerAddr of them at a time. Without it
+// a client that never sends CONNECT holds a socket (a file descriptor)
+// for ever, counted nowhere (docs/security.md, Bounds).
+type preConnect struct {
+	timeout time.Duration
+	perAddr int
+
+	mu sync.Mutex
+	n  map[netip.Addr]int
+
+	refused, timedOut atomic.Uint64
+}
+
+func newPreConnect(l Limits) *preConnect {
+	return &preConnect{timeout: l.ConnectTimeout, perAddr: l.MaxPreConnectPerAddr, n: make(map[netip.Addr]int)}
+}
+
+// addrOf returns the source address of c (IPv4-mapped addresses
+// unmapped), or the zero Addr when it has none.
+func addrOf(c net.Conn) netip.Addr {
+	ra := c.RemoteAddr()
+	if ra == nil {
+		return netip.Addr{}
+	}
+	ap, err := netip.ParseAddrPort(ra.String())
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+// admit counts c as waiting for its CONNECT and sets its deadline; it
+// returns the release function (idempotent, reports whether it released),
+// or an error when c's address is at its bound.
+func (p *preConnect) admit(c net.Conn) (release func() bool, err error) {
+	a := addrOf(c)
+	p.mu.Lock()
+	if p.n[a] >= p.perAddr {
+		p.mu.Unlock()
+		p.refused.Add(1)
+		return nil, fmt.Errorf("%w (%s: %d, Limits.MaxPreConnectPerAddr)", errPreConnectLimit, a, p.perAddr)
+	}
+	p.n[a]++
+	p.mu.Unlock()
+	var once atomic.Bool
+	free := func() bool {
+		if !once.CompareAndSwap(false, true) {
+			return false
+		}
+		p.mu.Lock()
+		if p.n[a]--; p.n[a] <= 0 {
+			delete(p.n, a)
+		}
+		p.mu.Unlock()
+		return true
+	}
+	// The timer closes the connection (a read deadline would leave the
+	// counting to whoever sees the error, after the peer saw the close).
+	timer := time.AfterFunc(p.timeout, func() {
+		if free() {
+			p.timedOut.Add(1)
+			_ = c.Close()
+		}
+	})
+	return func() bool {
+		timer.Stop()
+		return free()
+	}, nil
+}

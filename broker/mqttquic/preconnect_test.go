@@ -1,0 +1,118 @@
+package mqttquic
+
+import (
+	"crypto/tls"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// preConnectServer starts a server with MQTT over QUIC, TCP and TLS on
+// loopback and the given connect timeout and per-address bound.
+func preConnectServer(t *testing.T, timeout time.Duration, perAddr int) (*Server, *testPKI) {
+	t.Helper()
+	pki := newPKI(t)
+	s := startServer(t, pki, func(o *Options) {
+		o.TCPAddr = "127.0.0.1:0"
+		o.TLSAddr = "127.0.0.1:0"
+		o.Limits.ConnectTimeout = timeout
+		o.Limits.MaxPreConnectPerAddr = perAddr
+	})
+	return s, pki
+}
+
+// silent opens a connection of transport tr that sends no CONNECT: over
+// TCP nothing, over TLS a finished handshake (or nothing at all, "tls-raw"),
+// over QUIC the first byte of a CONNECT (a stream reaches the broker with
+// its first byte).
+func silent(t *testing.T, s *Server, pki *testPKI, tr string) net.Conn {
+	t.Helper()
+	c, err := silentErr(t, s, pki, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// silentErr is silent returning the error of a connection the server
+// closed while it was being opened (a refused TLS handshake).
+func silentErr(t *testing.T, s *Server, pki *testPKI, tr string) (c net.Conn, err error) {
+	t.Helper()
+	switch tr {
+	case "tcp":
+		c, err = net.Dial("tcp", s.TCPAddr())
+	case "tls-raw":
+		c, err = net.Dial("tcp", s.TLSAddr())
+	case "tls":
+		var tc *tls.Conn
+		if tc, err = tls.Dial("tcp", s.TLSAddr(), &tls.Config{RootCAs: pki.Pool(), ServerName: "localhost"}); err == nil {
+			c = tc
+		}
+	case "quic":
+		c = dialQUICStream(t, s, pki)
+		_, err = c.Write([]byte{packets.Connect << 4})
+	}
+	if c != nil {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	return c, err
+}
+
+// waitClosed fails unless the server closes c before rawTimeout.
+func waitClosed(t *testing.T, c net.Conn) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(rawTimeout))
+	_, err := c.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("connection without CONNECT still open after %v", rawTimeout)
+	}
+	if err == nil {
+		t.Fatal("the server sent something to a connection without CONNECT")
+	}
+}
+
+// TestConnectTimeout: a connection that sends no CONNECT within
+// Limits.ConnectTimeout is closed, on every transport; a client connected
+// before keeps its connection (mochi's keepalive deadline replaced the
+// CONNECT one) (issue 27 finding 4).
+func TestConnectTimeout(t *testing.T) {
+	for _, tr := range []string{"tcp", "tls-raw", "tls", "quic"} {
+		t.Run(tr, func(t *testing.T) {
+			s, pki := preConnectServer(t, 300*time.Millisecond, 0)
+			live := dialRaw(t, s.TCPAddr())
+			live.connect("live", true, nil)
+			waitClosed(t, silent(t, s, pki, tr)) // started after live's CONNECT, so live's first deadline passed too
+			live.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}}, (*packets.Packet).PingreqEncode)
+			live.expect(packets.Pingresp)
+			if st := s.Security(); st.ClosedNoConnect != 1 {
+				t.Errorf("ClosedNoConnect = %d, want 1", st.ClosedNoConnect)
+			}
+		})
+	}
+}
+
+// TestPreConnectPerAddr: one source address holds at most
+// Limits.MaxPreConnectPerAddr connections without CONNECT; the next is
+// closed at once and counted, and connections that sent CONNECT do not
+// count (issue 27 finding 4).
+func TestPreConnectPerAddr(t *testing.T) {
+	for _, tr := range []string{"tcp", "tls", "quic"} {
+		t.Run(tr, func(t *testing.T) {
+			s, pki := preConnectServer(t, time.Hour, 2)
+			for i := range 3 { // CONNECTed clients release their place
+				r := dialRaw(t, s.TCPAddr())
+				r.connect("c"+string(rune('a'+i)), true, nil)
+			}
+			silent(t, s, pki, tr)
+			silent(t, s, pki, tr)
+			if c, err := silentErr(t, s, pki, tr); err == nil { // TLS: the handshake fails
+				waitClosed(t, c)
+			}
+			if st := s.Security(); st.RefusedPreConnect != 1 {
+				t.Errorf("RefusedPreConnect = %d, want 1", st.RefusedPreConnect)
+			}
+		})
+	}
+}
