@@ -108,10 +108,19 @@ func (r *connReport) lastErr() error {
 	return r.last
 }
 
-// unreachable is the error of giving up after Options.ConnectTimeout.
+// unreachable is the error of giving up after Options.ConnectTimeout. If
+// no warning was logged yet (the time ran out in the first attempt), it
+// logs one, so every protocol says once what failed.
 func (r *connReport) unreachable(err error) error {
 	if err == nil {
-		err = errors.New("no answer")
+		err = &dialError{addr: r.addr, err: fmt.Errorf("no connection within %s", r.timeout)}
+	}
+	r.mu.Lock()
+	first := !r.reported
+	r.reported = true
+	r.mu.Unlock()
+	if first {
+		r.log.Warn("couldn't connect to the broker; giving up", "broker", r.addr, "error", err, "check", unreachableHint)
 	}
 	return fmt.Errorf("%w: no connection to %s within %s (%s): %w", ErrUnreachable, r.addr, r.timeout, unreachableHint, err)
 }
