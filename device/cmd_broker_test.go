@@ -103,7 +103,11 @@ func loopbackBrokerArgs(args ...string) []string {
 		"metrics-listen": "",
 		"dev-cert-out":   "", // no file in the user's cache directory
 	} {
-		if fs.Lookup(name) != nil {
+		given := false
+		for _, a := range args {
+			given = given || a == "--"+name || strings.HasPrefix(a, "--"+name+"=")
+		}
+		if fs.Lookup(name) != nil && !given {
 			args = append(args, "--"+name+"="+value)
 		}
 	}
