@@ -755,7 +755,9 @@ func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {
 			var a wire.Ack
 			switch {
 			case errors.Is(err, wire.ErrTooLarge):
-				a = wire.Ack{Status: http.StatusRequestEntityTooLarge, Reason: err.Error()}
+				// The frame limit adds the topic and framing to the payload
+				// limit; the user knows the payload limit (--max-payload).
+				a = wire.Ack{Status: http.StatusRequestEntityTooLarge, Reason: fmt.Sprintf("payload exceeds the limit of %d bytes", lim.MaxPayload)}
 				b.noteRefusal(r, id, ReasonPayloadTooLarge, http.StatusRequestEntityTooLarge, a.Reason)
 			case errors.Is(err, wire.ErrMalformed):
 				a = wire.Ack{Status: http.StatusBadRequest, Reason: err.Error()}

@@ -25,7 +25,7 @@ func TestARMv6RoundTripMQTT(t *testing.T) {
 	bin := buildPiBinary(t, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	args := append([]string{"broker", "--config=", "--dev", "--listen", "127.0.0.1:0", "--log-level", "warn"}, disableOptionalListeners(t, qemu, bin)...)
+	args := append([]string{"broker", "--config=", "--dev", "--dev-cert-out=", "--listen", "127.0.0.1:0", "--log-level", "warn"}, disableOptionalListeners(t, qemu, bin)...)
 	args = append(args, "--mqtt-quic", "127.0.0.1:0") // after the disabling flags: the last one wins
 	broker := startARM(t, ctx, qemu, bin, `listening: (mqtt-quic://[0-9.:]+|https://[0-9.:]+)`, `^$`, args...)
 	// Both lines are printed; collect them.

@@ -191,7 +191,7 @@ func TestARMv6RoundTrip(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	brokerArgs := append([]string{"broker", "--config=", "--dev", "--listen", "127.0.0.1:0", "--log-level", "warn"}, disableOptionalListeners(t, qemu, bin)...)
+	brokerArgs := append([]string{"broker", "--config=", "--dev", "--dev-cert-out=", "--listen", "127.0.0.1:0", "--log-level", "warn"}, disableOptionalListeners(t, qemu, bin)...)
 	broker := startARM(t, ctx, qemu, bin, `broker listening: (https://[0-9.:]+)`, `^$`, brokerArgs...)
 	url := broker.wait(t, ctx, broker.stdout, "the broker to listen")
 	t.Logf("broker under qemu (-cpu %s) listening at %s", armCPU, url)

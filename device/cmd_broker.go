@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -59,6 +62,8 @@ func registerBrokerExtension(e brokerExtension) { brokerExtensions = append(brok
 type brokerFlags struct {
 	listen        string
 	dev           bool
+	devCertOut    string
+	devCertPEM    []byte // the --dev certificate, set by options
 	cert, key     string
 	clientCA      string
 	authFile      string
@@ -78,6 +83,7 @@ type brokerFlags struct {
 func (f *brokerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", ":4433", "UDP address for HTTP/3; TCP on the same port serves HTTP/1.1 and HTTP/2")
 	fs.BoolVar(&f.dev, "dev", false, "use an ephemeral self-signed certificate and print its SHA-256 fingerprint (development only)")
+	fs.StringVar(&f.devCertOut, "dev-cert-out", defaultDevCertPath(), "with --dev: write the certificate (PEM, not the key) to this file for clients' --ca; empty = do not write it")
 	fs.StringVar(&f.cert, "cert", "", "server certificate PEM file (with --key)")
 	fs.StringVar(&f.key, "key", "", "server key PEM file (with --cert)")
 	fs.StringVar(&f.clientCA, "client-ca", "", "CA PEM file to verify client certificates (mTLS; identity = certificate CN)")
@@ -108,7 +114,9 @@ func (f *brokerFlags) options(stdout io.Writer, log *slog.Logger) (*broker.Optio
 			return nil, err
 		}
 		o.Certificates = []tls.Certificate{c.TLS}
-		fmt.Fprintf(stdout, "dev certificate (self-signed, localhost/127.0.0.1/::1) SHA-256 fingerprint: %s\n", certs.Fingerprint(c.TLS.Certificate[0]))
+		fp := certs.Fingerprint(c.TLS.Certificate[0])
+		fmt.Fprintf(stdout, "dev certificate (self-signed, localhost/127.0.0.1/::1) SHA-256 fingerprint: %s\n", fp)
+		f.devCertPEM = c.CertPEM // written once the broker listens (writeDevCert)
 	case f.cert == "" || f.key == "":
 		return nil, fmt.Errorf("%w: give --cert and --key, or --dev for a throwaway certificate", errUsage)
 	default:
@@ -146,6 +154,71 @@ func (f *brokerFlags) options(stdout io.Writer, log *slog.Logger) (*broker.Optio
 		return nil, fmt.Errorf("%w: --queue-policy %q (want drop-oldest or disconnect)", errUsage, f.queuePolicy)
 	}
 	return o, nil
+}
+
+// defaultDevCertPath is where --dev writes its certificate by default:
+// quiot/dev-cert.pem in the user's cache directory (~/.cache on Linux),
+// or in the temporary directory when there is none.
+func defaultDevCertPath() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "quiot", "dev-cert.pem")
+}
+
+// writeDevCert writes the dev certificate's PEM to path (its directory
+// created 0700 when missing), replacing an earlier run's file atomically.
+func writeDevCert(path string, certPEM []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("couldn't write the dev certificate (--dev-cert-out): %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".dev-cert-*.pem")
+	if err != nil {
+		return fmt.Errorf("couldn't write the dev certificate (--dev-cert-out): %w", err)
+	}
+	_, err = tmp.Write(certPEM)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("couldn't write the dev certificate (--dev-cert-out): %w", err)
+	}
+	return nil
+}
+
+// devListenFlags are the listener flags whose default --dev moves to
+// loopback (127.0.0.1) when the user did not give them.
+var devListenFlags = []string{"listen", "mqtt-quic"}
+
+// applyDevDefaults makes --dev listen on loopback only: each listener flag
+// of devListenFlags not given explicitly (on the command line or by a
+// configuration file) keeps its port on 127.0.0.1. Explicit flags win.
+func applyDevDefaults(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, name := range devListenFlags {
+		fl := fs.Lookup(name)
+		if fl == nil || given[name] || fl.Value.String() == "" {
+			continue
+		}
+		_, port, err := net.SplitHostPort(fl.Value.String())
+		if err != nil {
+			continue // not host:port: left to the listener to refuse
+		}
+		if err := fs.Set(name, net.JoinHostPort("127.0.0.1", port)); err != nil {
+			return fmt.Errorf("--dev: --%s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // authenticator picks who may connect (issue 9 finding 5, deny by
@@ -196,6 +269,11 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		}
 	}
+	if bf.dev {
+		if err := applyDevDefaults(fs); err != nil {
+			return err
+		}
+	}
 	log, err := newLogger(stderr, bf.logLevel)
 	if err != nil {
 		return err
@@ -225,6 +303,13 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, ", HTTP/1.1+HTTP/2 on TCP %s", a)
 	}
 	fmt.Fprintln(stdout)
+	if bf.devCertPEM != nil && bf.devCertOut != "" {
+		if err := writeDevCert(bf.devCertOut, bf.devCertPEM); err != nil {
+			log.Warn("dev certificate not written; clients can use --pin or --insecure", "error", err)
+		} else {
+			fmt.Fprintf(stdout, "dev certificate written to %s: clients trust it with --ca %s\n", bf.devCertOut, bf.devCertOut)
+		}
+	}
 
 	var stops []func(context.Context) error
 	var startErr error

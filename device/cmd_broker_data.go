@@ -11,15 +11,15 @@ import (
 
 // `quiot broker --data-dir DIR`: retained messages, resume history, the
 // epoch and sequence counter (DIR/broker.db) and persistent MQTT sessions
-// (DIR/mqtt-sessions.db) survive restarts. Off by default and with --dev;
-// the packaged configuration sets /var/lib/quiot.
+// (DIR/mqtt-sessions.db) survive restarts. Off by default (also with
+// --dev, whose defaults an explicit --data-dir overrides); the packaged
+// configuration sets /var/lib/quiot.
 //
 // This file sorts before cmd_broker_service.go, so --check-config checks
 // the data directory too.
 
 type dataFlags struct {
 	dir         string
-	dev         bool
 	checkConfig bool
 }
 
@@ -32,10 +32,9 @@ func init() {
 	registerBrokerExtension(brokerExtension{
 		name: "data-dir",
 		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&f.dir, "data-dir", "", "directory where retained messages, resume history, the epoch and persistent MQTT sessions survive restarts (created 0700); empty = memory only; ignored with --dev")
+			fs.StringVar(&f.dir, "data-dir", "", "directory where retained messages, resume history, the epoch and persistent MQTT sessions survive restarts (created 0700); empty = memory only")
 		},
 		parsed: func(fs *flag.FlagSet) error {
-			f.dev = fs.Lookup("dev").Value.String() == "true"
 			if c := fs.Lookup("check-config"); c != nil {
 				f.checkConfig = c.Value.String() == "true"
 			}
@@ -50,10 +49,6 @@ func init() {
 func (f *dataFlags) configure(opts *broker.Options, _ io.Writer) error {
 	brokerDataDir = ""
 	if f.dir == "" {
-		return nil
-	}
-	if f.dev {
-		opts.Logger.Warn("--dev: --data-dir ignored, broker state lives in memory only", "data_dir", f.dir)
 		return nil
 	}
 	st, err := store.Open(store.Options{Dir: f.dir, Logger: opts.Logger})

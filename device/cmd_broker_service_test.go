@@ -53,7 +53,7 @@ func TestBrokerServiceNotifyAndMetrics(t *testing.T) {
 	var stdout lockedBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- runBroker(ctx, []string{"--config", "", "--dev", "--listen", "127.0.0.1:0", "--mqtt-quic", "",
+		done <- runBroker(ctx, []string{"--config", "", "--dev", "--dev-cert-out=", "--listen", "127.0.0.1:0", "--mqtt-quic", "",
 			"--metrics-listen", "127.0.0.1:0", "--log-level", "error"}, &stdout, io.Discard)
 	}()
 	notes := make(chan string, 16)

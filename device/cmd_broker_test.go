@@ -90,6 +90,8 @@ func TestBrokerUsageErrors(t *testing.T) {
 // port 0 or disabled.
 func loopbackBrokerArgs(args ...string) []string {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+	var bf brokerFlags
+	bf.register(fs)
 	for _, e := range brokerExtensions {
 		if e.flags != nil {
 			e.flags(fs)
@@ -99,8 +101,13 @@ func loopbackBrokerArgs(args ...string) []string {
 		"mqtt-quic":      "127.0.0.1:0",
 		"mqtt-tcp":       "",
 		"metrics-listen": "",
+		"dev-cert-out":   "", // no file in the user's cache directory
 	} {
-		if fs.Lookup(name) != nil {
+		given := false
+		for _, a := range args {
+			given = given || a == "--"+name || strings.HasPrefix(a, "--"+name+"=")
+		}
+		if fs.Lookup(name) != nil && !given {
 			args = append(args, "--"+name+"="+value)
 		}
 	}

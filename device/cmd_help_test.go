@@ -105,7 +105,7 @@ func TestFlagLayoutsNameRealFlags(t *testing.T) {
 		var errb bytes.Buffer
 		run([]string{cmd, "-h"}, io.Discard, &errb)
 		m := map[string]bool{}
-		for _, s := range regexp.MustCompile(`(?m)^  --([a-z0-9-]+)`).FindAllStringSubmatch(errb.String(), -1) {
+		for _, s := range regexp.MustCompile(`(?m)^  --?([A-Za-z0-9-]+)`).FindAllStringSubmatch(errb.String(), -1) {
 			m[s[1]] = true
 		}
 		return m
@@ -144,7 +144,7 @@ func TestFlagHelpConvention(t *testing.T) {
 	bad := regexp.MustCompile(`\(default[:\s]|\(0:|[;,] 0: |defaults? to |DESIGN\.md`)
 	// Flag lines and their indented text (either dash style, so the test
 	// reads any layout of the help).
-	flagLine := regexp.MustCompile(`^  --?[a-z0-9-]+`)
+	flagLine := regexp.MustCompile(`^  --?[A-Za-z0-9-]+`)
 	for _, c := range cmds {
 		t.Run(strings.Join(c, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,6 +40,7 @@ type clientFlags struct {
 	tuning     string
 	insecure   bool
 	ca         string
+	pin        string
 	token      string
 	everyReq   bool
 	username   string
@@ -56,6 +58,7 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tuning, "tuning", "default", "QUIC tuning profile: default, lean or a TOML file")
 	fs.BoolVar(&f.insecure, "insecure", false, "skip verification of the broker's certificate (development only)")
 	fs.StringVar(&f.ca, "ca", "", "PEM file of the CA(s) that signed the broker's certificate (empty = the system's roots)")
+	fs.StringVar(&f.pin, "pin", "", "accept only the broker certificate with this SHA-256 fingerprint (hex, colons optional; what broker --dev prints) instead of verifying it by a CA")
 	fs.StringVar(&f.token, "token", "", "token (HTTP/3 Authorization: Bearer, once per connection unless --auth-every-request; MQTT password)")
 	fs.BoolVar(&f.everyReq, "auth-every-request", false, "HTTP/3: send the token on every request instead of once per connection (costs header bytes per message)")
 	fs.StringVar(&f.username, "username", "", "user name (HTTP Basic with --token as password; MQTT username)")
@@ -95,6 +98,16 @@ func (f *clientFlags) options(stderr io.Writer) (client.Options, *slog.Logger, e
 	if f.insecure && f.ca != "" {
 		return o, nil, fmt.Errorf("%w: --insecure and --ca exclude each other", errUsage)
 	}
+	if f.pin != "" {
+		if f.insecure || f.ca != "" {
+			return o, nil, fmt.Errorf("%w: --pin excludes --ca and --insecure", errUsage)
+		}
+		pin, err := certs.ParseFingerprint(f.pin)
+		if err != nil {
+			return o, nil, fmt.Errorf("%w: --pin: %v", errUsage, err)
+		}
+		o.PinSHA256 = pin
+	}
 	if f.ca != "" {
 		pool, err := certs.LoadPool(f.ca)
 		if err != nil {
@@ -116,6 +129,32 @@ func (f *clientFlags) options(stderr io.Writer) (client.Options, *slog.Logger, e
 		return o, nil, fmt.Errorf("%w: --max-backoff must be positive", errUsage)
 	}
 	return o, log, nil
+}
+
+// tlsRemedy says how to make a client trust a broker whose certificate it
+// could not verify.
+const tlsRemedy = "the broker's certificate is not signed by a CA this client trusts: " +
+	"give --ca FILE (the CA that signed it; a broker --dev writes its certificate to the file it prints at start), " +
+	"--pin SHA256 (the fingerprint a broker --dev prints) or, for development only, --insecure"
+
+// explainConnErr adds what to do to a connection error the user can cure
+// with a flag: a broker certificate that did not verify.
+func explainConnErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	_, cv := errors.AsType[*tls.CertificateVerificationError](err)
+	_, ua := errors.AsType[x509.UnknownAuthorityError](err)
+	_, he := errors.AsType[x509.HostnameError](err)
+	switch {
+	case cv || ua:
+		return fmt.Errorf("%w\n%s", err, tlsRemedy)
+	case he:
+		return fmt.Errorf("%w\nthe broker's certificate is for other names: connect by one of them, or give --pin SHA256 (its fingerprint) or, for development only, --insecure", err)
+	case errors.Is(err, client.ErrPinMismatch):
+		return fmt.Errorf("%w\ncheck --pin against the fingerprint the broker prints at start (a broker --dev makes a new certificate each start)", err)
+	}
+	return err
 }
 
 // pubPlan is what `quiot pub` publishes.
@@ -324,6 +363,7 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	mode := fs.String("mode", "request", "HTTP/3 publish mode: request (one request per message) or stream (one long-lived request)")
 	quiet := fs.Bool("quiet", false, "print no summary line")
 	sensor := fs.String("sensor", "", sensorFlagHelp)
+	connectTimeout := fs.Duration("connect-timeout", 30*time.Second, "with a finite --count and no --spool: give up (exit status 1) when the broker cannot be reached for this long; 0 = retry for ever (always so for --count 0 and --spool)")
 	var sf spoolFlags
 	sf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -359,6 +399,12 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	opts.PublishMode = *mode
+	if *connectTimeout < 0 {
+		return fmt.Errorf("%w: --connect-timeout must not be negative", errUsage)
+	}
+	if *count > 0 && !sf.stdin && sf.dir == "" {
+		opts.ConnectTimeout = *connectTimeout // a one-shot run; others wait for the broker
+	}
 	meter, err := newRoleMeter(cf.metricsOut, "pub", &opts)
 	if err != nil {
 		return err
@@ -406,7 +452,7 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			m.StampDelaysMs = append(m.StampDelaysMs, qmetrics.Ms(d))
 		}
 	})
-	return errors.Join(err, merr)
+	return errors.Join(explainConnErr(err), merr)
 }
 
 // pubSummary is the one-line report of a publish run.

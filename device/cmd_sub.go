@@ -476,7 +476,7 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		m.SetDelivery(expected, uint64(st.Count), st.took())
 	})
-	return errors.Join(err, merr)
+	return errors.Join(explainConnErr(err), merr)
 }
 
 func validFormat(f string) bool {

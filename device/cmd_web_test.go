@@ -43,7 +43,7 @@ func TestBrokerDashboardFlags(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			pr, pw := io.Pipe()
 			done := make(chan error, 1)
-			args := append([]string{"--dev", "--listen", "127.0.0.1:0", "--log-level", "error"}, tc.args...)
+			args := append([]string{"--dev", "--dev-cert-out=", "--listen", "127.0.0.1:0", "--log-level", "error"}, tc.args...)
 			go func() {
 				done <- runBroker(ctx, loopbackBrokerArgs(args...), pw, io.Discard)
 				pw.Close()

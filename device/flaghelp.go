@@ -10,7 +10,7 @@ var flagLayouts = map[string]cli.Help{
 	"broker": {
 		Groups: []cli.Group{
 			{Title: "Listeners", Flags: []string{"listen", "mqtt-quic", "mqtt-tls", "mqtt-tcp", "dashboard", "cors-origins"}},
-			{Title: "Security and authentication", Flags: []string{"dev", "cert", "key", "client-ca", "auth", "allow-anonymous", "session-ttl"}},
+			{Title: "Security and authentication", Flags: []string{"dev", "dev-cert-out", "cert", "key", "client-ca", "auth", "allow-anonymous", "session-ttl"}},
 			{Title: "Limits", Flags: []string{"max-payload", "max-conns", "max-conns-per-addr", "max-conns-per-identity",
 				"max-subscriptions", "max-subscriptions-per-identity", "max-subscriptions-total", "max-streams",
 				"max-header-bytes", "idle-timeout", "queue", "queue-policy"}},
@@ -40,7 +40,7 @@ var flagLayouts = map[string]cli.Help{
 	"pub": {
 		Groups: append(clientGroups(),
 			cli.Group{Title: "Messages", Flags: []string{"topic", "payload", "payload-size", "stdin", "sensor", "qos", "retain",
-				"mode", "count", "rate", "inflight", "quiet"}},
+				"mode", "count", "rate", "inflight", "connect-timeout", "quiet"}},
 			cli.Group{Title: "Spool (messages kept on disk until delivered)", Flags: []string{"spool", "spool-fsync", "spool-max-age", "spool-max-bytes"}},
 			cli.Group{Title: "Logging, metrics and configuration", Flags: []string{"log-level", "metrics-out", "config"}},
 		),
@@ -51,7 +51,8 @@ var flagLayouts = map[string]cli.Help{
 	},
 	"sub": {
 		Groups: append(clientGroups(),
-			cli.Group{Title: "Subscription", Flags: []string{"topic", "since", "dedup", "count", "format", "gpio-out", "quiet"}},
+			cli.Group{Title: "Subscription", Flags: []string{"topic", "since", "dedup", "count", "gpio-out"}},
+			cli.Group{Title: "Output", Flags: []string{"format", "v", "separator", "N", "quiet"}},
 			cli.Group{Title: "Logging, metrics and configuration", Flags: []string{"log-level", "metrics-out", "config"}},
 		),
 		Examples: []cli.Example{
@@ -65,7 +66,7 @@ var flagLayouts = map[string]cli.Help{
 func clientGroups() []cli.Group {
 	return []cli.Group{
 		{Title: "Connection", Flags: []string{"broker", "tuning", "reconnect", "max-backoff", "session-file"}},
-		{Title: "Security and authentication", Flags: []string{"insecure", "ca", "cert", "key", "token", "username", "auth-every-request"}},
+		{Title: "Security and authentication", Flags: []string{"insecure", "ca", "pin", "cert", "key", "token", "username", "auth-every-request"}},
 	}
 }
 

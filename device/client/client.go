@@ -136,6 +136,11 @@ type Options struct {
 	RootCAs *x509.CertPool
 	// Insecure skips verification of the broker's certificate (development).
 	Insecure bool
+	// PinSHA256, when set (32 bytes), verifies the broker's leaf
+	// certificate by its SHA-256 fingerprint instead of by a CA (RootCAs
+	// is then not used), on every protocol; a mismatch wraps
+	// ErrPinMismatch and is final. Nil means CA verification.
+	PinSHA256 []byte
 	// Certificate is the client certificate for mTLS; nil means none.
 	Certificate *tls.Certificate
 	// Token authenticates once per connection (HTTP/3: Authorization:
@@ -184,6 +189,11 @@ type Options struct {
 	Reconnect bool
 	// MaxBackoff caps the reconnect backoff; zero means 30 s.
 	MaxBackoff time.Duration
+	// ConnectTimeout bounds how long a Publish or Subscribe keeps trying
+	// to reach a broker that does not answer (each attempt included):
+	// after it the call fails with an error wrapping ErrUnreachable. Zero
+	// means no bound: with Reconnect, retry until the context ends.
+	ConnectTimeout time.Duration
 	// SpoolWindow is how many spooled messages a Spooled client keeps in
 	// flight (written, acknowledgement awaited) when the protocol keeps
 	// their order: HTTP/3 PublishMode "stream". Zero means 16; 1 sends one
@@ -204,14 +214,19 @@ var factories = map[string]factory{}
 // registerScheme makes New use f for URLs with scheme s; called from init.
 func registerScheme(s string, f factory) { factories[s] = f }
 
+// schemesHelp lists the broker URL schemes with an example each.
+const schemesHelp = "https://host:4433 (HTTP/3), mqtt-quic://host:14567 (MQTT over QUIC), mqtt://host:1883 (MQTT over TCP) or mqtts://host:8883 (MQTT over TLS)"
+
 // New returns a client for opts.Broker. It does not connect yet.
 func New(opts Options) (Client, error) {
+	if !strings.Contains(opts.Broker, "://") {
+		// "localhost:4433" would parse as scheme "localhost", and
+		// "127.0.0.1:4433" fail with url's "first path segment" error.
+		return nil, fmt.Errorf("%w: broker URL %q has no scheme (want %s)", ErrUnsupportedScheme, opts.Broker, schemesHelp)
+	}
 	u, err := url.Parse(opts.Broker)
 	if err != nil {
 		return nil, fmt.Errorf("bad broker URL %q: %w", opts.Broker, err)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("bad broker URL %q: no host (want e.g. https://localhost:4433)", opts.Broker)
 	}
 	f, ok := factories[strings.ToLower(u.Scheme)]
 	if !ok {
@@ -220,7 +235,13 @@ func New(opts Options) (Client, error) {
 			known = append(known, s+"://")
 		}
 		sort.Strings(known)
-		return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnsupportedScheme, u.Scheme, strings.Join(known, ", "))
+		return nil, fmt.Errorf("%w %q (want one of %s: %s)", ErrUnsupportedScheme, u.Scheme, strings.Join(known, ", "), schemesHelp)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("bad broker URL %q: no host (want e.g. https://localhost:4433)", opts.Broker)
+	}
+	if opts.PinSHA256 != nil && len(opts.PinSHA256) != 32 {
+		return nil, fmt.Errorf("bad certificate pin: %d bytes, want a SHA-256 (32)", len(opts.PinSHA256))
 	}
 	o := opts
 	if o.Profile == nil {

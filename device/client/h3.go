@@ -104,6 +104,9 @@ func retryable(err error) bool {
 	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
 		return false
 	}
+	if errors.Is(err, ErrPinMismatch) || errors.Is(err, ErrUnreachable) {
+		return false
+	}
 	if te, ok := errors.AsType[*quic.TransportError](err); ok && te.ErrorCode.IsCryptoError() {
 		// A TLS alert: bad certificate on either side, no common ALPN.
 		return false
@@ -120,6 +123,7 @@ type h3Client struct {
 	qconf    *quic.Config
 	h3       *http3.Transport
 	backoff  Backoff
+	report   *connReport
 
 	// dialSem serializes dialling (a 1-slot semaphore, so waiters can give
 	// up with their context).
@@ -176,6 +180,7 @@ func newH3(u *url.URL, opts *Options) (Client, error) {
 	if opts.Certificate != nil {
 		tc.Certificates = []tls.Certificate{*opts.Certificate}
 	}
+	pinTLS(tc, opts.PinSHA256)
 	tc.ClientSessionCache = opts.SessionCache
 	opts.Profile.ApplyClientTLS(tc)
 	qc := opts.Profile.QUICConfig()
@@ -201,6 +206,7 @@ func newH3(u *url.URL, opts *Options) (Client, error) {
 		qconf:    qc,
 		h3:       &http3.Transport{DisableCompression: true, Logger: nil},
 		backoff:  Backoff{Max: opts.MaxBackoff},
+		report:   &connReport{log: opts.Logger, addr: "https://" + net.JoinHostPort(host, port), timeout: opts.ConnectTimeout},
 		dialSem:  make(chan struct{}, 1),
 	}
 	return c, nil
@@ -257,7 +263,7 @@ func (c *h3Client) conn(ctx context.Context) (*h3Conn, error) {
 	}
 	addr, err := net.ResolveUDPAddr("udp", c.hostport)
 	if err != nil {
-		return nil, fmt.Errorf("couldn't resolve broker %s: %w", c.hostport, err)
+		return nil, &dialError{addr: c.hostport, err: err}
 	}
 	start := time.Now()
 	dial := tr.Dial
@@ -266,9 +272,18 @@ func (c *h3Client) conn(ctx context.Context) (*h3Conn, error) {
 		// a publish with a message id goes in 0-RTT data (publishEarly).
 		dial = tr.DialEarly
 	}
-	qc, err := dial(ctx, addr, c.tlsConf, c.qconf)
+	dctx := ctx
+	if t := c.opts.ConnectTimeout; t > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	qc, err := dial(dctx, addr, c.tlsConf, c.qconf)
 	if err != nil {
-		return nil, fmt.Errorf("couldn't connect to %s: %w", c.hostport, err)
+		if ctx.Err() == nil && dctx.Err() != nil {
+			err = fmt.Errorf("no answer over UDP within %s", c.opts.ConnectTimeout)
+		}
+		return nil, &dialError{addr: c.hostport, err: err}
 	}
 	hs := time.Since(start)
 	hc := &h3Conn{qc: qc, cc: c.h3.NewClientConn(qc)}
@@ -402,12 +417,24 @@ func statusError(op string, resp *http.Response) error {
 // Options.Reconnect false it runs op once.
 func (c *h3Client) retry(ctx context.Context, what string, op func(ctx context.Context) error) error {
 	for attempt := 0; ; attempt++ {
+		began := time.Now()
 		err := op(ctx)
-		if err == nil || !c.opts.Reconnect || !retryable(err) || ctx.Err() != nil {
+		if err == nil {
+			c.report.ok()
+			return nil
+		}
+		if !c.opts.Reconnect || !retryable(err) || ctx.Err() != nil {
 			return err
 		}
+		down := c.report.failed(err, began, true)
 		d := c.backoff.Delay(attempt)
-		c.log.Info("retrying", "op", what, "error", err, "after", d.Round(time.Millisecond))
+		if t := c.opts.ConnectTimeout; t > 0 && isDialError(err) {
+			if down >= t {
+				return c.report.unreachable(err)
+			}
+			d = min(d, t-down)
+		}
+		c.log.Debug("retrying", "op", what, "error", err, "after", d.Round(time.Millisecond))
 		if sleep(ctx, d) != nil {
 			return err
 		}
@@ -681,16 +708,24 @@ func (c *h3Client) Subscribe(ctx context.Context, filter string, since uint64, h
 	}
 	attempt := 0
 	for {
-		err := c.subscribeOnce(ctx, st, h, func() { attempt = 0 })
+		began := time.Now()
+		err := c.subscribeOnce(ctx, st, h, func() { attempt = 0; c.report.ok() })
 		if ctx.Err() != nil {
 			return nil
 		}
 		if !c.opts.Reconnect || !retryable(err) {
 			return err
 		}
+		down := c.report.failed(err, began, true)
 		d := c.backoff.Delay(attempt)
 		attempt++
-		c.log.Info("resubscribing", "filter", filter, "error", err, "after", d.Round(time.Millisecond), "since", st.resumePoint())
+		if t := c.opts.ConnectTimeout; t > 0 && isDialError(err) {
+			if down >= t {
+				return c.report.unreachable(err)
+			}
+			d = min(d, t-down)
+		}
+		c.log.Debug("resubscribing", "filter", filter, "error", err, "after", d.Round(time.Millisecond), "since", st.resumePoint())
 		if sleep(ctx, d) != nil {
 			return nil
 		}

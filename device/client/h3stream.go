@@ -114,6 +114,14 @@ func (sp *streamPub) run(hc *h3Conn, req *http.Request, authDone func(bool)) {
 			sp.close(fmt.Errorf("streamed publish: %w", err))
 			return
 		}
+		if a.ID == 0 && a.Status != 0 {
+			// Frame ids start at 1: id 0 refuses the stream itself (a
+			// frame too large or malformed), which the broker then ends.
+			// The answer is final (StatusError.Temporary): the same
+			// message would be refused again on a new stream.
+			sp.close(&StatusError{Op: "streamed publish", Code: int(a.Status), Reason: a.Reason})
+			return
+		}
 		sp.mu.Lock()
 		ch, ok := sp.pending[a.ID]
 		delete(sp.pending, a.ID)
@@ -208,6 +216,15 @@ func (sp *streamPub) send(ctx context.Context, topicName string, payload []byte,
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		// The broker may have refused the stream (an ack with id 0) and
+		// ended it: its answer arrives on the response, give it a moment.
+		t := time.NewTimer(streamCloseWait)
+		select {
+		case <-sp.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
 		sp.mu.Lock()
 		if sp.err != nil {
 			err = sp.err // why the pipe closed

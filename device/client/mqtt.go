@@ -82,6 +82,8 @@ type mqttClient struct {
 	connCtx  context.Context
 	connLost context.CancelFunc
 
+	report *connReport
+
 	connects  atomic.Int64
 	handshake atomic.Int64 // ns, first connection
 	dialStart atomic.Int64 // unix ns of the current TCP attempt
@@ -102,6 +104,7 @@ func newMQTT(u *url.URL, opts *Options) (Client, error) {
 		}
 	}
 	c.addr = net.JoinHostPort(u.Hostname(), port)
+	c.report = &connReport{log: opts.Logger, addr: strings.ToLower(u.Scheme) + "://" + c.addr, timeout: opts.ConnectTimeout}
 	c.id = opts.ClientID
 	if c.id == "" {
 		var b [6]byte
@@ -148,6 +151,7 @@ func (c *mqttClient) tlsConfig() *tls.Config {
 	if c.opts.Certificate != nil {
 		tc.Certificates = []tls.Certificate{*c.opts.Certificate}
 	}
+	pinTLS(tc, c.opts.PinSHA256)
 	tc.ClientSessionCache = c.opts.SessionCache // shared across clients when set
 	c.opts.Profile.ApplyClientTLS(tc)
 	return tc
@@ -161,7 +165,7 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 		var d net.Dialer
 		nc, err := d.DialContext(ctx, "tcp", c.addr)
 		if err != nil {
-			return nil, fmt.Errorf("mqtt dial %s: %w", c.addr, err)
+			return nil, &dialError{addr: c.addr, err: err}
 		}
 		if c.tls {
 			tc := c.tlsConfig()
@@ -169,7 +173,7 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 			tlc := tls.Client(nc, tc)
 			if err := tlc.HandshakeContext(ctx); err != nil {
 				_ = nc.Close()
-				return nil, fmt.Errorf("mqtts handshake with %s: %w", c.addr, err)
+				return nil, &dialError{addr: c.addr, err: fmt.Errorf("mqtts handshake: %w", err)}
 			}
 			if c.handshake.Load() == 0 {
 				c.handshake.CompareAndSwap(0, int64(time.Since(start)))
@@ -184,9 +188,12 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 		qconf.Tracer = c.opts.Tracer
 	}
 	hctx := ctx
-	if qconf.HandshakeIdleTimeout == 0 {
+	if t := c.opts.ConnectTimeout; t > 0 || qconf.HandshakeIdleTimeout == 0 {
+		if t <= 0 {
+			t = 15 * time.Second
+		}
 		var cancel context.CancelFunc
-		hctx, cancel = context.WithTimeout(ctx, 15*time.Second)
+		hctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
 	var (
@@ -209,7 +216,10 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 		qc, err = quic.DialAddr(hctx, c.addr, c.tlsConfig(), qconf)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("mqtt-quic dial %s: %w", c.addr, err)
+		if ctx.Err() == nil && hctx.Err() != nil {
+			err = errors.New("no answer over UDP in time")
+		}
+		return nil, &dialError{addr: c.addr, err: fmt.Errorf("mqtt-quic: %w", err)}
 	}
 	if c.handshake.Load() == 0 {
 		c.handshake.CompareAndSwap(0, int64(time.Since(start)))
@@ -229,7 +239,7 @@ func mqttFatalConnectError(err error) bool {
 		return true
 	}
 	var cv *tls.CertificateVerificationError
-	return errors.As(err, &cv)
+	return errors.As(err, &cv) || errors.Is(err, ErrPinMismatch)
 }
 
 // start launches the connection manager once.
@@ -258,7 +268,7 @@ func (c *mqttClient) start() (*autopaho.ConnectionManager, error) {
 			}
 			return back.Delay(attempt - 1)
 		},
-		ConnectTimeout:    30 * time.Second,
+		ConnectTimeout:    c.connectTimeout(),
 		AttemptConnection: c.dial,
 		ConnectPacketBuilder: func(cp *paho.Connect, _ *url.URL) (*paho.Connect, error) {
 			// paho otherwise sends Request Problem Information = 0, and
@@ -275,6 +285,7 @@ func (c *mqttClient) start() (*autopaho.ConnectionManager, error) {
 			if !c.quic && n == 1 {
 				c.handshake.CompareAndSwap(0, time.Now().UnixNano()-c.dialStart.Load())
 			}
+			c.report.ok()
 			log.Debug("mqtt connected", "broker", c.addr, "session_present", ca.SessionPresent, "connection", n)
 			if n > 1 && !ca.SessionPresent {
 				go c.resubscribe(cm)
@@ -295,7 +306,13 @@ func (c *mqttClient) start() (*autopaho.ConnectionManager, error) {
 			log.Debug("mqtt connect failed", "broker", c.addr, "error", err)
 			if mqttFatalConnectError(err) || !c.opts.Reconnect {
 				c.setFatal(err)
+				return
 			}
+			began := time.Now()
+			if ns := c.dialStart.Load(); ns != 0 {
+				began = time.Unix(0, ns)
+			}
+			c.report.failed(err, began, true)
 		},
 		ClientConfig: paho.ClientConfig{
 			ClientID:      c.id,
@@ -364,15 +381,34 @@ func (c *mqttClient) fatalErr() error {
 	return c.fatal
 }
 
-// connected starts the client if needed and waits for a live connection.
+// connectTimeout bounds one connection attempt (dial, handshake, CONNACK):
+// Options.ConnectTimeout when set, else 30 s.
+func (c *mqttClient) connectTimeout() time.Duration {
+	if t := c.opts.ConnectTimeout; t > 0 {
+		return t
+	}
+	return 30 * time.Second
+}
+
+// connected starts the client if needed and waits for a live connection,
+// at most Options.ConnectTimeout when set.
 func (c *mqttClient) connected(ctx context.Context) (*autopaho.ConnectionManager, error) {
 	cm, err := c.start()
 	if err != nil {
 		return nil, err
 	}
-	if err := cm.AwaitConnection(ctx); err != nil {
+	actx := ctx
+	if t := c.opts.ConnectTimeout; t > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	if err := cm.AwaitConnection(actx); err != nil {
 		if ferr := c.fatalErr(); ferr != nil {
 			return nil, ferr
+		}
+		if ctx.Err() == nil && actx.Err() != nil {
+			return nil, c.report.unreachable(c.report.lastErr())
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("mqtt connect to %s: %w", c.addr, ctx.Err())

@@ -242,7 +242,7 @@ func (s *Spooled) deliverOne(m *spool.Message) bool {
 		}
 		s.retries.Add(1)
 		d := s.bo.Delay(attempt)
-		s.log.Info("spool delivery failed; retrying", "id", m.ID, "topic", m.Topic, "error", err, "after", d.Round(time.Millisecond))
+		s.log.Log(s.ctx, retryLevel(attempt), "spool delivery failed; retrying", "id", m.ID, "topic", m.Topic, "error", err, "after", d.Round(time.Millisecond))
 		if sleep(s.ctx, d) != nil {
 			return false
 		}
@@ -391,10 +391,20 @@ func (s *Spooled) deliverWindow(pl pipeliner) {
 		win = win[:0]
 		s.retries.Add(1)
 		d := s.bo.Delay(attempt)
+		s.log.Log(s.ctx, retryLevel(attempt), "spool delivery failed; retrying", "id", head.m.ID, "topic", head.m.Topic, "resend", len(resend), "error", err, "after", d.Round(time.Millisecond))
 		attempt++
-		s.log.Info("spool delivery failed; retrying", "id", head.m.ID, "topic", head.m.Topic, "resend", len(resend), "error", err, "after", d.Round(time.Millisecond))
 		if sleep(s.ctx, d) != nil {
 			return
 		}
 	}
+}
+
+// retryLevel is the level of a retry's log line: the first of a series is
+// info, later ones (until a delivery succeeds) debug, so an outage does not
+// print a line per attempt.
+func retryLevel(attempt int) slog.Level {
+	if attempt == 0 {
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
 }

@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -273,6 +274,21 @@ func Fingerprint(der []byte) string {
 		fmt.Fprintf(&b, "%02X", c)
 	}
 	return b.String()
+}
+
+// ParseFingerprint parses a SHA-256 fingerprint as Fingerprint prints it:
+// 64 hex digits, upper or lower case, with or without colons between the
+// bytes. It returns the 32 bytes.
+func ParseFingerprint(s string) ([]byte, error) {
+	h := strings.ReplaceAll(strings.TrimSpace(s), ":", "")
+	if len(h) != 2*sha256.Size {
+		return nil, fmt.Errorf("SHA-256 fingerprint %q: %d hex digits, want %d", s, len(h), 2*sha256.Size)
+	}
+	b, err := hex.DecodeString(h)
+	if err != nil {
+		return nil, fmt.Errorf("SHA-256 fingerprint %q: not hex", s)
+	}
+	return b, nil
 }
 
 // LoadCA reads a CA certificate and key from PEM files.

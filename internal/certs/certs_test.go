@@ -3,6 +3,7 @@ package certs
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -96,5 +97,36 @@ func TestWriteAndLoadCA(t *testing.T) {
 	}
 	if _, err := LoadPool(cf); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestParseFingerprint(t *testing.T) {
+	c, err := SelfSigned(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := Fingerprint(c.TLS.Certificate[0])
+	want := strings.ReplaceAll(fp, ":", "")
+	for _, tc := range []struct {
+		name, in string
+		ok       bool
+	}{
+		{"as printed", fp, true},
+		{"no colons", want, true},
+		{"lower case", strings.ToLower(fp), true},
+		{"spaces around", " " + fp + "\n", true},
+		{"short", fp[:len(fp)-3], false},
+		{"not hex", strings.Replace(fp, fp[:2], "ZZ", 1), false},
+		{"empty", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := ParseFingerprint(tc.in)
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok %v", err, tc.ok)
+			}
+			if tc.ok && strings.ToUpper(hex.EncodeToString(b)) != want {
+				t.Fatalf("got %X, want %s", b, want)
+			}
+		})
 	}
 }

@@ -198,20 +198,20 @@ func TestDefaultsRendering(t *testing.T) {
 	tests := []struct {
 		name, line, help string
 	}{
-		{"s", "--s string", "level (default info)"},
+		{"s", "-s string", "level (default info)"},
 		{"empty", "--empty string", "file (empty = none)"},
 		{"zero", "--zero int", "conns (0 = 1024)"},
-		{"n", "--n int", "queue (default 1024)"},
+		{"n", "-n int", "queue (default 1024)"},
 		{"neg", "--neg int", "rate (-1 = the preset's) (default -1)"},
 		{"off", "--off", "switch"},
 		{"on", "--on", "switch (default true)"},
-		{"d", "--d duration", "grace (default 5s)"},
+		{"d", "-d duration", "grace (default 5s)"},
 		{"d0", "--d0 duration", "timeout (0 = 2m)"},
-		{"f", "--f float", "ratio (default 0.5)"},
+		{"f", "-f float", "ratio (default 0.5)"},
 		{"size", "--size size", "largest payload (default 256KiB)"},
 		{"size0", "--size0 size", "bytes (0 = 16MiB)"},
 		{"odd", "--odd size", "bytes (default 1000)"},
-		{"q", "--q FILE", "a FILE to read"},
+		{"q", "-q FILE", "a FILE to read"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

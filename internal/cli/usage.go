@@ -104,7 +104,8 @@ func writeGroup(w io.Writer, title string, fl []*flag.Flag) {
 	}
 }
 
-// flagLine is "--name VALUE" (bool flags have no VALUE).
+// flagLine is "--name VALUE" (bool flags have no VALUE); a one-letter
+// flag is written "-v", as mosquitto_sub's -v and -N are.
 func flagLine(f *flag.Flag) string {
 	name, _ := flag.UnquoteUsage(f)
 	if isSize(f) {
@@ -113,10 +114,14 @@ func flagLine(f *flag.Flag) string {
 	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 		name = ""
 	}
-	if name == "" {
-		return "--" + f.Name
+	dash := "--"
+	if len(f.Name) == 1 {
+		dash = "-"
 	}
-	return "--" + f.Name + " " + name
+	if name == "" {
+		return dash + f.Name
+	}
+	return dash + f.Name + " " + name
 }
 
 // FlagHelp is f's help text as the usage shows it: the usage string (a
