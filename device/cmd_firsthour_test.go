@@ -81,8 +81,8 @@ func (d *devBroker) urls() map[string]string {
 }
 
 // pubOnce runs `quiot pub` once (bounded by a generous test context) and
-// returns its error and stderr.
-func pubOnce(t *testing.T, args ...string) (error, string) {
+// returns its stderr and error.
+func pubOnce(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -96,7 +96,7 @@ func pubOnce(t *testing.T, args ...string) (error, string) {
 	if ctx.Err() != nil {
 		t.Fatalf("pub %v did not return by itself; stderr:\n%s", args, errOut)
 	}
-	return err, errOut.String()
+	return errOut.String(), err
 }
 
 // closedPort returns a loopback address on which nothing listens (for
@@ -132,7 +132,7 @@ func TestPubNoBrokerGivesUp(t *testing.T) {
 	} {
 		t.Run(tc.scheme, func(t *testing.T) {
 			url := tc.scheme + "://" + closedPort(t, tc.network)
-			err, stderr := pubOnce(t, "--broker", url, "--insecure", "--connect-timeout", "1s")
+			stderr, err := pubOnce(t, "--broker", url, "--insecure", "--connect-timeout", "1s")
 			if err == nil || errors.Is(err, errUsage) || !errors.Is(err, client.ErrUnreachable) {
 				t.Fatalf("pub: error %v, want one wrapping ErrUnreachable; stderr:\n%s", err, stderr)
 			}
@@ -204,7 +204,7 @@ func TestLongRunningNoBrokerWarnsOnce(t *testing.T) {
 func TestBrokerURLWithoutScheme(t *testing.T) {
 	for _, b := range []string{"localhost:4433", "127.0.0.1:4433", "[::1]:1883"} {
 		t.Run(b, func(t *testing.T) {
-			err, _ := pubOnce(t, "--broker", b)
+			_, err := pubOnce(t, "--broker", b)
 			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "no scheme") {
 				t.Fatalf("error %v, want a usage error saying there is no scheme", err)
 			}
@@ -233,25 +233,25 @@ func TestDevBrokerTrust(t *testing.T) {
 	for scheme, url := range d.urls() {
 		t.Run(scheme, func(t *testing.T) {
 			t.Run("untrusted", func(t *testing.T) {
-				err, stderr := pubOnce(t, "--broker", url)
+				stderr, err := pubOnce(t, "--broker", url)
 				if err == nil || !strings.Contains(err.Error(), "--ca FILE") || !strings.Contains(err.Error(), "--pin") || !strings.Contains(err.Error(), "--insecure") {
 					t.Fatalf("error %v does not name the remedies; stderr:\n%s", err, stderr)
 				}
 			})
 			t.Run("ca file", func(t *testing.T) {
-				if err, stderr := pubOnce(t, "--broker", url, "--ca", d.certFile); err != nil {
+				if stderr, err := pubOnce(t, "--broker", url, "--ca", d.certFile); err != nil {
 					t.Fatalf("pub --ca: %v; stderr:\n%s", err, stderr)
 				}
 			})
 			t.Run("pin", func(t *testing.T) {
 				for _, pin := range []string{d.fingerprint, strings.ToLower(strings.ReplaceAll(d.fingerprint, ":", ""))} {
-					if err, stderr := pubOnce(t, "--broker", url, "--pin", pin); err != nil {
+					if stderr, err := pubOnce(t, "--broker", url, "--pin", pin); err != nil {
 						t.Fatalf("pub --pin %s: %v; stderr:\n%s", pin, err, stderr)
 					}
 				}
 			})
 			t.Run("wrong pin", func(t *testing.T) {
-				err, stderr := pubOnce(t, "--broker", url, "--pin", wrong)
+				stderr, err := pubOnce(t, "--broker", url, "--pin", wrong)
 				if !errors.Is(err, client.ErrPinMismatch) {
 					t.Fatalf("pub with a wrong pin: %v, want ErrPinMismatch; stderr:\n%s", err, stderr)
 				}
@@ -268,7 +268,7 @@ func TestStreamPublishTooLargeEnds(t *testing.T) {
 	d := startDevBroker(t, "--max-payload", "1000")
 	for _, qos := range []string{"0", "1"} {
 		t.Run("qos"+qos, func(t *testing.T) {
-			err, stderr := pubOnce(t, "--broker", d.https, "--ca", d.certFile, "--mode", "stream", "--qos", qos, "--payload-size", "5000", "--count", "3")
+			stderr, err := pubOnce(t, "--broker", d.https, "--ca", d.certFile, "--mode", "stream", "--qos", qos, "--payload-size", "5000", "--count", "3")
 			if qos == "0" {
 				// QoS 0 awaits no answer; the refusal may come after the run.
 				if err != nil && !strings.Contains(err.Error(), "413") {
@@ -294,7 +294,7 @@ func TestStreamPublishForbiddenEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startDevBroker(t, "--auth", acl)
-	err, stderr := pubOnce(t, "--broker", d.https, "--ca", d.certFile, "--mode", "stream", "--qos", "1", "--count", "3")
+	stderr, err := pubOnce(t, "--broker", d.https, "--ca", d.certFile, "--mode", "stream", "--qos", "1", "--count", "3")
 	if err == nil || !strings.Contains(err.Error(), "403") {
 		t.Fatalf("pub: error %v, want 403; stderr:\n%s", err, stderr)
 	}
