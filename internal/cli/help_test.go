@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/quiot/quiot/internal/gctune"
 )
 
 func TestClosestFlag(t *testing.T) {
@@ -278,10 +276,6 @@ func TestParseSize(t *testing.T) {
 			}
 			if err != nil || got != tt.want {
 				t.Fatalf("ParseSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
-			}
-			// --memory-limit reads sizes the same way.
-			if g, err := gctune.ParseSize(tt.in); err != nil || g != got {
-				t.Errorf("gctune.ParseSize(%q) = %d, %v; cli.ParseSize %d", tt.in, g, err, got)
 			}
 		})
 	}

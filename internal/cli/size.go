@@ -15,8 +15,8 @@ const SizeForms = "plain bytes (262144) or a number with a unit: 256k, 256KiB, 1
 // ParseSize parses a byte size: a non-negative integer with an optional unit
 // B, K, KB, KiB, M, MB, MiB, G, GB or GiB (case-insensitive, all powers of
 // 1024, a space before the unit allowed), e.g. "1k", "128MiB", "262144". It
-// is the grammar of --memory-limit (internal/gctune.ParseSize) without that
-// flag's words auto and off.
+// is also the grammar of --memory-limit: internal/gctune.ParseSize reads
+// that flag's words auto and off, then calls it.
 func ParseSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	i := 0

@@ -15,13 +15,13 @@ package gctune
 import (
 	"bufio"
 	"bytes"
-	"errors"
-	"fmt"
 	"math"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/quiot/quiot/internal/cli"
 )
 
 const (
@@ -138,53 +138,19 @@ func AutoLimit(meminfo []byte) int64 {
 	return MinAutoLimit
 }
 
-// ParseSize parses a byte size: a number with an optional unit B, KiB,
-// MiB, GiB (or K, M, G, KB, MB, GB, all powers of 1024), e.g. "128MiB";
-// "auto" and "" are 0 (automatic), "off" and "none" are -1 (no limit).
+// ParseSize parses a byte size in internal/cli's grammar (a number with
+// an optional unit B, K, KB, KiB, M, MB, MiB, G, GB, GiB, all powers of
+// 1024, e.g. "128MiB"); "auto" and "" are 0 (automatic), "off" and "none"
+// are -1 (no limit).
 func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	switch strings.ToLower(t) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "auto":
 		return 0, nil
 	case "off", "none":
 		return -1, nil
 	}
-	i := len(t)
-	for i > 0 && (t[i-1] < '0' || t[i-1] > '9') {
-		i--
-	}
-	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
-	mult := int64(1)
-	switch unit {
-	case "", "b":
-	case "k", "kb", "kib":
-		mult = 1 << 10
-	case "m", "mb", "mib":
-		mult = 1 << 20
-	case "g", "gb", "gib":
-		mult = 1 << 30
-	default:
-		return 0, fmt.Errorf("size %q: unknown unit %q (B, KiB, MiB, GiB)", s, t[i:])
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: %w", s, errors.Unwrap(err))
-	}
-	if n < 0 || n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("size %q: out of range", s)
-	}
-	return n * mult, nil
+	return cli.ParseSize(s)
 }
 
-// FormatSize writes n bytes in the largest binary unit that divides it.
-func FormatSize(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return strconv.FormatInt(n>>30, 10) + "GiB"
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return strconv.FormatInt(n>>20, 10) + "MiB"
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return strconv.FormatInt(n>>10, 10) + "KiB"
-	}
-	return strconv.FormatInt(n, 10) + "B"
-}
+// FormatSize writes n bytes as internal/cli does ("64MiB", "1000").
+func FormatSize(n int64) string { return cli.FormatSize(n) }
