@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -13,31 +12,20 @@ import (
 	"github.com/quic-go/quic-go/qlogwriter"
 
 	"github.com/quiot/quiot/broker/mqttquic"
+	"github.com/quiot/quiot/broker/mqttquic/mqtttest"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/testutil"
 )
 
-// startMQTT starts an MQTT over QUIC broker on loopback; mods change its
-// options first (a TCP listener, for example).
+// startMQTT starts an MQTT over QUIC broker on loopback (mqtttest.Start);
+// mods change its options first (a TCP listener, for example).
 func startMQTT(t *testing.T, pki *testutil.PKI, mods ...func(*mqttquic.Options)) *mqttquic.Server {
 	t.Helper()
-	o := mqttquic.Options{
-		QUICAddr: "127.0.0.1:0",
-		TLS:      &tls.Config{Certificates: []tls.Certificate{pki.Server.TLS}},
-		Logger:   testutil.DiscardLogger(),
-	}
+	var o mqttquic.Options
 	for _, m := range mods {
 		m(&o)
 	}
-	s, err := mqttquic.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return mqtttest.Start(t, pki, o)
 }
 
 func quicPort(s *mqttquic.Server) string {
