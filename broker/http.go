@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,10 +21,13 @@ import (
 	"github.com/quiot/quiot/internal/wire"
 )
 
-// Header names of the protocol.
+// Header names of the protocol, defined in internal/wire.
 const (
-	HeaderSeq  = "Quiot-Seq"
-	HeaderTime = "Quiot-Time"
+	// HeaderSeq, on the response to a publish, is the message's sequence
+	// number.
+	HeaderSeq = wire.HeaderSeq
+	// HeaderTime, on a publish request, is the send time in Unix ns.
+	HeaderTime = wire.HeaderTime
 	// HeaderEpoch, on a subscribe response, is the broker run's epoch.
 	HeaderEpoch = wire.HeaderEpoch
 	// HeaderHeartbeat, "1" on a binary subscribe request, asks for heartbeat
@@ -179,7 +181,7 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case path == "/healthz":
+	case path == wire.PathHealth:
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			fail(w, http.StatusMethodNotAllowed, "use GET")
 			return
@@ -189,15 +191,15 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if st := b.clusterStatus(); st != "" { // federation.go
 			_, _ = io.WriteString(w, "cluster: "+st+"\n")
 		}
-	case path == "/v1/publish":
+	case path == wire.PathPublish:
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
 			fail(w, http.StatusMethodNotAllowed, "use POST for a publish stream")
 			return
 		}
 		b.handleStream(w, r)
-	case path == topicsPath || strings.HasPrefix(path, topicsPath+"/"):
-		t, err := requestTopic(r)
+	case path == wire.PathTopics || strings.HasPrefix(path, wire.PathTopics+"/"):
+		t, err := wire.TopicFromURL(r.URL)
 		if err != nil {
 			b.refuse(w, r, "", ReasonBadTopic, http.StatusBadRequest, "%v", err)
 			return
@@ -214,58 +216,6 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		fail(w, http.StatusNotFound, "no such resource %q", path)
 	}
-}
-
-// topicsPath is the collection of topics; a topic or filter follows it as
-// one percent-encoded path segment.
-const topicsPath = "/v1/topics"
-
-// requestTopic returns the topic or filter a /v1/topics request names: the
-// percent-decoded rest of the path after "/v1/topics/", or, for the path
-// "/v1/topics" alone, the query parameter "topic" (the only way to name the
-// topics "." and "..", which are dot segments in any path).
-func requestTopic(r *http.Request) (string, error) {
-	if r.URL.Path == topicsPath {
-		q := r.URL.Query()
-		if !q.Has("topic") {
-			return "", errors.New("no topic: use /v1/topics/{topic} or /v1/topics?topic={topic}")
-		}
-		return q.Get("topic"), nil
-	}
-	return topicFromPath(r.URL.EscapedPath())
-}
-
-// topicFromPath decodes the topic or filter of an escaped request path
-// "/v1/topics/{topic}". The topic should travel as one percent-encoded
-// segment ("a%2F..%2Fb"); raw '/' between levels is accepted and means the
-// same. A segment that URL normalisation would remove or merge (".", "..",
-// or their %2E forms, as WHATWG URL parsers treat them) is refused: a client
-// that normalises URLs could not have sent the path as it was meant.
-func topicFromPath(escaped string) (string, error) {
-	rest, ok := strings.CutPrefix(escaped, topicsPath+"/")
-	if !ok {
-		return "", fmt.Errorf("path %q does not start with %s/ once percent-encoded", escaped, topicsPath)
-	}
-	for seg := range strings.SplitSeq(rest, "/") {
-		if isDotSegment(seg) {
-			return "", fmt.Errorf("path segment %q is a dot segment, which URL normalisation removes: send the topic as one percent-encoded segment (a%%2F..%%2Fb), or as /v1/topics?topic=", seg)
-		}
-	}
-	t, err := url.PathUnescape(rest)
-	if err != nil {
-		return "", fmt.Errorf("bad percent-encoding in topic %q: %w", rest, err)
-	}
-	return t, nil
-}
-
-// isDotSegment reports whether a raw path segment is "." or "..", also with
-// its dots percent-encoded ("%2e", ".%2E", ...).
-func isDotSegment(seg string) bool {
-	if len(seg) > 6 {
-		return false
-	}
-	s := strings.ReplaceAll(strings.ReplaceAll(seg, "%2e", "."), "%2E", ".")
-	return s == "." || s == ".."
 }
 
 // identify authenticates the connection of r once and returns its identity.
@@ -396,20 +346,20 @@ func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string)
 	}
 	q := r.URL.Query()
 	m := Message{Topic: t, QoS: 1, Origin: protoOf(r), Identity: id}
-	switch q.Get("qos") {
+	switch q.Get(wire.QueryQoS) {
 	case "", "1":
 	case "0":
 		m.QoS = 0
 	default:
-		fail(w, http.StatusBadRequest, "bad qos %q (want 0 or 1)", q.Get("qos"))
+		fail(w, http.StatusBadRequest, "bad qos %q (want 0 or 1)", q.Get(wire.QueryQoS))
 		return
 	}
-	switch q.Get("retain") {
+	switch q.Get(wire.QueryRetain) {
 	case "", "0", "false":
 	case "1", "true":
 		m.Retain = true
 	default:
-		fail(w, http.StatusBadRequest, "bad retain %q (want 0 or 1)", q.Get("retain"))
+		fail(w, http.StatusBadRequest, "bad retain %q (want 0 or 1)", q.Get(wire.QueryRetain))
 		return
 	}
 	if v := r.Header.Get(HeaderTime); v != "" {
@@ -457,9 +407,9 @@ func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string)
 // since). since is nil without a resume point; epoch is 0 when unknown.
 func resumePoint(r *http.Request) (since *uint64, epoch uint64, err error) {
 	q := r.URL.Query()
-	src, sv := "since", q.Get("since")
+	src, sv := wire.QuerySince, q.Get(wire.QuerySince)
 	if sv == "" {
-		src, sv = "Last-Event-ID", r.Header.Get("Last-Event-ID")
+		src, sv = wire.HeaderLastEventID, r.Header.Get(wire.HeaderLastEventID)
 	}
 	if sv != "" {
 		e, n, err := wire.ParseEventID(sv)
@@ -468,7 +418,7 @@ func resumePoint(r *http.Request) (since *uint64, epoch uint64, err error) {
 		}
 		since, epoch = &n, e
 	}
-	if ev := q.Get("epoch"); ev != "" {
+	if ev := q.Get(wire.QueryEpoch); ev != "" {
 		e, err := wire.ParseEpoch(ev)
 		if err != nil {
 			return nil, 0, fmt.Errorf("bad epoch %q (want the hex %s of a subscribe response): %w", ev, HeaderEpoch, err)
@@ -602,7 +552,7 @@ func (b *Broker) subscribeRequest(w http.ResponseWriter, r *http.Request, filter
 	}
 	s.bepoch = b.Epoch() // one epoch for the whole response (a cluster link may set it)
 	s.otherRun = s.epoch != 0 && s.epoch != s.bepoch
-	if cv := r.URL.Query().Get("count"); cv != "" {
+	if cv := r.URL.Query().Get(wire.QueryCount); cv != "" {
 		n, err := strconv.ParseUint(cv, 10, 64)
 		if err != nil || n == 0 {
 			fail(w, http.StatusBadRequest, "bad count %q (want a positive number of messages)", cv)
@@ -649,9 +599,9 @@ func (b *Broker) admitSubscriber(w http.ResponseWriter, r *http.Request, id stri
 // ?payload=base64, all as base64. It answers 400 itself and returns false
 // for a bad payload parameter.
 func (s *subRequest) readEncoding(w http.ResponseWriter, r *http.Request) bool {
-	s.sse = strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	s.sse = strings.Contains(r.Header.Get("Accept"), wire.ContentTypeSSE)
 	s.appendSSE = wire.AppendSSE // text payloads as "text"
-	switch pv := r.URL.Query().Get("payload"); pv {
+	switch pv := r.URL.Query().Get(wire.QueryPayload); pv {
 	case "":
 	case "base64":
 		s.appendSSE = wire.AppendSSEBase64 // every payload as base64, as before "text"
@@ -668,7 +618,7 @@ func (s *subRequest) readEncoding(w http.ResponseWriter, r *http.Request) bool {
 func (s *subRequest) writeSubscribeHeader(w http.ResponseWriter) {
 	h := w.Header()
 	if s.sse {
-		h.Set("Content-Type", "text/event-stream")
+		h.Set("Content-Type", wire.ContentTypeSSE)
 	} else {
 		h.Set("Content-Type", wire.ContentType)
 	}
