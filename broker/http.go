@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,10 +21,13 @@ import (
 	"github.com/quiot/quiot/internal/wire"
 )
 
-// Header names of the protocol.
+// Header names of the protocol, defined in internal/wire.
 const (
-	HeaderSeq  = "Quiot-Seq"
-	HeaderTime = "Quiot-Time"
+	// HeaderSeq, on the response to a publish, is the message's sequence
+	// number.
+	HeaderSeq = wire.HeaderSeq
+	// HeaderTime, on a publish request, is the send time in Unix ns.
+	HeaderTime = wire.HeaderTime
 	// HeaderEpoch, on a subscribe response, is the broker run's epoch.
 	HeaderEpoch = wire.HeaderEpoch
 	// HeaderHeartbeat, "1" on a binary subscribe request, asks for heartbeat
@@ -179,7 +181,7 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case path == "/healthz":
+	case path == wire.PathHealth:
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			fail(w, http.StatusMethodNotAllowed, "use GET")
 			return
@@ -189,15 +191,15 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if st := b.clusterStatus(); st != "" { // federation.go
 			_, _ = io.WriteString(w, "cluster: "+st+"\n")
 		}
-	case path == "/v1/publish":
+	case path == wire.PathPublish:
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
 			fail(w, http.StatusMethodNotAllowed, "use POST for a publish stream")
 			return
 		}
 		b.handleStream(w, r)
-	case path == topicsPath || strings.HasPrefix(path, topicsPath+"/"):
-		t, err := requestTopic(r)
+	case path == wire.PathTopics || strings.HasPrefix(path, wire.PathTopics+"/"):
+		t, err := wire.TopicFromURL(r.URL)
 		if err != nil {
 			b.refuse(w, r, "", ReasonBadTopic, http.StatusBadRequest, "%v", err)
 			return
@@ -214,58 +216,6 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		fail(w, http.StatusNotFound, "no such resource %q", path)
 	}
-}
-
-// topicsPath is the collection of topics; a topic or filter follows it as
-// one percent-encoded path segment.
-const topicsPath = "/v1/topics"
-
-// requestTopic returns the topic or filter a /v1/topics request names: the
-// percent-decoded rest of the path after "/v1/topics/", or, for the path
-// "/v1/topics" alone, the query parameter "topic" (the only way to name the
-// topics "." and "..", which are dot segments in any path).
-func requestTopic(r *http.Request) (string, error) {
-	if r.URL.Path == topicsPath {
-		q := r.URL.Query()
-		if !q.Has("topic") {
-			return "", errors.New("no topic: use /v1/topics/{topic} or /v1/topics?topic={topic}")
-		}
-		return q.Get("topic"), nil
-	}
-	return topicFromPath(r.URL.EscapedPath())
-}
-
-// topicFromPath decodes the topic or filter of an escaped request path
-// "/v1/topics/{topic}". The topic should travel as one percent-encoded
-// segment ("a%2F..%2Fb"); raw '/' between levels is accepted and means the
-// same. A segment that URL normalisation would remove or merge (".", "..",
-// or their %2E forms, as WHATWG URL parsers treat them) is refused: a client
-// that normalises URLs could not have sent the path as it was meant.
-func topicFromPath(escaped string) (string, error) {
-	rest, ok := strings.CutPrefix(escaped, topicsPath+"/")
-	if !ok {
-		return "", fmt.Errorf("path %q does not start with %s/ once percent-encoded", escaped, topicsPath)
-	}
-	for seg := range strings.SplitSeq(rest, "/") {
-		if isDotSegment(seg) {
-			return "", fmt.Errorf("path segment %q is a dot segment, which URL normalisation removes: send the topic as one percent-encoded segment (a%%2F..%%2Fb), or as /v1/topics?topic=", seg)
-		}
-	}
-	t, err := url.PathUnescape(rest)
-	if err != nil {
-		return "", fmt.Errorf("bad percent-encoding in topic %q: %w", rest, err)
-	}
-	return t, nil
-}
-
-// isDotSegment reports whether a raw path segment is "." or "..", also with
-// its dots percent-encoded ("%2e", ".%2E", ...).
-func isDotSegment(seg string) bool {
-	if len(seg) > 6 {
-		return false
-	}
-	s := strings.ReplaceAll(strings.ReplaceAll(seg, "%2e", "."), "%2E", ".")
-	return s == "." || s == ".."
 }
 
 // identify authenticates the connection of r once and returns its identity.
@@ -396,20 +346,20 @@ func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string)
 	}
 	q := r.URL.Query()
 	m := Message{Topic: t, QoS: 1, Origin: protoOf(r), Identity: id}
-	switch q.Get("qos") {
+	switch q.Get(wire.QueryQoS) {
 	case "", "1":
 	case "0":
 		m.QoS = 0
 	default:
-		fail(w, http.StatusBadRequest, "bad qos %q (want 0 or 1)", q.Get("qos"))
+		fail(w, http.StatusBadRequest, "bad qos %q (want 0 or 1)", q.Get(wire.QueryQoS))
 		return
 	}
-	switch q.Get("retain") {
+	switch q.Get(wire.QueryRetain) {
 	case "", "0", "false":
 	case "1", "true":
 		m.Retain = true
 	default:
-		fail(w, http.StatusBadRequest, "bad retain %q (want 0 or 1)", q.Get("retain"))
+		fail(w, http.StatusBadRequest, "bad retain %q (want 0 or 1)", q.Get(wire.QueryRetain))
 		return
 	}
 	if v := r.Header.Get(HeaderTime); v != "" {
@@ -457,9 +407,9 @@ func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string)
 // since). since is nil without a resume point; epoch is 0 when unknown.
 func resumePoint(r *http.Request) (since *uint64, epoch uint64, err error) {
 	q := r.URL.Query()
-	src, sv := "since", q.Get("since")
+	src, sv := wire.QuerySince, q.Get(wire.QuerySince)
 	if sv == "" {
-		src, sv = "Last-Event-ID", r.Header.Get("Last-Event-ID")
+		src, sv = wire.HeaderLastEventID, r.Header.Get(wire.HeaderLastEventID)
 	}
 	if sv != "" {
 		e, n, err := wire.ParseEventID(sv)
@@ -468,7 +418,7 @@ func resumePoint(r *http.Request) (since *uint64, epoch uint64, err error) {
 		}
 		since, epoch = &n, e
 	}
-	if ev := q.Get("epoch"); ev != "" {
+	if ev := q.Get(wire.QueryEpoch); ev != "" {
 		e, err := wire.ParseEpoch(ev)
 		if err != nil {
 			return nil, 0, fmt.Errorf("bad epoch %q (want the hex %s of a subscribe response): %w", ev, HeaderEpoch, err)
@@ -501,151 +451,256 @@ func readLimited(r io.Reader, length int64, max int) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// handleSubscribe serves GET /v1/topics/{filter}: it reads and admits the
+// request (subscribeRequest, admitSubscriber), registers the subscriber
+// with the hub, writes the response header (writeSubscribeHeader), the
+// retained messages or replayed history (replay), then live messages
+// until the client goes away, the count is reached or the subscriber is
+// cut off (deliverLive).
 func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter string) {
-	if err := b.hub.tl.ValidateFilter(filter); err != nil {
-		b.refuse(w, r, "", ReasonBadTopic, http.StatusBadRequest, "bad filter: %v", err)
-		return
-	}
-	authGen, authChanged := b.opts.Auth.Watch() // a reload may end the subscription
-	id, ok := b.identify(w, r)
+	s, ok := b.subscribeRequest(w, r, filter)
 	if !ok {
 		return
 	}
+	release, ok := b.admitSubscriber(w, r, s.id)
+	if !ok {
+		return
+	}
+	defer release()
+	if !s.readEncoding(w, r) {
+		return
+	}
+	sub := newSubscriber(filter, b.opts.Limits, b.stats)
+	initial, err := b.hub.start(sub, s.since, s.otherRun)
+	if err != nil {
+		b.refuseErr(w, r, s.id, errStatus(err), err)
+		return
+	}
+	defer b.hub.stop(sub)
+	if s.otherRun {
+		b.log.Debug("resume point of another broker run", "filter", filter, "identity", s.id, "epoch", wire.FormatEpoch(s.epoch), "since", *s.since)
+	}
+	// Heartbeats: always on SSE (comments are ignored by every reader), on
+	// binary streams only when asked for (older decoders would take a
+	// heartbeat frame for a message).
+	s.heartbeat = b.opts.Heartbeat
+	if !s.sse && r.Header.Get(HeaderHeartbeat) != "1" {
+		s.heartbeat = 0
+	}
+
+	out := b.stats.proto(protoOf(r))
+	s.writeSubscribeHeader(w)
+	rc := http.NewResponseController(w)
+	buf, delivered, ok := s.replay(w, rc, initial)
+	if !ok {
+		return
+	}
+	out.out.Add(delivered)
+	if s.limit > 0 && delivered >= s.limit {
+		return
+	}
+	b.deliverLive(w, r, rc, s, sub, out, buf, delivered)
+}
+
+// subRequest is a subscribe request as read from its URL and headers: who
+// subscribes, to what, from which resume point, and how its stream is
+// encoded.
+type subRequest struct {
+	filter string
+	id     string // the subscriber's identity
+	// authGen and authChanged are the authenticator's generation and
+	// change channel before the request was authenticated: a reload after
+	// it may end the subscription.
+	authGen     uint64
+	authChanged <-chan struct{}
+	since       *uint64 // resume point; nil = none
+	epoch       uint64  // epoch of the resume point; 0 = unknown
+	bepoch      uint64  // the broker's epoch, one for the whole response
+	otherRun    bool    // the resume point is of another broker run
+	limit       uint64  // messages to deliver before ending; 0 = unlimited
+	sse         bool    // Server-Sent Events rather than binary frames
+	// appendSSE renders a frame as an SSE event (text or base64 payloads).
+	appendSSE func(dst []byte, f *wire.Frame, epoch uint64) []byte
+	heartbeat time.Duration // heartbeat interval; 0 = none
+}
+
+// subscribeRequest checks a subscribe request's filter, authenticates and
+// authorises it, and reads its resume point and count. It answers the
+// request itself (400, 401, 403) and returns ok=false when the request is
+// refused.
+func (b *Broker) subscribeRequest(w http.ResponseWriter, r *http.Request, filter string) (_ *subRequest, ok bool) {
+	if err := b.hub.tl.ValidateFilter(filter); err != nil {
+		b.refuse(w, r, "", ReasonBadTopic, http.StatusBadRequest, "bad filter: %v", err)
+		return nil, false
+	}
+	s := &subRequest{filter: filter}
+	s.authGen, s.authChanged = b.opts.Auth.Watch() // a reload may end the subscription
+	id, ok := b.identify(w, r)
+	if !ok {
+		return nil, false
+	}
+	s.id = id
 	if err := b.opts.Auth.Check(id, auth.Subscribe, filter); err != nil {
 		b.refuse(w, r, id, ReasonForbidden, http.StatusForbidden, "%v", err)
-		return
+		return nil, false
 	}
-	since, epoch, err := resumePoint(r)
+	var err error
+	s.since, s.epoch, err = resumePoint(r)
 	if err != nil {
 		fail(w, http.StatusBadRequest, "%v", err)
-		return
+		return nil, false
 	}
-	bepoch := b.Epoch() // one epoch for the whole response (a cluster link may set it)
-	otherRun := epoch != 0 && epoch != bepoch
-	limit := uint64(0) // messages to deliver before ending; 0 = unlimited
-	if cv := r.URL.Query().Get("count"); cv != "" {
+	s.bepoch = b.Epoch() // one epoch for the whole response (a cluster link may set it)
+	s.otherRun = s.epoch != 0 && s.epoch != s.bepoch
+	if cv := r.URL.Query().Get(wire.QueryCount); cv != "" {
 		n, err := strconv.ParseUint(cv, 10, 64)
 		if err != nil || n == 0 {
 			fail(w, http.StatusBadRequest, "bad count %q (want a positive number of messages)", cv)
-			return
+			return nil, false
 		}
-		limit = n
+		s.limit = n
 	}
+	return s, true
+}
+
+// admitSubscriber takes a subscription slot of the request's connection
+// (MaxSubscriptionsPerConn) and one of the broker's subscription limits
+// (admitSubscription). It returns the function that gives both back, or
+// answers the request itself (429, 503, ...) and returns ok=false.
+func (b *Broker) admitSubscriber(w http.ResponseWriter, r *http.Request, id string) (release func(), ok bool) {
 	cs, _ := r.Context().Value(connKey{}).(*connState)
 	if cs != nil {
 		if n := cs.subs.Add(1); int(n) > b.opts.Limits.MaxSubscriptionsPerConn {
 			cs.subs.Add(-1)
 			b.stats.refuse(RefusedSubscriptionsPerConn)
 			b.refuse(w, r, id, ReasonTooMany, http.StatusTooManyRequests, "too many subscriptions on this connection (limit %d)", b.opts.Limits.MaxSubscriptionsPerConn)
-			return
+			return nil, false
 		}
-		defer cs.subs.Add(-1)
 	}
-	release, status, err := b.admitSubscription(r, id)
+	leaveConn := func() {
+		if cs != nil {
+			cs.subs.Add(-1)
+		}
+	}
+	admitted, status, err := b.admitSubscription(r, id)
 	if err != nil {
 		b.refuseErr(w, r, id, status, err)
-		return
+		leaveConn()
+		return nil, false
 	}
-	defer release()
-	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
-	appendSSE := wire.AppendSSE // text payloads as "text"
-	switch pv := r.URL.Query().Get("payload"); pv {
+	return func() {
+		admitted()
+		leaveConn()
+	}, true
+}
+
+// readEncoding reads how the stream is encoded: Server-Sent Events when
+// the request accepts text/event-stream, with payloads as text or, with
+// ?payload=base64, all as base64. It answers 400 itself and returns false
+// for a bad payload parameter.
+func (s *subRequest) readEncoding(w http.ResponseWriter, r *http.Request) bool {
+	s.sse = strings.Contains(r.Header.Get("Accept"), wire.ContentTypeSSE)
+	s.appendSSE = wire.AppendSSE // text payloads as "text"
+	switch pv := r.URL.Query().Get(wire.QueryPayload); pv {
 	case "":
 	case "base64":
-		appendSSE = wire.AppendSSEBase64 // every payload as base64, as before "text"
+		s.appendSSE = wire.AppendSSEBase64 // every payload as base64, as before "text"
 	default:
 		fail(w, http.StatusBadRequest, "bad payload %q (want base64, or none for text payloads as text)", pv)
-		return
+		return false
 	}
-	sub := newSubscriber(filter, b.opts.Limits, b.stats)
-	initial, err := b.hub.start(sub, since, otherRun)
-	if err != nil {
-		b.refuseErr(w, r, id, errStatus(err), err)
-		return
-	}
-	defer b.hub.stop(sub)
-	if otherRun {
-		b.log.Debug("resume point of another broker run", "filter", filter, "identity", id, "epoch", wire.FormatEpoch(epoch), "since", *since)
-	}
-	// Heartbeats: always on SSE (comments are ignored by every reader), on
-	// binary streams only when asked for (older decoders would take a
-	// heartbeat frame for a message).
-	heartbeat := b.opts.Heartbeat
-	if !sse && r.Header.Get(HeaderHeartbeat) != "1" {
-		heartbeat = 0
-	}
+	return true
+}
 
-	out := b.stats.proto(protoOf(r))
+// writeSubscribeHeader writes the 200 response header of a subscription:
+// its content type, the broker's epoch and, when heartbeats are on, their
+// interval.
+func (s *subRequest) writeSubscribeHeader(w http.ResponseWriter) {
 	h := w.Header()
-	if sse {
-		h.Set("Content-Type", "text/event-stream")
+	if s.sse {
+		h.Set("Content-Type", wire.ContentTypeSSE)
 	} else {
 		h.Set("Content-Type", wire.ContentType)
 	}
 	h.Set("Cache-Control", "no-cache")
-	h.Set(HeaderEpoch, wire.FormatEpoch(bepoch))
-	if heartbeat > 0 {
-		h.Set(HeaderHeartbeat, strconv.FormatInt(heartbeat.Milliseconds(), 10))
+	h.Set(HeaderEpoch, wire.FormatEpoch(s.bepoch))
+	if s.heartbeat > 0 {
+		h.Set(HeaderHeartbeat, strconv.FormatInt(s.heartbeat.Milliseconds(), 10))
 	}
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	encode := func(buf []byte, f *wire.Frame) []byte {
-		if sse {
-			return appendSSE(buf, f, bepoch)
-		}
-		return wire.AppendFrame(buf, f)
+}
+
+// encode appends f to buf as the stream encodes it: an SSE event or a
+// binary frame.
+func (s *subRequest) encode(buf []byte, f *wire.Frame) []byte {
+	if s.sse {
+		return s.appendSSE(buf, f, s.bepoch)
 	}
-	var buf []byte
-	delivered := uint64(0)
+	return wire.AppendFrame(buf, f)
+}
+
+// replay writes and flushes the frames a subscription starts with
+// (retained messages, or the history after the resume point and its gaps),
+// at most s.limit messages; history is flagged FlagReplayed. An SSE stream
+// with nothing to replay gets a comment, so that the client sees it start.
+// It returns the buffer for reuse and the number of messages written, and
+// ok=false when a write or flush failed (the client is gone).
+func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, initial []wire.Frame) (buf []byte, delivered uint64, ok bool) {
 	for i := range initial {
-		if limit > 0 && delivered == limit {
+		if s.limit > 0 && delivered == s.limit {
 			break
 		}
-		if since != nil && !initial[i].IsGap() {
+		if s.since != nil && !initial[i].IsGap() {
 			// History after the resume point, not a live message: the
 			// subscriber keeps it out of its latency figures.
 			initial[i].Flags |= wire.FlagReplayed
 		}
-		buf = encode(buf, &initial[i])
+		buf = s.encode(buf, &initial[i])
 		if !initial[i].IsGap() {
 			delivered++
 		}
 		if len(buf) > 64<<10 {
 			if _, err := w.Write(buf); err != nil {
-				return
+				return buf, delivered, false
 			}
 			buf = buf[:0]
 		}
 	}
-	if sse && len(buf) == 0 {
+	if s.sse && len(buf) == 0 {
 		buf = append(buf, ": subscribed\n\n"...)
 	}
 	if _, err := w.Write(buf); err != nil {
-		return
+		return buf, delivered, false
 	}
 	if err := rc.Flush(); err != nil {
-		return
+		return buf, delivered, false
 	}
-	out.out.Add(delivered)
-	if limit > 0 && delivered >= limit {
-		return
-	}
+	return buf, delivered, true
+}
 
+// deliverLive delivers a subscription's messages as the hub queues them, after
+// delivered messages were replayed, until the client goes away, s.limit
+// messages are delivered, the subscriber is cut off (a gap then ends the
+// stream) or a reloaded ACL no longer allows it (which closes its
+// connection). A stream silent for the heartbeat interval gets a
+// heartbeat. buf is a buffer to reuse.
+func (b *Broker) deliverLive(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, s *subRequest, sub *subscriber, out *protoCounters, buf []byte, delivered uint64) {
 	var gaps []wire.Gap
 	var msgs []*Message
 	ctx := r.Context()
+	authChanged := s.authChanged
 	// A stream silent for the heartbeat interval gets a heartbeat, which
 	// keeps proxies and the QUIC idle timer from ending a quiet
 	// subscription. Every write restarts the interval.
 	var beat <-chan time.Time
 	var beatTimer *time.Timer
 	var beatBytes []byte
-	if heartbeat > 0 {
-		beatTimer = time.NewTimer(heartbeat)
+	if s.heartbeat > 0 {
+		beatTimer = time.NewTimer(s.heartbeat)
 		defer beatTimer.Stop()
 		beat = beatTimer.C
 		hb := wire.HeartbeatFrame()
-		beatBytes = encode(nil, &hb)
+		beatBytes = s.encode(nil, &hb)
 	}
 	for {
 		select {
@@ -657,12 +712,12 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 			if err := rc.Flush(); err != nil {
 				return
 			}
-			beatTimer.Reset(heartbeat)
+			beatTimer.Reset(s.heartbeat)
 			continue
 		case <-authChanged:
 			authChanged = b.opts.Auth.Changed()
-			if !b.opts.Auth.StillValid(id, authGen) || !b.opts.Auth.Allow(id, auth.Subscribe, filter) {
-				b.log.Info("subscription closed: the reloaded ACL removed its rights", "identity", id, "filter", filter, "remote", r.RemoteAddr)
+			if !b.opts.Auth.StillValid(s.id, s.authGen) || !b.opts.Auth.Allow(s.id, auth.Subscribe, s.filter) {
+				b.log.Info("subscription closed: the reloaded ACL removed its rights", "identity", s.id, "filter", s.filter, "remote", r.RemoteAddr)
 				closeConnOf(r)
 				return
 			}
@@ -670,28 +725,11 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 		case <-ctx.Done():
 			return
 		}
-		var end, cut bool
+		var end, cut, reached bool
+		var n int
 		gaps, msgs, end, cut = sub.take(gaps[:0], msgs[:0])
-		buf = buf[:0]
-		for _, g := range gaps {
-			f := wire.GapFrame(g)
-			buf = encode(buf, &f)
-		}
-		n, reached := 0, false
-		for _, m := range msgs {
-			f := frameOf(m, 0)
-			buf = encode(buf, &f)
-			n++
-			if limit > 0 && delivered+uint64(n) == limit {
-				reached = true
-				break
-			}
-		}
+		buf, n, reached = s.encodeBatch(buf[:0], gaps, msgs, cut, delivered)
 		delivered += uint64(n)
-		if cut && !reached {
-			f := wire.GapFrame(wire.Gap{})
-			buf = encode(buf, &f)
-		}
 		clear(msgs) // let the GC have delivered messages
 		if len(buf) > 0 {
 			if _, err := w.Write(buf); err != nil {
@@ -702,12 +740,12 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 			}
 			out.out.Add(uint64(n))
 			if beatTimer != nil {
-				beatTimer.Reset(heartbeat)
+				beatTimer.Reset(s.heartbeat)
 			}
 		}
 		if end || reached {
 			if cut && !reached {
-				b.log.Debug("slow subscriber cut off", "filter", filter, "identity", id)
+				b.log.Debug("slow subscriber cut off", "filter", s.filter, "identity", s.id)
 			}
 			return
 		}
@@ -715,6 +753,32 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 			buf = nil
 		}
 	}
+}
+
+// encodeBatch appends one batch taken from the subscriber's queue to buf:
+// its gaps, then its messages up to s.limit (counting delivered messages
+// already sent), then, when the subscriber was cut off and the limit not
+// reached, the gap that ends the stream. It returns buf, the number of
+// messages appended and whether the limit is reached.
+func (s *subRequest) encodeBatch(buf []byte, gaps []wire.Gap, msgs []*Message, cut bool, delivered uint64) (_ []byte, n int, reached bool) {
+	for _, g := range gaps {
+		f := wire.GapFrame(g)
+		buf = s.encode(buf, &f)
+	}
+	for _, m := range msgs {
+		f := frameOf(m, 0)
+		buf = s.encode(buf, &f)
+		n++
+		if s.limit > 0 && delivered+uint64(n) == s.limit {
+			reached = true
+			break
+		}
+	}
+	if cut && !reached {
+		f := wire.GapFrame(wire.Gap{})
+		buf = s.encode(buf, &f)
+	}
+	return buf, n, reached
 }
 
 func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // Idempotent publishing, and with it publishing in 0-RTT data
@@ -29,7 +31,7 @@ import (
 const (
 	// HeaderMsgID carries a publish request's client message id: 1 to
 	// MaxMsgIDLen characters of [A-Za-z0-9_.-].
-	HeaderMsgID = "Quiot-Msg-Id"
+	HeaderMsgID = wire.HeaderMsgID
 	// MaxMsgIDLen bounds a message id's length.
 	MaxMsgIDLen = 64
 	// IdemWindow is how long the broker remembers a message id's answer, and
@@ -65,7 +67,7 @@ func earlyPublishOK(r *http.Request, now time.Time) bool {
 	if r.Method != http.MethodPost && r.Method != http.MethodPut {
 		return false
 	}
-	if r.URL.Path != topicsPath && !strings.HasPrefix(r.URL.Path, topicsPath+"/") {
+	if r.URL.Path != wire.PathTopics && !strings.HasPrefix(r.URL.Path, wire.PathTopics+"/") {
 		return false
 	}
 	if validMsgID(r.Header.Get(HeaderMsgID)) != nil {
@@ -207,7 +209,7 @@ func (w *idemWindow) do(ctx context.Context, ident, id string, publish func() (u
 // declares "content-length: 0" for a body-less POST, and RoundTrip waits
 // for the handshake except for GET_0RTT/HEAD_0RTT. A publish in early data
 // therefore carries its payload here.
-const HeaderPayload = "Quiot-Payload"
+const HeaderPayload = wire.HeaderPayload
 
 // headerPayload returns the payload of Quiot-Payload when the body is empty.
 func headerPayload(r *http.Request, body []byte, max int) ([]byte, error) {

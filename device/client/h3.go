@@ -37,17 +37,6 @@ func init() { registerScheme("https", newH3) }
 const (
 	// h3DefaultPort is used when the broker URL names no port.
 	h3DefaultPort = "4433"
-	// framesContentType is the binary frame stream of the protocol.
-	framesContentType = "application/vnd.quiot.frames"
-	// headerTime carries the publisher's send time in unix nanoseconds.
-	headerTime = "Quiot-Time"
-	// headerSeq carries the sequence number the broker gave a message.
-	headerSeq = "Quiot-Seq"
-	// headerMsgID carries a publish's message id (broker/idem.go): a
-	// repeat gets the first answer, so a publish may go in 0-RTT data.
-	headerMsgID = "Quiot-Msg-Id"
-	// headerPayload carries a 0-RTT publish's payload (base64url).
-	headerPayload = "Quiot-Payload"
 	// maxReasonBytes bounds how much of an error answer is read as its reason.
 	maxReasonBytes = 512
 )
@@ -441,56 +430,23 @@ func (c *h3Client) retry(ctx context.Context, what string, op func(ctx context.C
 	}
 }
 
-// pathFor returns a URL for /v1/topics/{topic-or-filter}: the whole topic
-// percent-encoded as one path segment ('/' as %2F, '#' as %23), the broker's
-// one encoding rule (docs/pubsub.md). The topics "." and ".." are dot
-// segments that URL normalisation removes: they go as /v1/topics?topic=.
-func (c *h3Client) pathFor(prefix, name string, q url.Values) *url.URL {
-	u := &url.URL{Scheme: "https", Host: c.hostport}
-	if name == "." || name == ".." {
-		q2 := url.Values{}
-		for k, v := range q {
-			q2[k] = v
-		}
-		q2.Set("topic", name)
-		u.Path = strings.TrimSuffix(prefix, "/")
-		u.RawQuery = q2.Encode()
-		return u
-	}
-	u.Path = prefix + name
-	u.RawPath = prefix + url.PathEscape(name)
-	u.RawQuery = q.Encode()
-	return u
+// pathFor returns the URL of /v1/topics/{topic-or-filter} on the broker,
+// with the query q: the whole topic as one percent-encoded path segment,
+// the broker's one encoding rule (docs/pubsub.md; wire.TopicURL).
+func (c *h3Client) pathFor(name string, q url.Values) *url.URL {
+	return wire.TopicURL(c.baseURL(), name, q)
 }
 
-// publishPathFor is pathFor for a publish: a topic whose levels are all
-// safe as path segments (none empty, none a dot segment, which URL
-// normalisation would remove or merge) travels with raw '/' between its
-// levels, which the broker reads as the same topic (broker/http.go,
-// topicFromPath): "%2F" costs about 1.5 bytes more per level after QPACK's
-// Huffman coding, on every request. Other topics are one percent-encoded
-// segment, as in pathFor.
+// publishPathFor is pathFor for a publish: raw '/' between the levels of a
+// topic whose levels are all safe path segments, which is shorter on the
+// wire (wire.PublishTopicURL).
 func (c *h3Client) publishPathFor(name string, q url.Values) *url.URL {
-	if !rawLevelsSafe(name) {
-		return c.pathFor("/v1/topics/", name, q)
-	}
-	levels := strings.Split(name, "/")
-	for i, l := range levels {
-		levels[i] = url.PathEscape(l)
-	}
-	return &url.URL{Scheme: "https", Host: c.hostport, Path: "/v1/topics/" + name,
-		RawPath: "/v1/topics/" + strings.Join(levels, "/"), RawQuery: q.Encode()}
+	return wire.PublishTopicURL(c.baseURL(), name, q)
 }
 
-// rawLevelsSafe reports whether every level of topic may travel as its own
-// path segment: not empty and not "." or "..".
-func rawLevelsSafe(topic string) bool {
-	for l := range strings.SplitSeq(topic, "/") {
-		if l == "" || l == "." || l == ".." {
-			return false
-		}
-	}
-	return true
+// baseURL is the broker's scheme and host, the base of every request URL.
+func (c *h3Client) baseURL() *url.URL {
+	return &url.URL{Scheme: "https", Host: c.hostport}
 }
 
 // Publish implements Client.
@@ -545,10 +501,10 @@ func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload
 	op := fmt.Sprintf("publish to %q", topicName)
 	q := url.Values{}
 	if po.QoS != 1 { // 1 is the broker's default: no "?qos=1" on every request
-		q.Set("qos", strconv.Itoa(int(po.QoS)))
+		q.Set(wire.QueryQoS, strconv.Itoa(int(po.QoS)))
 	}
 	if po.Retain {
-		q.Set("retain", "1")
+		q.Set(wire.QueryRetain, "1")
 	}
 	u := c.publishPathFor(topicName, q)
 	var stamp time.Time
@@ -570,13 +526,13 @@ func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload
 			req.ContentLength = -1
 		}
 		stamp = sendTime(po.Sent)
-		req.Header.Set(headerTime, strconv.FormatInt(stamp.UnixNano(), 10))
+		req.Header.Set(wire.HeaderTime, strconv.FormatInt(stamp.UnixNano(), 10))
 		// No User-Agent: quic-go's default ("Go-http-client/3", ~25
 		// bytes, sent literally every time) is 10 ms per message on a
 		// 20 kbit/s uplink.
 		req.Header["User-Agent"] = []string{""}
 		if msg.sent {
-			req.Header.Set(headerMsgID, msg.id)
+			req.Header.Set(wire.HeaderMsgID, msg.id)
 		}
 		return req, nil
 	}
@@ -596,10 +552,10 @@ func (c *h3Client) publishRequest(ctx context.Context, topicName string, payload
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxReasonBytes))
 	_ = resp.Body.Close()
 	ack := Ack{Sent: stamp}
-	if s := resp.Header.Get(headerSeq); s != "" {
+	if s := resp.Header.Get(wire.HeaderSeq); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return Ack{}, fmt.Errorf("%s: bad %s header %q from broker", op, headerSeq, s)
+			return Ack{}, fmt.Errorf("%s: bad %s header %q from broker", op, wire.HeaderSeq, s)
 		}
 		ack.Seq = n
 	}
@@ -653,7 +609,7 @@ func (c *h3Client) publishEarly(ctx context.Context, newReq func(ctx context.Con
 	hdr := req.Clone(ctx)
 	hdr.Body, hdr.ContentLength = nil, 0
 	if len(payload) > 0 {
-		hdr.Header.Set(headerPayload, base64.RawURLEncoding.EncodeToString(payload))
+		hdr.Header.Set(wire.HeaderPayload, base64.RawURLEncoding.EncodeToString(payload))
 	}
 	if err := str.SendRequestHeader(hdr); err != nil {
 		done(false)
@@ -761,9 +717,9 @@ func (s *resumeState) resumePoint() uint64 { return s.since }
 func (s *resumeState) query() url.Values {
 	q := url.Values{}
 	if s.since > 0 || s.fromStart {
-		q.Set("since", strconv.FormatUint(s.since, 10))
+		q.Set(wire.QuerySince, strconv.FormatUint(s.since, 10))
 		if s.epoch != 0 {
-			q.Set("epoch", wire.FormatEpoch(s.epoch))
+			q.Set(wire.QueryEpoch, wire.FormatEpoch(s.epoch))
 		}
 	}
 	return q
@@ -803,7 +759,7 @@ func (s *resumeState) accept(m *Message) bool {
 func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Message), connected func()) error {
 	op := fmt.Sprintf("subscribe to %q", st.filter)
 	q := st.query()
-	u := c.pathFor("/v1/topics/", st.filter, q)
+	u := c.pathFor(st.filter, q)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	resp, _, err := c.do(ctx, func(ctx context.Context) (*http.Request, error) {
@@ -811,7 +767,7 @@ func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Me
 		if err != nil {
 			return nil, err
 		}
-		req.Header.Set("Accept", framesContentType)
+		req.Header.Set("Accept", wire.ContentType)
 		// Heartbeat frames keep a quiet subscription from the QUIC idle
 		// timeout; readMessages skips them.
 		req.Header.Set(wire.HeaderHeartbeat, "1")
@@ -840,7 +796,7 @@ func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Me
 		c.log.Info("broker epoch changed (the broker restarted)", "filter", st.filter, "was", wire.FormatEpoch(st.epoch), "now", wire.FormatEpoch(epoch))
 	}
 	st.epoch = epoch
-	c.log.Debug("subscribed", "filter", st.filter, "since", q.Get("since"), "epoch", q.Get("epoch"))
+	c.log.Debug("subscribed", "filter", st.filter, "since", q.Get(wire.QuerySince), "epoch", q.Get(wire.QueryEpoch))
 	notifySubscribed(ctx)
 	asked := st.since
 	restarted := func() {

@@ -23,6 +23,7 @@ import (
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/testutil"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // countingTokenStore counts the tokens a connection found for its broker.
@@ -293,10 +294,10 @@ func TestH3ZeroRTTPublishAcceptance(t *testing.T) {
 				t.Fatal(err)
 			}
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.URL+"/v1/topics/dev%2Ft", nil)
-			req.Header.Set(headerTime, strconv.FormatInt(time.Now().UnixNano(), 10))
-			req.Header.Set(headerPayload, "eA")
+			req.Header.Set(wire.HeaderTime, strconv.FormatInt(time.Now().UnixNano(), 10))
+			req.Header.Set(wire.HeaderPayload, "eA")
 			if tc.id != "" {
-				req.Header.Set(headerMsgID, tc.id)
+				req.Header.Set(wire.HeaderMsgID, tc.id)
 			}
 			if err := str.SendRequestHeader(req); err != nil {
 				t.Fatal(err)

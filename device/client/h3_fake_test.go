@@ -94,7 +94,7 @@ func newFakeClient(t *testing.T, fb *fakeBroker, mod func(*Options)) Client {
 }
 
 func okPublish(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set(headerSeq, "1")
+	w.Header().Set(wire.HeaderSeq, "1")
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -234,8 +234,8 @@ func TestH3PublishRequestShape(t *testing.T) {
 	if q := r.URL.Query(); q.Get("qos") != "0" || q.Get("retain") != "1" {
 		t.Fatalf("query %q", r.URL.RawQuery)
 	}
-	if r.Header.Get(headerTime) != "1700000000000000042" {
-		t.Fatalf("%s = %q", headerTime, r.Header.Get(headerTime))
+	if r.Header.Get(wire.HeaderTime) != "1700000000000000042" {
+		t.Fatalf("%s = %q", wire.HeaderTime, r.Header.Get(wire.HeaderTime))
 	}
 }
 

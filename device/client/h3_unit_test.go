@@ -44,7 +44,7 @@ func TestH3PathFor(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			q, _ := url.ParseQuery(tt.query)
-			if got := c.pathFor("/v1/topics/", tt.in, q).String(); got != tt.want {
+			if got := c.pathFor(tt.in, q).String(); got != tt.want {
 				t.Fatalf("pathFor(%q) = %s, want %s", tt.in, got, tt.want)
 			}
 		})

@@ -58,7 +58,8 @@ func (c *h3Client) streamPublisher(ctx context.Context) (*streamPub, error) {
 	}
 	pr, pw := io.Pipe()
 	sctx, cancel := context.WithCancel(context.Background())
-	u := c.pathFor("/v1/publish", "", nil)
+	u := c.baseURL()
+	u.Path = wire.PathPublish
 	req, err := http.NewRequestWithContext(sctx, http.MethodPost, u.String(), pr)
 	if err != nil {
 		cancel()

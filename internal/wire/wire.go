@@ -1,5 +1,7 @@
 // Package wire is the binary framing of quiot's HTTP/3 pub-sub protocol, v1,
-// and its Server-Sent Events rendering.
+// its Server-Sent Events rendering, and the names of its HTTP exchanges:
+// paths, header names, query parameters and the encoding of a topic in a
+// request path (http.go), which the broker and the client both use.
 //
 // # Framing
 //
@@ -164,15 +166,6 @@ const (
 	FlagGap       byte = 0x02
 	FlagHeartbeat byte = 0x04
 	FlagReplayed  byte = 0x08
-)
-
-// Header names of the subscribe exchange (see the package documentation).
-const (
-	// HeaderEpoch is the response header carrying the broker's epoch.
-	HeaderEpoch = "Quiot-Epoch"
-	// HeaderHeartbeat, "1" on a subscribe request, asks for heartbeat
-	// frames; on the response it is the heartbeat interval in milliseconds.
-	HeaderHeartbeat = "Quiot-Heartbeat"
 )
 
 // Publish frame flags.
