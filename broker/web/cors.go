@@ -3,15 +3,17 @@ package web
 import (
 	"net/http"
 	"strings"
+
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // allowHeaders are the request headers a cross-origin page may send: the
 // credentials, the resume point EventSource sends on reconnect, and the
 // protocol's own headers.
-const allowHeaders = "Authorization, Content-Type, Last-Event-ID, Accept, Cache-Control, Quiot-Time, Quiot-Heartbeat"
+const allowHeaders = "Authorization, Content-Type, " + wire.HeaderLastEventID + ", Accept, Cache-Control, " + wire.HeaderTime + ", " + wire.HeaderHeartbeat
 
 // exposeHeaders are the response headers a cross-origin page may read.
-const exposeHeaders = "Quiot-Seq, Quiot-Epoch, Quiot-Heartbeat, Alt-Svc"
+const exposeHeaders = wire.HeaderSeq + ", " + wire.HeaderEpoch + ", " + wire.HeaderHeartbeat + ", Alt-Svc"
 
 // corsPolicy is the set of allowed origins.
 type corsPolicy struct {

@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // Backend is what the web part needs from the broker.
@@ -237,7 +238,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if web {
 		return
 	}
-	if r.Method == http.MethodGet && (path == "/v1/topics" || strings.HasPrefix(path, "/v1/topics/")) && r.URL.Query().Get(protoParam) == "1" {
+	if r.Method == http.MethodGet && (path == wire.PathTopics || strings.HasPrefix(path, wire.PathTopics+"/")) && r.URL.Query().Get(protoParam) == "1" {
 		r = stripQuery(r, protoParam)
 		w = &protoWriter{ResponseWriter: w, proto: r.Proto, resume: r.Header.Get("Last-Event-ID")}
 	}
