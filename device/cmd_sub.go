@@ -382,23 +382,9 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if !validFormat(*format) {
 		return fmt.Errorf("%w: --format %q (want %s)", errUsage, *format, strings.Join(subFormats, ", "))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *verbose && *format != "text" && *format != "raw" {
-		return fmt.Errorf("%w: -v prints \"topic payload\" lines; it goes with --format text or raw, not %s", errUsage, *format)
-	}
-	if (set["separator"] || *noSep) && !*verbose && *format != "raw" {
-		return fmt.Errorf("%w: --separator and -N apply to --format raw and -v output", errUsage)
-	}
-	if set["separator"] && *noSep {
-		return fmt.Errorf("%w: -N and --separator exclude each other", errUsage)
-	}
-	separator, err := parseSeparator(*sep)
+	separator, err := subSeparator(fs, *format, *verbose, *noSep, *sep)
 	if err != nil {
 		return err
-	}
-	if *noSep {
-		separator = ""
 	}
 	opts, log, err := cf.options(stderr)
 	if err != nil {
@@ -477,6 +463,28 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		m.SetDelivery(expected, uint64(st.Count), st.took())
 	})
 	return errors.Join(explainConnErr(err), merr)
+}
+
+// subSeparator checks sub's output flags together (-v goes with --format
+// text or raw; --separator and -N with raw or -v, not both) and returns
+// what follows each payload: sep read as a Go string literal's contents,
+// or nothing with -N.
+func subSeparator(fs *flag.FlagSet, format string, verbose, noSep bool, sep string) (string, error) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if verbose && format != "text" && format != "raw" {
+		return "", fmt.Errorf("%w: -v prints \"topic payload\" lines; it goes with --format text or raw, not %s", errUsage, format)
+	}
+	if (set["separator"] || noSep) && !verbose && format != "raw" {
+		return "", fmt.Errorf("%w: --separator and -N apply to --format raw and -v output", errUsage)
+	}
+	if set["separator"] && noSep {
+		return "", fmt.Errorf("%w: -N and --separator exclude each other", errUsage)
+	}
+	if noSep {
+		return "", nil
+	}
+	return parseSeparator(sep)
 }
 
 func validFormat(f string) bool {
