@@ -107,6 +107,10 @@ func TestPreConnectPerAddr(t *testing.T) {
 			}
 			silent(t, s, pki, tr)
 			silent(t, s, pki, tr)
+			// The server may take the connections in another order than
+			// they were opened (QUIC: one goroutine per connection): the
+			// third is opened once the first two are counted.
+			waitForCond(t, func() bool { return s.compat.pre.held() == 2 }, "two connections without CONNECT counted")
 			if c, err := silentErr(t, s, pki, tr); err == nil { // TLS: the handshake fails
 				waitClosed(t, c)
 			}
@@ -115,4 +119,15 @@ func TestPreConnectPerAddr(t *testing.T) {
 			}
 		})
 	}
+}
+
+// held is the number of connections waiting for their CONNECT.
+func (p *preConnect) held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, v := range p.n {
+		n += v
+	}
+	return n
 }
