@@ -57,7 +57,8 @@ type SecurityStats struct {
 	// session belongs to another identity.
 	RefusedTakeovers uint64
 	// RefusedWills counts CONNECTs refused because the identity may not
-	// publish to the will topic.
+	// publish to the will topic, or the will topic is beyond the topic
+	// limits.
 	RefusedWills uint64
 	// DroppedWills counts wills not sent because the identity could no
 	// longer publish to the topic when the will was due.
