@@ -329,9 +329,16 @@ func (a *Authenticator) Warnings() []string {
 // Allow reports whether identity id ("" = anonymous) may do action on t: a
 // topic name for Publish, a filter for Subscribe. It is the one
 // authorization decision of the broker: every path a message takes calls
-// it (or Check). An identity that is not valid (ValidIdentity) is allowed
-// nothing, so it never reaches a pattern.
+// it (or Check), whatever the protocol. An identity that is not valid
+// (ValidIdentity) is allowed nothing, so it never reaches a pattern.
+//
+// Topics starting with `$` belong to the broker: no client publishes to
+// them, in every mode and whatever the ACL says (docs/security.md); a name
+// holding a wildcard is no topic name and is not published to either.
 func (a *Authenticator) Allow(id string, action Action, t string) bool {
+	if action == Publish && brokerOwned(t) {
+		return false
+	}
 	if a.modeOf() != modeACL {
 		return true
 	}
@@ -368,6 +375,12 @@ func (a *Authenticator) Allow(id string, action Action, t string) bool {
 	return false
 }
 
+// brokerOwned reports whether no client may publish to topic name t: it
+// starts with `$` (the broker's topics) or holds a wildcard.
+func brokerOwned(t string) bool {
+	return strings.HasPrefix(t, "$") || strings.ContainsAny(t, "+#")
+}
+
 // Check is Allow returning an error that wraps ErrDenied.
 func (a *Authenticator) Check(id string, action Action, t string) error {
 	if a.Allow(id, action, t) {
@@ -376,6 +389,9 @@ func (a *Authenticator) Check(id string, action Action, t string) error {
 	who := id
 	if who == "" {
 		who = "anonymous"
+	}
+	if action == Publish && strings.HasPrefix(t, "$") {
+		return fmt.Errorf("%w: %s may not publish %q: topics starting with $ belong to the broker", ErrDenied, who, t)
 	}
 	return fmt.Errorf("%w: %s may not %s %q", ErrDenied, who, action, t)
 }

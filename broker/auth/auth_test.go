@@ -107,6 +107,47 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// TestDollarTopicsNeverPublished: no client publishes to a `$` topic (or
+// to a name holding a wildcard), in every mode and whatever the ACL says
+// (docs/security.md); subscribing to `$SYS/#` is the ACL's decision.
+func TestDollarTopicsNeverPublished(t *testing.T) {
+	acl, err := Parse([]byte(sample + "\n[[user]]\nname = \"sys\"\ntoken = \"tok3\"\npublish = [\"$SYS/#\", \"#\"]\nsubscribe = [\"$SYS/#\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nilA *Authenticator
+	modes := []struct {
+		name string
+		a    *Authenticator
+		id   string
+	}{
+		{"nil", nilA, ""},
+		{"loopback", LoopbackOnly(), ""},
+		{"open", Open(), ""},
+		{"acl admin", acl, "admin"},
+		{"acl allowed $SYS/#", acl, "sys"},
+	}
+	for _, m := range modes {
+		for _, topic := range []string{"$SYS/x", "$SYS/broker/uptime", "$", "$share/g/x", "a/+", "a/#"} {
+			t.Run(m.name+" "+topic, func(t *testing.T) {
+				if m.a.Allow(m.id, Publish, topic) {
+					t.Fatal("publish allowed")
+				}
+				err := m.a.Check(m.id, Publish, topic)
+				if !errors.Is(err, ErrDenied) {
+					t.Fatalf("Check = %v", err)
+				}
+			})
+		}
+		if !m.a.Allow(m.id, Publish, "a/b") {
+			t.Fatalf("%s: ordinary publish refused", m.name)
+		}
+		if m.id != "admin" && !m.a.Allow(m.id, Subscribe, "$SYS/#") {
+			t.Fatalf("%s: $SYS subscription refused", m.name)
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	tests := []struct{ name, in string }{
 		{"syntax", "[[user]\n"},

@@ -2,6 +2,7 @@ package mqttquic
 
 import (
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/internal/lograte"
+	"github.com/quiot/quiot/internal/topic"
 )
 
 // authHook authenticates MQTT clients and checks every message path with
@@ -31,6 +33,9 @@ type authHook struct {
 	mq     *mqtt.Server
 	limits Limits
 	log    *slog.Logger
+	// topics bounds topic names and filters: the HTTP side's limits
+	// (broker.Limits MaxTopicLength, MaxTopicLevels; topicLimitsOf).
+	topics topic.Limits
 
 	// ids maps an MQTT client id to its session's identity; it outlives
 	// the network connection as long as the session does, so messages
@@ -92,7 +97,7 @@ type aclDecision struct {
 }
 
 func newAuthHook(mq *mqtt.Server, core Core, l Limits, log *slog.Logger) *authHook {
-	h := &authHook{core: core, mq: mq, limits: l, log: log, perID: map[string]int{}, stop: make(chan struct{}), swept: make(chan struct{})}
+	h := &authHook{core: core, mq: mq, limits: l, log: log, topics: topicLimitsOf(core), perID: map[string]int{}, stop: make(chan struct{}), swept: make(chan struct{})}
 	go h.sweeper()
 	return h
 }
@@ -105,7 +110,7 @@ func (h *authHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnSessionEstablish, mqtt.OnSessionEstablished,
 		mqtt.OnACLCheck, mqtt.OnWill, mqtt.OnDisconnect, mqtt.OnClientExpired,
-		mqtt.OnSubscribe, mqtt.OnSubscribed,
+		mqtt.OnSubscribe, mqtt.OnSubscribed, mqtt.OnUnsubscribe,
 		mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnStopped:
 		return true
 	}
@@ -150,8 +155,10 @@ func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id
 // limits, and records the session's identity. A refusal is answered here
 // with a CONNACK (mochi would not send one for an OnConnect error): Not
 // authorized (0x87; 3.1.1: 5) for a will or a client id the identity may
-// not use, Quota exceeded (0x97; 3.1.1: 3 Server unavailable) for a limit.
-// Bad credentials are left to OnConnectAuthenticate (mochi's answer).
+// not use, Topic Name invalid (0x90; 3.1.1: 5) for a will topic beyond the
+// topic limits (h.topics), Quota exceeded (0x97; 3.1.1: 3 Server
+// unavailable) for a limit. Bad credentials are left to
+// OnConnectAuthenticate (mochi's answer).
 func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	a := h.core.Auth()
 	if err := a.Admit(cl.Net.Remote); err != nil {
@@ -169,6 +176,14 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		h.noteRefusal("mqtt connect refused", broker.ReasonForbidden, "client", cl.ID, "identity", id, "remote", cl.Net.Remote,
 			"topic", cl.Properties.Will.TopicName, "why", "will topic not allowed")
 		return h.refuse(cl, packets.ErrNotAuthorized, packets.Err3NotAuthorized)
+	}
+	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
+		if err := h.topics.ValidateName(cl.Properties.Will.TopicName); err != nil {
+			h.stats.refusedWills.Add(1)
+			h.noteRefusal("mqtt connect refused", broker.ReasonBadTopic, "client", cl.ID, "identity", id, "remote", cl.Net.Remote,
+				"why", "will topic: "+err.Error())
+			return h.refuse(cl, packets.ErrTopicNameInvalid, packets.Err3NotAuthorized)
+		}
 	}
 	return h.claim(cl, id)
 }
@@ -308,8 +323,13 @@ func (h *authHook) maySubscribe(cl *mqtt.Client, filter string) bool {
 	return ident != nil && allow(h.core.Auth(), ident.id, auth.Subscribe, filter)
 }
 
-// OnSubscribe marks the session as subscribing (see identity.subscribing).
+// OnSubscribe refuses the filters beyond the topic limits (badFilters)
+// and marks the session as subscribing (see identity.subscribing).
 func (h *authHook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if cl.Net.Inline {
+		return pk
+	}
+	pk.Filters = h.badFilters(cl, "mqtt subscribe refused", pk.Filters)
 	if ident := h.owner(cl); ident != nil {
 		filters := make([]string, len(pk.Filters))
 		for i, f := range pk.Filters {
@@ -319,6 +339,80 @@ func (h *authHook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packe
 		ident.subscribing.Add(1)
 	}
 	return pk
+}
+
+// OnUnsubscribe answers the filters beyond the topic limits with No
+// subscription existed (0x11; none can exist) without mochi looking them up
+// (badFilters).
+func (h *authHook) OnUnsubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if cl.Net.Inline {
+		return pk
+	}
+	pk.Filters = h.badFilters(cl, "mqtt unsubscribe refused", pk.Filters)
+	return pk
+}
+
+// refusedFilter replaces a filter beyond the topic limits in a SUBSCRIBE
+// or UNSUBSCRIBE: mochi refuses it at once as an invalid filter (SUBACK
+// 0x8F Topic Filter invalid; 3.1.1: 0x80) and holds no subscription to
+// it. mochi's cost of a filter grows with the square of its levels (its
+// topic tree rescans the filter for every level), so a filter beyond the
+// limits never reaches it.
+const refusedFilter = "#/"
+
+// badFilters returns filters with each filter beyond the topic limits
+// (checked without its $share/group/ prefix, the group name no longer than
+// one topic) replaced by refusedFilter, each refusal counted and logged as
+// msg; filters itself is not changed.
+func (h *authHook) badFilters(cl *mqtt.Client, msg string, filters packets.Subscriptions) packets.Subscriptions {
+	var out packets.Subscriptions
+	for i, sub := range filters {
+		err := h.validFilter(sub.Filter)
+		if err == nil {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(filters)
+		}
+		out[i].Filter = refusedFilter
+		h.noteRefusal(msg, broker.ReasonBadTopic, "client", cl.ID, "remote", cl.Net.Remote, "why", err.Error())
+	}
+	if out == nil {
+		return filters
+	}
+	return out
+}
+
+// validFilter checks an MQTT filter against the topic limits, a shared
+// subscription's without its $share/group/ prefix.
+func (h *authHook) validFilter(f string) error {
+	inner := mqttShareStrip(f)
+	if group := len(f) - len(inner); inner != f && group > len("$share//")+h.topics.MaxLength {
+		return fmt.Errorf("%w: shared subscription group is %d bytes, longer than %d", topic.ErrInvalid, group-len("$share//"), h.topics.MaxLength)
+	}
+	return h.topics.ValidateFilter(inner)
+}
+
+// topicLimiter is the part of a Core that tells the HTTP side's limits
+// (*broker.Broker has it).
+type topicLimiter interface {
+	Limits() broker.Limits
+}
+
+// topicLimitsOf returns the topic limits of the broker c, the same as its
+// HTTP side applies (docs/security.md), or the defaults.
+func topicLimitsOf(c Core) topic.Limits {
+	l := topic.Limits{MaxLength: topic.DefaultMaxLength, MaxLevels: topic.DefaultMaxLevels}
+	if tl, ok := c.(topicLimiter); ok {
+		bl := tl.Limits()
+		if bl.MaxTopicLength > 0 {
+			l.MaxLength = bl.MaxTopicLength
+		}
+		if bl.MaxTopicLevels > 0 {
+			l.MaxLevels = bl.MaxTopicLevels
+		}
+	}
+	return l
 }
 
 // OnSubscribed ends what OnSubscribe began.

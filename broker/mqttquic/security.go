@@ -20,7 +20,6 @@ package mqttquic
 
 import (
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,17 +31,17 @@ import (
 	"github.com/quiot/quiot/broker/auth"
 )
 
-// allow is the MQTT side's one authorization decision: may identity id
+// allow is auth.Authenticator.Allow for MQTT: may identity id
 // ("" = anonymous) do action on topic (a name for Publish, a name or
-// filter for Subscribe)? `$` topics are the broker's: nobody publishes to
-// them; a name with a wildcard (a will topic mochi does not check) is no
-// name. A shared subscription's filter is checked without its
-// $share/group/ prefix.
+// filter for Subscribe)? A shared subscription's filter is checked without
+// its $share/group/ prefix. Allow itself refuses every publish to a `$`
+// topic and to a name holding a wildcard (a will topic mochi does not
+// check), for every protocol.
 func allow(a *auth.Authenticator, id string, action auth.Action, topic string) bool {
-	if action == auth.Publish && (strings.HasPrefix(topic, "$") || strings.ContainsAny(topic, "+#")) {
-		return false
+	if action == auth.Subscribe {
+		topic = mqttShareStrip(topic)
 	}
-	return a.Allow(id, action, mqttShareStrip(topic))
+	return a.Allow(id, action, topic)
 }
 
 // SecurityStats counts what the MQTT server refused or dropped to keep its
@@ -58,7 +57,8 @@ type SecurityStats struct {
 	// session belongs to another identity.
 	RefusedTakeovers uint64
 	// RefusedWills counts CONNECTs refused because the identity may not
-	// publish to the will topic.
+	// publish to the will topic, or the will topic is beyond the topic
+	// limits.
 	RefusedWills uint64
 	// DroppedWills counts wills not sent because the identity could no
 	// longer publish to the topic when the will was due.
