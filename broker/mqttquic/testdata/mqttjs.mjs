@@ -1,0 +1,160 @@
+// MQTT.js (npm "mqtt", the version scripts/deps.sh pins) against quiot's
+// MQTT over WebSocket listeners, driven by ws_test.go.
+//
+//   node mqttjs.mjs suite   URL VERSION        QoS 0/1/2, retained, will
+//   node mqttjs.mjs sub     URL VERSION FILTER prints "subscribed", then
+//                                              each message as a JSON line
+//   node mqttjs.mjs connect URL VERSION        prints "connack" or "refused <code>"
+//   node mqttjs.mjs will    URL VERSION TOPIC  (child of suite) connects
+//                                              with a will, then waits
+//
+// Environment: MQTTJS_DIR (the npm prefix holding node_modules/mqtt),
+// CA_FILE (PEM of the CA that signed the broker's certificate, for wss://),
+// MQTT_USER, MQTT_PASS, MQTT_ORIGIN (an Origin header), ECHO_TOPIC (sub:
+// publish each message received there too).
+import { createRequire } from 'node:module';
+import { fork } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+const require = createRequire(process.env.MQTTJS_DIR + '/');
+const mqtt = require('mqtt');
+const ca = process.env.CA_FILE ? readFileSync(process.env.CA_FILE) : undefined;
+const WAIT_MS = 30000; // bounds a wait that never ends (a hang), not a timing
+
+const [mode, url, versionArg, arg] = process.argv.slice(2);
+const version = Number(versionArg);
+
+function fail(msg) {
+  console.error(`mqttjs: ${msg}`);
+  process.exit(1);
+}
+
+function options(extra) {
+  const o = { ca, protocolVersion: version, reconnectPeriod: 0, connectTimeout: WAIT_MS, ...extra };
+  if (process.env.MQTT_USER) o.username = process.env.MQTT_USER;
+  if (process.env.MQTT_PASS) o.password = process.env.MQTT_PASS;
+  if (process.env.MQTT_ORIGIN) o.wsOptions = { headers: { Origin: process.env.MQTT_ORIGIN } };
+  return o;
+}
+
+// connect resolves with the connected client or rejects with the error
+// (a refused CONNACK carries its code).
+function connect(extra) {
+  return new Promise((resolve, reject) => {
+    const c = mqtt.connect(url, options(extra));
+    // MQTT.js does not emit a WebSocket upgrade refusal (an error without
+    // a code) as 'error'; its stream does.
+    let streamErr;
+    c.stream.on('error', (e) => { streamErr = e; });
+    c.once('connect', () => resolve(c));
+    c.once('error', (e) => { c.end(true); reject(e); });
+    c.once('close', () => reject(streamErr || new Error('connection closed before CONNACK')));
+  });
+}
+
+function bounded(p, what) {
+  let timer;
+  const t = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`no ${what} within ${WAIT_MS} ms`)), WAIT_MS); });
+  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+}
+
+// inbox collects a client's messages; next waits for one that matches.
+function inbox(c) {
+  const got = [];
+  const waiting = [];
+  c.on('message', (topic, payload, packet) => {
+    const m = { topic, payload: payload.toString(), qos: packet.qos, retain: packet.retain };
+    const i = waiting.findIndex((w) => w.pred(m));
+    if (i >= 0) waiting.splice(i, 1)[0].resolve(m);
+    else got.push(m);
+  });
+  return {
+    next(pred, what) {
+      const i = got.findIndex(pred);
+      if (i >= 0) return Promise.resolve(got.splice(i, 1)[0]);
+      return bounded(new Promise((resolve) => waiting.push({ pred, resolve })), what);
+    },
+  };
+}
+
+function check(cond, msg) {
+  if (!cond) fail(msg);
+}
+
+async function suite() {
+  const tag = `${new URL(url).protocol.replace(':', '')}-v${version}`;
+  const p = `wsjs/${tag}/`;
+  const sub = await connect({ clientId: `sub-${tag}` });
+  const got = inbox(sub);
+  const granted = await sub.subscribeAsync(p + '#', { qos: 2 });
+  check(granted[0].qos === 2, `granted ${JSON.stringify(granted)}, want QoS 2`);
+  const pub = await connect({ clientId: `pub-${tag}` });
+  for (const qos of [0, 1, 2]) {
+    const topic = `${p}q${qos}`;
+    await pub.publishAsync(topic, `hello ${qos}`, { qos });
+    const m = await got.next((m) => m.topic === topic, `QoS ${qos} message`);
+    check(m.payload === `hello ${qos}` && m.qos === qos, `QoS ${qos}: got ${JSON.stringify(m)}`);
+    console.log(`ok ${tag} qos${qos}`);
+  }
+
+  await pub.publishAsync(p + 'ret', 'kept', { qos: 1, retain: true });
+  await got.next((m) => m.topic === p + 'ret', 'retained message (live)');
+  const late = await connect({ clientId: `late-${tag}` });
+  const lateGot = inbox(late);
+  await late.subscribeAsync(p + 'ret', { qos: 1 });
+  const r = await lateGot.next((m) => m.topic === p + 'ret', 'retained message (replayed)');
+  check(r.retain && r.payload === 'kept', `retained: got ${JSON.stringify(r)}`);
+  await pub.publishAsync(p + 'ret', '', { qos: 1, retain: true }); // clear it
+  console.log(`ok ${tag} retained`);
+
+  // A client with a will, killed (SIGKILL: no DISCONNECT, no close frame).
+  const child = fork(fileURLToPath(import.meta.url), ['will', url, String(version), p + 'will'], { stdio: 'inherit' });
+  await bounded(new Promise((resolve, reject) => {
+    child.once('message', resolve);
+    child.once('exit', (code) => reject(new Error(`will client exited (${code}) before connecting`)));
+  }), 'will client connection');
+  child.removeAllListeners('exit');
+  child.kill('SIGKILL');
+  const w = await got.next((m) => m.topic === p + 'will', 'will message');
+  check(w.payload === `gone ${tag}`, `will: got ${JSON.stringify(w)}`);
+  console.log(`ok ${tag} will`);
+
+  await Promise.all([sub.endAsync(), pub.endAsync(), late.endAsync()]);
+}
+
+async function will() {
+  const tag = `${new URL(url).protocol.replace(':', '')}-v${version}`;
+  await connect({ clientId: `will-${tag}`, will: { topic: arg, payload: Buffer.from(`gone ${tag}`), qos: 1 } });
+  process.send('connected');
+  setInterval(() => {}, 1 << 30); // until killed
+}
+
+async function sub() {
+  const c = await connect({ clientId: `h3sub-${version}-${process.pid}` });
+  c.on('message', async (topic, payload) => {
+    console.log(JSON.stringify({ topic, payload: payload.toString() }));
+    if (process.env.ECHO_TOPIC) {
+      await c.publishAsync(process.env.ECHO_TOPIC, payload, { qos: 1 });
+      console.log('echoed');
+    }
+  });
+  await c.subscribeAsync(arg, { qos: 1 });
+  console.log('subscribed');
+}
+
+async function connectOnly() {
+  try {
+    const c = await connect({ clientId: `conn-${process.pid}` });
+    console.log('connack');
+    await c.endAsync();
+  } catch (e) {
+    console.log(e.code !== undefined ? `refused ${e.code}` : `error ${e.message}`);
+  }
+}
+
+const modes = { suite, will, sub, connect: connectOnly };
+if (!modes[mode]) fail(`unknown mode ${mode}`);
+modes[mode]().then(() => {
+  if (mode === 'suite' || mode === 'connect') process.exit(0);
+}, (e) => fail(e.stack || String(e)));
