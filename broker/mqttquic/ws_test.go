@@ -47,7 +47,7 @@ func mqttJSDir(t *testing.T) string {
 		dir = filepath.Join(c, "quiot", "npm")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "mqtt", "package.json")); err != nil {
-		testenv.Unavailable(t, "MQTT.js is not installed in %s (scripts/deps.sh installs it): %v", dir, err)
+		testenv.Unavailable(t, "MQTT.js is not installed in %s: %v", dir, err)
 	}
 	return dir
 }
