@@ -47,7 +47,7 @@ func mqttJSDir(t *testing.T) string {
 		dir = filepath.Join(c, "quiot", "npm")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "mqtt", "package.json")); err != nil {
-		testenv.Unavailable(t, "MQTT.js is not installed in %s: %v", dir, err)
+		testenv.Unavailable(t, "MQTT.js is not installed in %s (run scripts/deps.sh): %v", dir, err)
 	}
 	return dir
 }
@@ -315,6 +315,7 @@ func TestWebSocketFrames(t *testing.T) {
 		})
 	}
 	// The connection beside them still works: a PINGREQ gets its PINGRESP.
+	_ = other.SetReadDeadline(time.Now().Add(rawTimeout))
 	if err := other.WriteMessage(websocket.BinaryMessage, []byte{0xc0, 0}); err != nil {
 		t.Fatal(err)
 	}
