@@ -129,7 +129,8 @@ func nodeLine(t *testing.T, lines <-chan string, errb *bytes.Buffer, what string
 
 // TestWebSocketMQTTJS: MQTT.js over ws:// and wss://, MQTT 3.1.1 and 5:
 // QoS 0, 1 and 2 round trips, a retained message replayed to a later
-// subscriber, and a will sent when its client is killed.
+// subscriber, a will sent when its client is killed, and a persistent
+// session resumed with the QoS 1 message queued while its client was away.
 func TestWebSocketMQTTJS(t *testing.T) {
 	b := startWSBroker(t, nil)
 	for _, u := range []struct{ name, url string }{{"ws", b.wsURL()}, {"wss", b.wssURL()}} {
@@ -141,7 +142,7 @@ func TestWebSocketMQTTJS(t *testing.T) {
 					got = append(got, l)
 				}
 				tag := fmt.Sprintf("%s-v%s", u.name, v)
-				want := []string{"ok " + tag + " qos0", "ok " + tag + " qos1", "ok " + tag + " qos2", "ok " + tag + " retained", "ok " + tag + " will"}
+				want := []string{"ok " + tag + " qos0", "ok " + tag + " qos1", "ok " + tag + " qos2", "ok " + tag + " retained", "ok " + tag + " will", "ok " + tag + " session"}
 				if strings.Join(got, "\n") != strings.Join(want, "\n") {
 					t.Fatalf("MQTT.js printed %q, want %q; stderr: %s", got, want, errb.String())
 				}

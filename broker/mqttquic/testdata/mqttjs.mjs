@@ -1,7 +1,8 @@
 // MQTT.js (npm "mqtt", the version scripts/deps.sh pins) against quiot's
 // MQTT over WebSocket listeners, driven by ws_test.go.
 //
-//   node mqttjs.mjs suite   URL VERSION        QoS 0/1/2, retained, will
+//   node mqttjs.mjs suite   URL VERSION        QoS 0/1/2, retained, will,
+//                                              persistent session
 //   node mqttjs.mjs sub     URL VERSION FILTER prints "subscribed", then
 //                                              each message as a JSON line
 //   node mqttjs.mjs connect URL VERSION        prints "connack" or "refused <code>"
@@ -38,16 +39,19 @@ function options(extra) {
   return o;
 }
 
-// connect resolves with the connected client or rejects with the error
-// (a refused CONNACK carries its code).
-function connect(extra) {
+// connect resolves with the connected client (its CONNACK as c.connack)
+// or rejects with the error (a refused CONNACK carries its code). setup,
+// when given, gets the client before it connects (to see messages sent
+// right after CONNACK).
+function connect(extra, setup) {
   return new Promise((resolve, reject) => {
     const c = mqtt.connect(url, options(extra));
+    if (setup) setup(c);
     // MQTT.js does not emit a WebSocket upgrade refusal (an error without
     // a code) as 'error'; its stream does.
     let streamErr;
     c.stream.on('error', (e) => { streamErr = e; });
-    c.once('connect', () => resolve(c));
+    c.once('connect', (connack) => { c.connack = connack; resolve(c); });
     c.once('error', (e) => { c.end(true); reject(e); });
     c.once('close', () => reject(streamErr || new Error('connection closed before CONNACK')));
   });
@@ -120,7 +124,22 @@ async function suite() {
   check(w.payload === `gone ${tag}`, `will: got ${JSON.stringify(w)}`);
   console.log(`ok ${tag} will`);
 
-  await Promise.all([sub.endAsync(), pub.endAsync(), late.endAsync()]);
+  // A persistent session: its client leaves, a QoS 1 message published
+  // meanwhile is queued, and delivered when the client comes back.
+  const keep = { clientId: `keep-${tag}`, clean: false };
+  if (version === 5) keep.properties = { sessionExpiryInterval: 300 };
+  const k1 = await connect(keep);
+  await k1.subscribeAsync(p + 'queued', { qos: 1 });
+  await k1.endAsync();
+  await pub.publishAsync(p + 'queued', 'while away', { qos: 1 });
+  let kGot;
+  const k2 = await connect(keep, (c) => { kGot = inbox(c); });
+  check(k2.connack.sessionPresent, `persistent session: CONNACK ${JSON.stringify(k2.connack)}, want session present`);
+  const q = await kGot.next((m) => m.topic === p + 'queued', 'queued message');
+  check(q.payload === 'while away' && q.qos === 1, `queued: got ${JSON.stringify(q)}`);
+  console.log(`ok ${tag} session`);
+
+  await Promise.all([sub.endAsync(), pub.endAsync(), late.endAsync(), k2.endAsync()]);
 }
 
 async function will() {
