@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -242,7 +243,8 @@ type wsConn struct {
 	c *websocket.Conn
 	r io.Reader // the current message, or nil
 
-	wmu       sync.Mutex // one writer at a time (gorilla allows one)
+	wmu       sync.Mutex   // one writer at a time (gorilla allows one)
+	wdl       atomic.Int64 // write deadline (Unix ns; 0: none), set on the Conn under wmu
 	closeOnce sync.Once
 }
 
@@ -296,6 +298,11 @@ func wsReadError(err error) error {
 func (ws *wsConn) Write(p []byte) (int, error) {
 	ws.wmu.Lock()
 	defer ws.wmu.Unlock()
+	var dl time.Time
+	if ns := ws.wdl.Load(); ns != 0 {
+		dl = time.Unix(0, ns)
+	}
+	_ = ws.c.SetWriteDeadline(dl)
 	if err := ws.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
 		return 0, err
 	}
@@ -326,19 +333,31 @@ func (ws *wsConn) LocalAddr() net.Addr { return ws.c.LocalAddr() }
 // and the loopback-only default judge).
 func (ws *wsConn) RemoteAddr() net.Addr { return ws.c.RemoteAddr() }
 
-// SetDeadline sets the read and write deadlines.
+// SetDeadline sets the read and write deadlines. mochi calls it from the
+// reading goroutine (keep-alive) while another one writes.
 func (ws *wsConn) SetDeadline(t time.Time) error {
 	if err := ws.c.SetReadDeadline(t); err != nil {
 		return err
 	}
-	return ws.c.SetWriteDeadline(t)
+	return ws.SetWriteDeadline(t)
 }
 
-// SetReadDeadline sets the read deadline.
+// SetReadDeadline sets the read deadline (of the TCP connection, safe
+// beside a write).
 func (ws *wsConn) SetReadDeadline(t time.Time) error { return ws.c.SetReadDeadline(t) }
 
-// SetWriteDeadline sets the write deadline.
-func (ws *wsConn) SetWriteDeadline(t time.Time) error { return ws.c.SetWriteDeadline(t) }
+// SetWriteDeadline sets the deadline of later writes. gorilla's own
+// SetWriteDeadline may not run beside a write (found by -race: mochi
+// refreshes deadlines while its write loop writes), so the deadline is
+// kept here and set on the connection by Write, under its lock.
+func (ws *wsConn) SetWriteDeadline(t time.Time) error {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	ws.wdl.Store(ns)
+	return nil
+}
 
 // wssConn is a wsConn over TLS: its ConnectionState gives the auth hook a
 // verified client certificate, as on MQTT over TLS and QUIC.

@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -437,4 +439,94 @@ func TestWebSocketTLS13Only(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wsFrame is a client frame (masked with the key 0, so the payload stays
+// as it is): fin, opcode op, payload.
+func wsFrame(fin bool, op byte, payload []byte) []byte {
+	b0 := op
+	if fin {
+		b0 |= 0x80
+	}
+	var h []byte
+	switch n := len(payload); {
+	case n < 126:
+		h = []byte{b0, 0x80 | byte(n)}
+	case n < 1<<16:
+		h = []byte{b0, 0x80 | 126, byte(n >> 8), byte(n)}
+	default:
+		h = binary.BigEndian.AppendUint64([]byte{b0, 0x80 | 127}, uint64(n))
+	}
+	h = append(h, 0, 0, 0, 0)
+	return append(h, payload...)
+}
+
+// FuzzWebSocketFrames writes arbitrary bytes as WebSocket frames after
+// the upgrade (seeds: fragmented packets, control frames between
+// fragments, a text frame, an oversized length, a close frame in the
+// middle of a packet, unmasked and unexpected continuation frames). The
+// server never panics, ends that connection, keeps serving a client
+// connected beside it and answers a new CONNECT
+// (`go test ./broker/mqttquic -run '^$' -fuzz FuzzWebSocketFrames`).
+func FuzzWebSocketFrames(f *testing.F) {
+	const bin, text, cont, closeOp, ping = 0x2, 0x1, 0x0, 0x8, 0x9
+	c := connect311
+	cat := func(fs ...[]byte) []byte { return bytes.Join(fs, nil) }
+	f.Add(wsFrame(true, bin, c))
+	f.Add(cat(wsFrame(false, bin, c[:5]), wsFrame(true, cont, c[5:])))
+	f.Add(cat(wsFrame(false, bin, c[:3]), wsFrame(true, ping, []byte("p")), wsFrame(true, cont, c[3:])))
+	f.Add(cat(wsFrame(true, bin, c[:4]), wsFrame(true, bin, c[4:]), wsFrame(true, bin, []byte{0xc0, 0})))
+	f.Add(wsFrame(true, text, c))
+	f.Add([]byte{0x82, 0x80 | 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add(cat(wsFrame(true, bin, c[:4]), wsFrame(true, closeOp, []byte{0x03, 0xe8})))
+	f.Add([]byte{0x82, 0x02, 0xc0, 0x00}) // unmasked
+	f.Add(wsFrame(true, cont, c))
+	f.Add(cat(wsFrame(true, bin, c), wsFrame(true, bin, []byte{0x10, 0xff, 0xff, 0xff, 0x7f})))
+	p := newPKI(f)
+	s := startServer(f, p, func(o *Options) { o.QUICAddr = "off"; o.WSAddr = "127.0.0.1:0" })
+	url := "ws://" + s.WSAddr() + WSPath
+	dial := func(t testing.TB) *websocket.Conn {
+		t.Helper()
+		d := websocket.Dialer{Subprotocols: []string{"mqtt"}, HandshakeTimeout: rawTimeout}
+		conn, _, err := d.Dial(url, nil)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		return conn
+	}
+	// The client beside the fuzzed ones: MQTT 3.1.1, no keep-alive, a
+	// client id a fuzzed CONNECT is unlikely to take over.
+	other := dial(f)
+	f.Cleanup(func() { _ = other.Close() })
+	id := "beside-the-fuzzed-7f3a9c"
+	if err := other.WriteMessage(websocket.BinaryMessage, append([]byte{0x10, byte(12 + len(id)), 0, 4, 'M', 'Q', 'T', 'T', 4, 2, 0, 0, 0, byte(len(id))}, id...)); err != nil {
+		f.Fatal(err)
+	}
+	_ = other.SetReadDeadline(time.Now().Add(rawTimeout))
+	if _, msg, err := other.ReadMessage(); err != nil || !bytes.Equal(msg, []byte{0x20, 2, 0, 0}) {
+		f.Fatalf("CONNACK: %x %v", msg, err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		conn := dial(t)
+		raw := conn.UnderlyingConn().(*net.TCPConn)
+		_, _ = raw.Write(b) // the server may close first
+		_ = raw.CloseWrite()
+		// The server ends the connection (EOF, or a reset when it closed
+		// with bytes unread); the deadline only catches a hang.
+		_ = raw.SetReadDeadline(time.Now().Add(rawTimeout))
+		if _, err := io.Copy(io.Discard, raw); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("after % x: the server did not end the connection: %v", b, err)
+		}
+		_ = conn.Close()
+		_ = other.SetReadDeadline(time.Now().Add(rawTimeout))
+		if err := other.WriteMessage(websocket.BinaryMessage, []byte{0xc0, 0}); err != nil {
+			t.Fatal(err)
+		}
+		if _, msg, err := other.ReadMessage(); err != nil || !bytes.Equal(msg, []byte{0xd0, 0}) {
+			t.Fatalf("after % x: PINGRESP to the client beside it: %x %v", b, msg, err)
+		}
+		fresh := dial(t)
+		defer fresh.Close()
+		connackOverWS(t, fresh)
+	})
 }
