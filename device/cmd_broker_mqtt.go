@@ -22,6 +22,7 @@ type mqttFlags struct {
 	tlsAddr  string
 	wsAddr   string
 	wssAddr  string
+	wsListen bool
 	limits   mqttquic.Limits
 }
 
@@ -34,6 +35,7 @@ func init() {
 			fs.StringVar(&f.tcpAddr, "mqtt-tcp", "", "TCP address of plain MQTT (e.g. :1883; passwords travel in clear: prefer --mqtt-tls); empty = off")
 			fs.StringVar(&f.tlsAddr, "mqtt-tls", "", "TCP address of MQTT over TLS 1.3, mqtts:// (e.g. :8883); empty = off")
 			fs.StringVar(&f.wsAddr, "mqtt-ws", "", "TCP address of MQTT over WebSocket, ws://HOST/mqtt (e.g. 127.0.0.1:8080; passwords travel in clear: prefer --mqtt-wss); empty = off")
+			fs.BoolVar(&f.wsListen, "mqtt-ws-on-listen", true, "also serve MQTT over WebSocket at wss://HOST:PORT/mqtt on the --listen port (TCP, HTTP/1.1 upgrade; pages of the broker's own origin and of --cors-origins) while MQTT is on")
 			fs.StringVar(&f.wssAddr, "mqtt-wss", "", "TCP address of MQTT over secure WebSocket (TLS 1.3), wss://HOST/mqtt (e.g. :8884); web pages need --cors-origins; empty = off")
 			// Limits (mqttquic.Limits); 0 keeps the default named.
 			l := &f.limits
@@ -54,7 +56,7 @@ func (f *mqttFlags) start(_ context.Context, b *broker.Broker, opts *broker.Opti
 		return nil, nil
 	}
 	o := mqttquic.Options{QUICAddr: f.quicAddr, TCPAddr: f.tcpAddr, TLSAddr: f.tlsAddr, WSAddr: f.wsAddr, WSSAddr: f.wssAddr,
-		Broker: b, Profile: opts.Tuning, Logger: log, Limits: f.limits}
+		WSOnBroker: f.wsListen, Broker: b, Profile: opts.Tuning, Logger: log, Limits: f.limits}
 	if opts.Web != nil {
 		o.CORSOrigins = opts.Web.CORSOrigins // the same origins as the HTTP side (cmd_web.go)
 	}
@@ -102,6 +104,9 @@ func (f *mqttFlags) start(_ context.Context, b *broker.Broker, opts *broker.Opti
 	}
 	if a := s.WSSAddr(); a != "" {
 		fmt.Fprintf(stdout, "mqtt listening: wss://%s%s (MQTT over secure WebSocket)\n", a, mqttquic.WSPath)
+	}
+	if a := b.TCPAddr(); f.wsListen && a != nil {
+		fmt.Fprintf(stdout, "mqtt listening: wss://%s%s (MQTT over secure WebSocket on the broker's port)\n", a, broker.MQTTWebSocketPath)
 	}
 	return func(context.Context) error { return s.Close() }, nil
 }

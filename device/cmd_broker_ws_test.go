@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,14 +14,15 @@ import (
 )
 
 // TestBrokerWebSocketFlags: `quiot broker --mqtt-ws --mqtt-wss` serves MQTT
-// over WebSocket at the printed addresses, and the WebSocket listeners
-// take --cors-origins from the browser part's flag: a listed origin is
-// served, another refused with 403 before the upgrade.
+// over WebSocket at the printed addresses, and by default on the --listen
+// port too; the WebSocket listeners take --cors-origins from the browser
+// part's flag: a listed origin is served, another refused with 403 before
+// the upgrade.
 func TestBrokerWebSocketFlags(t *testing.T) {
 	const listed = "https://app.example:8443"
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	out := newLineWaiter(`^mqtt listening: (wss://\S+/mqtt) `)
+	out := newLineWaiter(`^mqtt listening: (wss://\S+/mqtt) \(MQTT over secure WebSocket on the broker's port\)`)
 	go out.consume(pr)
 	done := make(chan error, 1)
 	go func() {
@@ -37,27 +37,28 @@ func TestBrokerWebSocketFlags(t *testing.T) {
 			t.Errorf("broker: %v", err)
 		}
 	})
-	var wss string
+	var onListen string
 	select {
-	case wss = <-out.match:
+	case onListen = <-out.match:
 	case err := <-done:
 		done <- err
 		t.Fatalf("broker ended: %v\n%s", err, out)
 	case <-time.After(60 * time.Second): // a bound that only catches a hang
-		t.Fatalf("no wss:// listener after 60 s:\n%s", out)
+		t.Fatalf("no MQTT over WebSocket on the broker's port after 60 s:\n%s", out)
 	}
-	m := regexp.MustCompile(`(?m)^mqtt listening: (ws://\S+/mqtt) `).FindStringSubmatch(out.String())
+	m := regexp.MustCompile(`(?m)^mqtt listening: (ws://\S+/mqtt) .*\n^mqtt listening: (wss://\S+/mqtt) `).FindStringSubmatch(out.String())
 	if m == nil {
-		t.Fatalf("no ws:// listener printed:\n%s", out)
+		t.Fatalf("no ws:// and wss:// listeners printed:\n%s", out)
 	}
 	d := websocket.Dialer{Subprotocols: []string{"mqtt"}, HandshakeTimeout: 30 * time.Second,
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // --dev: a throwaway certificate
-	for _, url := range []string{m[1], wss} {
+	for _, u := range []struct{ name, url string }{{"ws", m[1]}, {"wss", m[2]}, {"listen", onListen}} {
+		url := u.url
 		for _, tt := range []struct {
 			origin string
 			code   int
 		}{{listed, http.StatusSwitchingProtocols}, {"", http.StatusSwitchingProtocols}, {"https://evil.example", http.StatusForbidden}} {
-			t.Run(strings.SplitN(url, ":", 2)[0]+"/"+tt.origin, func(t *testing.T) {
+			t.Run(u.name+"/"+tt.origin, func(t *testing.T) {
 				h := http.Header{}
 				if tt.origin != "" {
 					h.Set("Origin", tt.origin)

@@ -9,7 +9,7 @@ import "github.com/quiot/quiot/internal/cli"
 var flagLayouts = map[string]cli.Help{
 	"broker": {
 		Groups: []cli.Group{
-			{Title: "Listeners", Flags: []string{"listen", "mqtt-quic", "mqtt-tls", "mqtt-tcp", "mqtt-wss", "mqtt-ws", "dashboard", "cors-origins"}},
+			{Title: "Listeners", Flags: []string{"listen", "mqtt-quic", "mqtt-tls", "mqtt-tcp", "mqtt-wss", "mqtt-ws", "mqtt-ws-on-listen", "dashboard", "cors-origins"}},
 			{Title: "Security and authentication", Flags: []string{"dev", "cert", "key", "client-ca", "auth", "allow-anonymous", "session-ttl"}},
 			{Title: "Limits", Flags: []string{"max-payload", "max-conns", "max-conns-per-addr", "max-conns-per-identity",
 				"max-subscriptions", "max-subscriptions-per-identity", "max-subscriptions-total", "max-streams",

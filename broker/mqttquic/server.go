@@ -65,6 +65,12 @@ type Options struct {
 	// browser) is judged by its CONNECT like every MQTT client. Empty
 	// means no web page of any origin may connect.
 	CORSOrigins []string
+	// WSOnBroker, when true, also serves MQTT over WebSocket at /mqtt on
+	// the HTTP broker's own port (the TCP listener, HTTP/1.1 upgrade;
+	// Broker must be a *broker.Broker), with its certificate: a page the
+	// broker serves (of its origin) may connect, other pages as
+	// CORSOrigins says.
+	WSOnBroker bool
 	// TLS is the server certificate configuration for QUIC, TLSAddr and
 	// WSSAddr (required unless QUICAddr is "off" and TLSAddr and WSSAddr
 	// are empty). It is cloned; ALPN is set to "mqtt" on QUIC.
@@ -159,7 +165,9 @@ type Server struct {
 	tlsl *listeners.TCP // MQTT over TLS (tls.go)
 	ws   *wsListener    // MQTT over WebSocket (ws.go)
 	wss  *wsListener    // MQTT over secure WebSocket (ws.go)
-	br   *bridge
+	// mounted serves MQTT over WebSocket on the broker's port (ws.go).
+	mounted wsMounter
+	br      *bridge
 	// compat is kept for tests (CONNACK marks left over).
 	compat *compatHook
 
@@ -327,7 +335,12 @@ func (s *Server) MQTT() *mqtt.Server { return s.mq }
 // call more than once.
 func (s *Server) Close() error {
 	var err error
-	s.closeOnce.Do(func() { err = s.mq.Close() })
+	s.closeOnce.Do(func() {
+		if s.mounted != nil {
+			s.mounted.SetMQTTWebSocket(nil)
+		}
+		err = s.mq.Close()
+	})
 	return err
 }
 

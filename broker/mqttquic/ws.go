@@ -53,15 +53,18 @@ var wsSubprotocols = []string{"mqtt", "mqttv3.1"}
 var errTextFrame = errors.New("mqtt over websocket: text frame (MQTT travels in binary frames only)")
 
 // wsListener is a mochi listeners.Listener serving MQTT over WebSocket at
-// WSPath, plain or with TLS.
+// WSPath, plain or with TLS, on its own socket or, mounted, as the handler
+// of another HTTP server (the broker's port, Options.WSOnBroker).
 type wsListener struct {
-	id     string
-	addr   string
-	tls    *tls.Config // nil: plain ws://
-	origin func(string) bool
-	limit  int64 // largest WebSocket message read (the Maximum Packet Size)
-	core   Core  // counts refusals; may be nil
-	log    *slog.Logger
+	id      string
+	addr    string
+	tls     *tls.Config // nil: plain ws://
+	mounted bool        // no socket: another server calls ServeHTTP
+	ready   chan struct{}
+	origin  func(string) bool
+	limit   int64 // largest WebSocket message read (the Maximum Packet Size)
+	core    Core  // counts refusals; may be nil
+	log     *slog.Logger
 
 	ln        net.Listener
 	srv       *http.Server
@@ -83,7 +86,7 @@ func newWSListener(id, addr string, tc *tls.Config, origins []string, maxPacket 
 		return nil, fmt.Errorf("mqtt server: %s listener: %w", id, err)
 	}
 	l := &wsListener{id: id, addr: addr, tls: tc, origin: allows, limit: int64(maxPacket), core: core, log: log,
-		conns: map[*wsConn]struct{}{}}
+		ready: make(chan struct{}), conns: map[*wsConn]struct{}{}}
 	l.up = websocket.Upgrader{
 		HandshakeTimeout: wsHandshakeTimeout,
 		Subprotocols:     wsSubprotocols,
@@ -96,7 +99,8 @@ func newWSListener(id, addr string, tc *tls.Config, origins []string, maxPacket 
 // ID returns the listener's id in mochi.
 func (l *wsListener) ID() string { return l.id }
 
-// Address returns the bound address once Init ran, else the configured one.
+// Address returns the bound address once Init ran, else the configured one
+// ("" when mounted).
 func (l *wsListener) Address() string {
 	if l.ln != nil {
 		return l.ln.Addr().String()
@@ -106,14 +110,18 @@ func (l *wsListener) Address() string {
 
 // Protocol returns "ws" or "wss".
 func (l *wsListener) Protocol() string {
-	if l.tls != nil {
+	if l.tls != nil || l.mounted {
 		return "wss"
 	}
 	return "ws"
 }
 
-// Init binds the socket (mochi calls it from AddListener).
-func (l *wsListener) Init(log *slog.Logger) error {
+// Init binds the socket (mochi calls it from AddListener); a mounted
+// listener has none.
+func (l *wsListener) Init(*slog.Logger) error {
+	if l.mounted {
+		return nil
+	}
 	ln, err := net.Listen("tcp", l.addr)
 	if err != nil {
 		return fmt.Errorf("%s listener: %w", l.id, err)
@@ -131,9 +139,14 @@ func (l *wsListener) Init(log *slog.Logger) error {
 	return nil
 }
 
-// Serve serves upgrade requests until Close.
+// Serve serves upgrade requests until Close (a mounted listener returns
+// at once: the other server calls ServeHTTP from now on).
 func (l *wsListener) Serve(establish listeners.EstablishFn) {
 	l.establish = establish
+	close(l.ready)
+	if l.mounted {
+		return
+	}
 	if err := l.srv.Serve(l.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		l.log.Error("mqtt websocket listener failed", "listener", l.id, "error", err)
 	}
@@ -147,7 +160,7 @@ func (l *wsListener) Close(closeClients listeners.CloseFn) {
 	}
 	l.mu.Lock()
 	conns := l.conns
-	l.conns = map[*wsConn]struct{}{}
+	l.conns = nil // later upgrades are closed at once (track)
 	l.mu.Unlock()
 	for c := range conns {
 		_ = c.Close()
@@ -165,8 +178,9 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A browser always sends Origin; other clients (MQTT.js in Node,
 	// command-line tools) usually send none and are judged by CONNECT
-	// like every MQTT client.
-	if origin := r.Header.Get("Origin"); origin != "" && !l.origin(origin) {
+	// like every MQTT client. On the broker's own port a page the broker
+	// served (the dashboard) is of its origin.
+	if origin := r.Header.Get("Origin"); origin != "" && !l.origin(origin) && !(l.mounted && web.SameOrigin(origin, r)) {
 		if l.core != nil {
 			countRefused(l.core, broker.ReasonForbidden)
 		}
@@ -182,11 +196,20 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `bad request: offer the WebSocket subprotocol "mqtt" (or "mqttv3.1")`, http.StatusBadRequest)
 		return
 	}
+	select {
+	case <-l.ready:
+	default:
+		http.Error(w, "service unavailable: the MQTT server is starting", http.StatusServiceUnavailable)
+		return
+	}
 	c, err := l.up.Upgrade(w, r, nil) // answers a bad upgrade itself
 	if err != nil {
 		l.log.Debug("mqtt websocket upgrade failed", "listener", l.id, "remote", r.RemoteAddr, "error", err)
 		return
 	}
+	// A server that hands over its connection may leave its request
+	// deadlines on it; mochi sets its own (keep-alive).
+	_ = c.NetConn().SetDeadline(time.Time{})
 	// A message larger than an MQTT packet may be is refused (close
 	// 1009) from its frame header, never read into memory.
 	c.SetReadLimit(l.limit)
@@ -196,13 +219,19 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		nc = &wssConn{wsConn: wc, cs: *r.TLS}
 	}
 	if !l.track(wc) {
-		_ = wc.closeWith(websocket.CloseGoingAway, "broker shutting down")
+		_ = wc.Close()
 		return
 	}
-	defer l.untrack(wc)
-	err = l.establish(l.id, nc)
-	_ = wc.Close()
-	l.log.Debug("mqtt websocket session ended", "listener", l.id, "remote", r.RemoteAddr, "error", err)
+	// The connection is mochi's until the session ends; the HTTP
+	// handler returns (a server that waits for its handlers on shutdown
+	// does not wait for MQTT sessions).
+	remote := r.RemoteAddr
+	go func() {
+		defer l.untrack(wc)
+		err := l.establish(l.id, nc)
+		_ = wc.Close()
+		l.log.Debug("mqtt websocket session ended", "listener", l.id, "remote", remote, "error", err)
+	}()
 }
 
 func (l *wsListener) track(c *wsConn) bool {
@@ -218,7 +247,9 @@ func (l *wsListener) track(c *wsConn) bool {
 func (l *wsListener) untrack(c *wsConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.conns, c)
+	if l.conns != nil {
+		delete(l.conns, c)
+	}
 }
 
 // offersSubprotocol reports whether the upgrade request offers one of
@@ -396,10 +427,32 @@ func (s *Server) startWS() error {
 		}
 		*ws.dst = l
 	}
+	if s.opts.WSOnBroker {
+		m, ok := s.opts.Broker.(wsMounter)
+		if !ok {
+			return errors.New("mqtt server: MQTT over WebSocket on the broker's port needs a broker (Options.Broker) that serves it")
+		}
+		l, err := newWSListener("mqtt-ws-broker", "", nil, s.opts.CORSOrigins, s.opts.MaxPacketSize, s.opts.Broker, s.opts.Logger)
+		if err != nil {
+			return err
+		}
+		l.mounted = true
+		if err := s.mq.AddListener(sessionEnds{l, s.compat}); err != nil {
+			return fmt.Errorf("mqtt server: %s listener: %w", l.id, err)
+		}
+		m.SetMQTTWebSocket(l)
+		s.mounted = m
+	}
 	if s.ws != nil && !IsLoopbackAddr(s.ws.Address()) {
 		s.opts.Logger.Warn("plain MQTT over WebSocket listens on a non-loopback address: passwords and messages cross the network in clear; use --mqtt-wss, or listen on 127.0.0.1", "address", s.ws.Address())
 	}
 	return nil
+}
+
+// wsMounter is a broker that serves MQTT over WebSocket on its own port
+// (broker.Broker.SetMQTTWebSocket).
+type wsMounter interface {
+	SetMQTTWebSocket(h http.Handler)
 }
 
 // WSAddr returns the bound address of the MQTT over WebSocket listener,

@@ -64,6 +64,16 @@ type wsBroker struct {
 func (b *wsBroker) wsURL() string  { return "ws://" + b.mqtt.WSAddr() + WSPath }
 func (b *wsBroker) wssURL() string { return "wss://" + b.mqtt.WSSAddr() + WSPath }
 
+// brokerURL is MQTT over WebSocket on the HTTP broker's own port.
+func (b *wsBroker) brokerURL() string {
+	return "wss://" + b.h3.Broker.TCPAddr().String() + broker.MQTTWebSocketPath
+}
+
+// wsURLs are the three ways to MQTT over WebSocket.
+func (b *wsBroker) wsURLs() []struct{ name, url string } {
+	return []struct{ name, url string }{{"ws", b.wsURL()}, {"wss", b.wssURL()}, {"broker", b.brokerURL()}}
+}
+
 func startWSBroker(t *testing.T, a *auth.Authenticator, origins ...string) *wsBroker {
 	t.Helper()
 	npm := mqttJSDir(t)
@@ -74,6 +84,7 @@ func startWSBroker(t *testing.T, a *auth.Authenticator, origins ...string) *wsBr
 		o.WSAddr = "127.0.0.1:0"
 		o.WSSAddr = "127.0.0.1:0"
 		o.CORSOrigins = origins
+		o.WSOnBroker = true
 	})
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, p.CA.CertPEM(), 0o644); err != nil {
@@ -135,10 +146,10 @@ func nodeLine(t *testing.T, lines <-chan string, errb *bytes.Buffer, what string
 // session resumed with the QoS 1 message queued while its client was away.
 func TestWebSocketMQTTJS(t *testing.T) {
 	b := startWSBroker(t, nil)
-	for _, u := range []struct{ name, url string }{{"ws", b.wsURL()}, {"wss", b.wssURL()}} {
+	for _, u := range b.wsURLs() {
 		for _, v := range []string{"4", "5"} {
 			t.Run(u.name+"/v"+v, func(t *testing.T) {
-				lines, errb := b.node(t, nil, "suite", u.url, v)
+				lines, errb := b.node(t, nil, "suite", u.url, v, u.name+"-v"+v)
 				var got []string
 				for l := range lines {
 					got = append(got, l)
@@ -160,7 +171,7 @@ func TestWebSocketOneTopicSpace(t *testing.T) {
 	b := startWSBroker(t, nil)
 	pub := newClient(t, b.pki, b.h3URL(), nil)
 	h3Sub := newClient(t, b.pki, b.h3URL(), nil)
-	for _, u := range []struct{ name, url string }{{"ws", b.wsURL()}, {"wss", b.wssURL()}} {
+	for _, u := range b.wsURLs() {
 		t.Run(u.name, func(t *testing.T) {
 			back := "h3ws/" + u.name + "/back"
 			backCh := subscribe(t, h3Sub, back)
@@ -217,11 +228,14 @@ func wsDial(t *testing.T, b *wsBroker, url, origin string) (*websocket.Conn, int
 func TestWebSocketOrigin(t *testing.T) {
 	const listed = "https://app.example:8443"
 	b := startWSBroker(t, nil, listed)
-	for _, u := range []struct{ name, url string }{{"ws", b.wsURL()}, {"wss", b.wssURL()}} {
+	for _, u := range b.wsURLs() {
 		tests := []struct {
 			origin string
 			ok     bool
 		}{
+			// A page of the broker's own origin: served on its port
+			// only (another port is another origin).
+			{"https://" + b.h3.Broker.TCPAddr().String(), u.name == "broker"},
 			{"", true},
 			{listed, true},
 			{"https://APP.example:8443", true}, // origins compare case-insensitively
@@ -384,7 +398,7 @@ func TestWebSocketAuth(t *testing.T) {
 		{"wrong password", []string{"MQTT_USER=alice", "MQTT_PASS=wrong"}, "5", "refused 134"},
 		{"password", []string{"MQTT_USER=alice", "MQTT_PASS=pw-alice"}, "5", "connack"},
 	}
-	for _, u := range []struct{ name, url string }{{"ws", b.wsURL()}, {"wss", b.wssURL()}} {
+	for _, u := range b.wsURLs() {
 		for _, tt := range tests {
 			t.Run(u.name+"/"+tt.name, func(t *testing.T) {
 				lines, errb := b.node(t, tt.env, "connect", u.url, tt.v)
@@ -528,5 +542,50 @@ func FuzzWebSocketFrames(f *testing.F) {
 		fresh := dial(t)
 		defer fresh.Close()
 		connackOverWS(t, fresh)
+	})
+}
+
+// TestWebSocketOnBrokerPort: /mqtt on the HTTP broker's port answers a
+// request that is no HTTP/1.1 upgrade with the reason (HTTP/2: 400), and
+// once the MQTT server is closed the path is 404 (nothing serves it).
+func TestWebSocketOnBrokerPort(t *testing.T) {
+	b := startWSBroker(t, nil)
+	url := "https://" + b.h3.Broker.TCPAddr().String() + broker.MQTTWebSocketPath
+	get := func(t *testing.T, h2 bool) (int, string) {
+		t.Helper()
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.pki.Pool()}, ForceAttemptHTTP2: h2}
+		if !h2 {
+			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: rawTimeout}).Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode, string(body)
+	}
+	for _, tt := range []struct {
+		name string
+		h2   bool
+		want string
+	}{
+		{"HTTP/2", true, "needs an HTTP/1.1 upgrade"},
+		{"HTTP/1.1 without upgrade", false, "needs a WebSocket upgrade"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if code, body := get(t, tt.h2); code != http.StatusBadRequest || !strings.Contains(body, tt.want) {
+				t.Fatalf("status %d %q, want 400 saying %q", code, body, tt.want)
+			}
+		})
+	}
+	t.Run("MQTT server closed", func(t *testing.T) {
+		if err := b.mqtt.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if code, body := get(t, false); code != http.StatusNotFound || !strings.Contains(body, "not served on this port") {
+			t.Fatalf("status %d %q, want 404", code, body)
+		}
 	})
 }

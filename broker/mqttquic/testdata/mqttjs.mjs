@@ -1,12 +1,13 @@
 // MQTT.js (npm "mqtt", the version scripts/deps.sh pins) against quiot's
 // MQTT over WebSocket listeners, driven by ws_test.go.
 //
-//   node mqttjs.mjs suite   URL VERSION        QoS 0/1/2, retained, will,
-//                                              persistent session
+//   node mqttjs.mjs suite   URL VERSION TAG    QoS 0/1/2, retained, will,
+//                                              persistent session (TAG
+//                                              names topics and clients)
 //   node mqttjs.mjs sub     URL VERSION FILTER prints "subscribed", then
 //                                              each message as a JSON line
 //   node mqttjs.mjs connect URL VERSION        prints "connack" or "refused <code>"
-//   node mqttjs.mjs will    URL VERSION TOPIC  (child of suite) connects
+//   node mqttjs.mjs will    URL VERSION TAG    (child of suite) connects
 //                                              with a will, then waits
 //
 // Environment: MQTTJS_DIR (the npm prefix holding node_modules/mqtt),
@@ -87,7 +88,7 @@ function check(cond, msg) {
 }
 
 async function suite() {
-  const tag = `${new URL(url).protocol.replace(':', '')}-v${version}`;
+  const tag = arg;
   const p = `wsjs/${tag}/`;
   const sub = await connect({ clientId: `sub-${tag}` });
   const got = inbox(sub);
@@ -113,7 +114,7 @@ async function suite() {
   console.log(`ok ${tag} retained`);
 
   // A client with a will, killed (SIGKILL: no DISCONNECT, no close frame).
-  const child = fork(fileURLToPath(import.meta.url), ['will', url, String(version), p + 'will'], { stdio: 'inherit' });
+  const child = fork(fileURLToPath(import.meta.url), ['will', url, String(version), tag], { stdio: 'inherit' });
   await bounded(new Promise((resolve, reject) => {
     child.once('message', resolve);
     child.once('exit', (code) => reject(new Error(`will client exited (${code}) before connecting`)));
@@ -143,8 +144,8 @@ async function suite() {
 }
 
 async function will() {
-  const tag = `${new URL(url).protocol.replace(':', '')}-v${version}`;
-  await connect({ clientId: `will-${tag}`, will: { topic: arg, payload: Buffer.from(`gone ${tag}`), qos: 1 } });
+  const tag = arg;
+  await connect({ clientId: `will-${tag}`, will: { topic: `wsjs/${tag}/will`, payload: Buffer.from(`gone ${tag}`), qos: 1 } });
   process.send('connected');
   setInterval(() => {}, 1 << 30); // until killed
 }
