@@ -589,3 +589,32 @@ func TestWebSocketOnBrokerPort(t *testing.T) {
 		}
 	})
 }
+
+// TestWebSocketOnBrokerPortCountsConnections: an MQTT over WebSocket
+// connection on the broker's port holds its TCP connection slot
+// (MaxConnsPerAddr, 3 here) while it lives: of ten connections kept open,
+// one within the first four is refused with 503 and the reason.
+func TestWebSocketOnBrokerPortCountsConnections(t *testing.T) {
+	p := newPKI(t)
+	h3 := brokertest.Start(t, p, &broker.Options{Limits: broker.Limits{MaxConnsPerAddr: 3}})
+	startServer(t, p, func(o *Options) { o.Broker = h3.Broker; o.QUICAddr = "off"; o.WSOnBroker = true })
+	url := "wss://" + h3.Broker.TCPAddr().String() + broker.MQTTWebSocketPath
+	d := websocket.Dialer{Subprotocols: []string{"mqtt"}, TLSClientConfig: &tls.Config{RootCAs: p.Pool()}, HandshakeTimeout: rawTimeout}
+	for i := 1; i <= 10; i++ {
+		c, resp, err := d.Dial(url, nil)
+		if err != nil {
+			if resp == nil {
+				t.Fatalf("dial %d: %v", i, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "too many connections") || i > 4 {
+				t.Fatalf("dial %d: %d %q, want 503 too many connections within the first 4", i, resp.StatusCode, body)
+			}
+			return
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		connackOverWS(t, c)
+	}
+	t.Fatal("ten MQTT over WebSocket connections from one address, none refused: they hold no TCP connection slot")
+}
