@@ -121,7 +121,8 @@ type Options struct {
 	// (broker/store); empty means sessions live in memory only.
 	DataDir string
 	// StreamTimeout bounds the wait for a client's MQTT stream after the
-	// QUIC handshake; zero means 10 s.
+	// QUIC handshake, and for the CONNECT after a WebSocket upgrade; zero
+	// means 10 s.
 	StreamTimeout time.Duration
 	// Limits bound clients, sessions and queued messages (limits.go);
 	// each zero field has its documented default.

@@ -62,8 +62,9 @@ type wsListener struct {
 	mounted bool        // no socket: another server calls ServeHTTP
 	ready   chan struct{}
 	origin  func(string) bool
-	limit   int64 // largest WebSocket message read (the Maximum Packet Size)
-	core    Core  // counts refusals; may be nil
+	limit   int64         // largest WebSocket message read (the Maximum Packet Size)
+	connect time.Duration // bound on the wait for CONNECT after the upgrade
+	core    Core          // counts refusals; may be nil
 	log     *slog.Logger
 
 	ln        net.Listener
@@ -80,12 +81,15 @@ var _ listeners.Listener = (*wsListener)(nil)
 // newWSListener makes a listener on addr; tc nil means plain WebSocket.
 // origins is the --cors-origins list (broker/web's check, the one the
 // HTTP side applies).
-func newWSListener(id, addr string, tc *tls.Config, origins []string, maxPacket uint32, core Core, log *slog.Logger) (*wsListener, error) {
+func newWSListener(id, addr string, tc *tls.Config, origins []string, maxPacket uint32, connect time.Duration, core Core, log *slog.Logger) (*wsListener, error) {
 	allows, err := web.OriginCheck(origins)
 	if err != nil {
 		return nil, fmt.Errorf("mqtt server: %s listener: %w", id, err)
 	}
-	l := &wsListener{id: id, addr: addr, tls: tc, origin: allows, limit: int64(maxPacket), core: core, log: log,
+	if connect <= 0 {
+		connect = wsHandshakeTimeout
+	}
+	l := &wsListener{id: id, addr: addr, tls: tc, origin: allows, limit: int64(maxPacket), connect: connect, core: core, log: log,
 		ready: make(chan struct{}), conns: map[*wsConn]struct{}{}}
 	l.up = websocket.Upgrader{
 		HandshakeTimeout: wsHandshakeTimeout,
@@ -208,8 +212,11 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A server that hands over its connection may leave its request
-	// deadlines on it; mochi sets its own (keep-alive).
+	// deadlines on it. The CONNECT is due within l.connect (mochi waits
+	// for it without a bound); after it mochi sets its own deadlines
+	// (keep-alive).
 	_ = c.NetConn().SetDeadline(time.Time{})
+	_ = c.SetReadDeadline(time.Now().Add(l.connect))
 	// A message larger than an MQTT packet may be is refused (close
 	// 1009) from its frame header, never read into memory.
 	c.SetReadLimit(l.limit)
@@ -285,11 +292,7 @@ func (ws *wsConn) Read(p []byte) (int, error) {
 		if ws.r == nil {
 			op, r, err := ws.c.NextReader()
 			if err != nil {
-				// gorilla answered a close, a protocol error or an
-				// oversized message with its own close frame (or
-				// the connection is gone): Close sends none.
-				ws.closeOnce.Do(func() {})
-				return 0, wsReadError(err)
+				return 0, ws.readFailed(err)
 			}
 			if op != websocket.BinaryMessage {
 				_ = ws.closeWith(websocket.CloseUnsupportedData, "MQTT over WebSocket takes binary frames only")
@@ -306,10 +309,26 @@ func (ws *wsConn) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		if err != nil {
-			return n, wsReadError(err)
+			return n, ws.readFailed(err)
 		}
 		return n, nil
 	}
+}
+
+// readFailed closes the connection for a failed read and says why. A read
+// past its deadline (no CONNECT in time after the upgrade, or nothing
+// within 1.5 keep-alive periods) is closed with 1008 and the reason;
+// otherwise gorilla has answered (a close, a protocol error, an
+// oversized message) with its own close frame, or the connection is
+// gone, and Close sends none.
+func (ws *wsConn) readFailed(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		_ = ws.closeWith(websocket.ClosePolicyViolation, "no MQTT packet in time (CONNECT after the upgrade, or within 1.5 keep-alive periods)")
+		return fmt.Errorf("mqtt over websocket: %w", err)
+	}
+	ws.closeOnce.Do(func() {})
+	return wsReadError(err)
 }
 
 // wsReadError names what ended a WebSocket read: a close from the client
@@ -418,7 +437,7 @@ func (s *Server) startWS() error {
 		if ws.secure {
 			tc = s.serverTLS() // TLS 1.3 only, as MQTT over TLS (tls.go)
 		}
-		l, err := newWSListener(ws.id, ws.addr, tc, s.opts.CORSOrigins, s.opts.MaxPacketSize, s.opts.Broker, s.opts.Logger)
+		l, err := newWSListener(ws.id, ws.addr, tc, s.opts.CORSOrigins, s.opts.MaxPacketSize, s.opts.StreamTimeout, s.opts.Broker, s.opts.Logger)
 		if err != nil {
 			return err
 		}
@@ -432,7 +451,7 @@ func (s *Server) startWS() error {
 		if !ok {
 			return errors.New("mqtt server: MQTT over WebSocket on the broker's port needs a broker (Options.Broker) that serves it")
 		}
-		l, err := newWSListener("mqtt-ws-broker", "", nil, s.opts.CORSOrigins, s.opts.MaxPacketSize, s.opts.Broker, s.opts.Logger)
+		l, err := newWSListener("mqtt-ws-broker", "", nil, s.opts.CORSOrigins, s.opts.MaxPacketSize, s.opts.StreamTimeout, s.opts.Broker, s.opts.Logger)
 		if err != nil {
 			return err
 		}

@@ -618,3 +618,35 @@ func TestWebSocketOnBrokerPortCountsConnections(t *testing.T) {
 	}
 	t.Fatal("ten MQTT over WebSocket connections from one address, none refused: they hold no TCP connection slot")
 }
+
+// TestWebSocketConnectDue: a client that upgrades and sends no CONNECT is
+// closed (1008 with the reason) once Options.StreamTimeout has passed
+// (mochi itself would wait for ever), on its own port and on the
+// broker's.
+func TestWebSocketConnectDue(t *testing.T) {
+	p := newPKI(t)
+	h3 := brokertest.Start(t, p, nil)
+	s := startServer(t, p, func(o *Options) {
+		o.Broker = h3.Broker
+		o.QUICAddr = "off"
+		o.WSAddr = "127.0.0.1:0"
+		o.WSOnBroker = true
+		o.StreamTimeout = 100 * time.Millisecond
+	})
+	d := websocket.Dialer{Subprotocols: []string{"mqtt"}, TLSClientConfig: &tls.Config{RootCAs: p.Pool()}, HandshakeTimeout: rawTimeout}
+	for _, url := range []string{"ws://" + s.WSAddr() + WSPath, "wss://" + h3.Broker.TCPAddr().String() + broker.MQTTWebSocketPath} {
+		t.Run(strings.SplitN(url, ":", 2)[0], func(t *testing.T) {
+			c, _, err := d.Dial(url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetReadDeadline(time.Now().Add(rawTimeout)) // a hang, not a timing
+			_, _, err = c.ReadMessage()
+			var ce *websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || !strings.Contains(ce.Text, "no MQTT packet in time") {
+				t.Fatalf("read on a connection without CONNECT: %v, want close 1008 with the reason", err)
+			}
+		})
+	}
+}
