@@ -37,7 +37,7 @@ import (
 // mqttJSDir returns the npm prefix holding node_modules/mqtt: $QUIOT_NPM_DIR,
 // else the user cache folder's quiot/npm (where scripts/deps.sh installs
 // it). Without Node or MQTT.js the test skips, or fails under CI=true.
-func mqttJSDir(t *testing.T) string {
+func mqttJSDir(t testing.TB) string {
 	t.Helper()
 	testenv.RequireTool(t, "node") // Debian package nodejs (scripts/deps.sh)
 	dir := os.Getenv("QUIOT_NPM_DIR")
@@ -647,6 +647,52 @@ func TestWebSocketConnectDue(t *testing.T) {
 			if !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || !strings.Contains(ce.Text, "no MQTT packet in time") {
 				t.Fatalf("read on a connection without CONNECT: %v, want close 1008 with the reason", err)
 			}
+		})
+	}
+}
+
+// BenchmarkWebSocketVersusTCP: MQTT.js (the same client library and
+// payload on both) against the bridged broker over MQTT/TCP and over MQTT
+// over WebSocket: fan-out 1 -> 100 (QoS 0, 128 bytes, b.N messages) and
+// publish -> delivery latency at 100 msg/s (QoS 1, b.N messages), client
+// and broker on one host. Run with a fixed count, e.g.
+// go test -run '^$' -bench WebSocketVersusTCP -benchtime 500x ./broker/mqttquic/
+func BenchmarkWebSocketVersusTCP(b *testing.B) {
+	npm := mqttJSDir(b)
+	p := newPKI(b)
+	h3 := brokertest.Start(b, p, nil)
+	s := startServer(b, p, func(o *Options) {
+		o.Broker = h3.Broker
+		o.QUICAddr = "off"
+		o.TCPAddr = "127.0.0.1:0"
+		o.WSAddr = "127.0.0.1:0"
+	})
+	run := func(b *testing.B, env []string, args ...string) map[string]float64 {
+		b.Helper()
+		cmd := exec.Command("node", append([]string{filepath.Join("testdata", "mqttjs.mjs")}, args...)...)
+		cmd.Env = append(os.Environ(), append([]string{"MQTTJS_DIR=" + npm}, env...)...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("node %v: %v: %s", args, err, errb.String())
+		}
+		var m map[string]float64
+		if err := json.Unmarshal(out, &m); err != nil {
+			b.Fatalf("node %v printed %q: %v", args, out, err)
+		}
+		return m
+	}
+	for _, u := range []struct{ name, url string }{{"tcp", "mqtt://" + s.TCPAddr()}, {"ws", "ws://" + s.WSAddr() + WSPath}} {
+		b.Run("fanout100/"+u.name, func(b *testing.B) {
+			m := run(b, []string{fmt.Sprint("BENCH_MSGS=", b.N)}, "fanout", u.url, "5", "100")
+			b.ReportMetric(m["deliveriesPerSec"], "deliveries/s")
+		})
+		b.Run("latency/"+u.name, func(b *testing.B) {
+			m := run(b, nil, "latency", u.url, "5", fmt.Sprint(b.N))
+			b.ReportMetric(m["p50ms"], "p50-ms")
+			b.ReportMetric(m["p99ms"], "p99-ms")
+			b.ReportMetric(m["maxms"], "max-ms")
 		})
 	}
 }

@@ -7,6 +7,8 @@
 //   node mqttjs.mjs sub     URL VERSION FILTER prints "subscribed", then
 //                                              each message as a JSON line
 //   node mqttjs.mjs connect URL VERSION        prints "connack" or "refused <code>"
+//   node mqttjs.mjs fanout  URL VERSION NSUBS  deliveries/s (BENCH_MSGS messages)
+//   node mqttjs.mjs latency URL VERSION N      p50/p99/max at 100 msg/s
 //   node mqttjs.mjs will    URL VERSION TAG    (child of suite) connects
 //                                              with a will, then waits
 //
@@ -173,8 +175,64 @@ async function connectOnly() {
   }
 }
 
-const modes = { suite, will, sub, connect: connectOnly };
+// fanout: one publisher, arg subscribers (QoS 0, 128-byte payloads), the
+// publisher at most 256 messages ahead of the slowest subscriber; prints
+// {"deliveriesPerSec": ...} for MSGS (env BENCH_MSGS) messages.
+async function fanout() {
+  const nsubs = Number(arg);
+  const msgs = Number(process.env.BENCH_MSGS || 1000);
+  const counts = new Array(nsubs).fill(0);
+  const subs = [];
+  for (let i = 0; i < nsubs; i++) {
+    const c = await connect({ clientId: `fan-${process.pid}-${i}` });
+    c.on('message', () => { counts[i]++; });
+    await c.subscribeAsync('fan/out', { qos: 0 });
+    subs.push(c);
+  }
+  const pub = await connect({ clientId: `fanpub-${process.pid}` });
+  const payload = Buffer.alloc(128, 'x');
+  const minCount = () => counts.reduce((a, b) => Math.min(a, b), Infinity);
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < msgs; i++) {
+    pub.publish('fan/out', payload, { qos: 0 });
+    while (i + 1 - minCount() > 256) await new Promise((r) => setImmediate(r));
+  }
+  await bounded((async () => { while (minCount() < msgs) await new Promise((r) => setImmediate(r)); })(), 'every delivery');
+  const sec = Number(process.hrtime.bigint() - t0) / 1e9;
+  console.log(JSON.stringify({ deliveriesPerSec: (msgs * nsubs) / sec }));
+  await Promise.all([...subs, pub].map((c) => c.endAsync()));
+}
+
+// latency: one publisher and one subscriber, QoS 1, 128-byte payloads at
+// 100 msg/s, arg messages; prints {"p50ms", "p99ms", "maxms"}.
+async function latency() {
+  const n = Number(arg);
+  const lat = [];
+  const sub = await connect({ clientId: `latsub-${process.pid}` });
+  const pub = await connect({ clientId: `latpub-${process.pid}` });
+  let done;
+  const all = new Promise((r) => { done = r; });
+  sub.on('message', (topic, payload) => {
+    lat.push(Number(process.hrtime.bigint() - payload.readBigUInt64BE(0)) / 1e6);
+    if (lat.length === n) done();
+  });
+  await sub.subscribeAsync('lat', { qos: 1 });
+  const payload = Buffer.alloc(128, 'x');
+  for (let i = 0; i < n; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+    const p = Buffer.from(payload);
+    p.writeBigUInt64BE(process.hrtime.bigint(), 0);
+    pub.publish('lat', p, { qos: 1 });
+  }
+  await bounded(all, 'every message');
+  lat.sort((a, b) => a - b);
+  const q = (x) => lat[Math.min(lat.length - 1, Math.floor(x * lat.length))];
+  console.log(JSON.stringify({ p50ms: q(0.5), p99ms: q(0.99), maxms: lat[lat.length - 1] }));
+  await Promise.all([sub.endAsync(), pub.endAsync()]);
+}
+
+const modes = { suite, will, sub, connect: connectOnly, fanout, latency };
 if (!modes[mode]) fail(`unknown mode ${mode}`);
 modes[mode]().then(() => {
-  if (mode === 'suite' || mode === 'connect') process.exit(0);
+  if (mode !== 'sub' && mode !== 'will') process.exit(0);
 }, (e) => fail(e.stack || String(e)));
