@@ -213,6 +213,8 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", "GET, POST")
 			fail(w, http.StatusMethodNotAllowed, "use POST to publish or GET to subscribe")
 		}
+	case path == MQTTWebSocketPath:
+		b.serveMQTTWebSocket(w, r) // mqttws.go
 	default:
 		fail(w, http.StatusNotFound, "no such resource %q", path)
 	}

@@ -13,13 +13,16 @@ import (
 	"github.com/quiot/quiot/internal/certs"
 )
 
-// MQTT over QUIC and MQTT/TCP listeners of `quiot broker`, joined to the
+// MQTT over QUIC, TCP, TLS and WebSocket listeners of `quiot broker`, joined to the
 // HTTP/3 broker's topic space, identities and ACL.
 
 type mqttFlags struct {
 	quicAddr string
 	tcpAddr  string
 	tlsAddr  string
+	wsAddr   string
+	wssAddr  string
+	wsListen bool
 	limits   mqttquic.Limits
 }
 
@@ -31,6 +34,9 @@ func init() {
 			fs.StringVar(&f.quicAddr, "mqtt-quic", ":14567", `UDP address of MQTT over QUIC (ALPN "mqtt", EMQX/NanoMQ compatible); empty = off`)
 			fs.StringVar(&f.tcpAddr, "mqtt-tcp", "", "TCP address of plain MQTT (e.g. :1883; passwords travel in clear: prefer --mqtt-tls); empty = off")
 			fs.StringVar(&f.tlsAddr, "mqtt-tls", "", "TCP address of MQTT over TLS 1.3, mqtts:// (e.g. :8883); empty = off")
+			fs.StringVar(&f.wsAddr, "mqtt-ws", "", "TCP address of MQTT over WebSocket, ws://HOST/mqtt (e.g. 127.0.0.1:8080; passwords travel in clear: prefer --mqtt-wss); empty = off")
+			fs.BoolVar(&f.wsListen, "mqtt-ws-on-listen", true, "also serve MQTT over WebSocket at wss://HOST:PORT/mqtt on the --listen port (TCP, HTTP/1.1 upgrade; pages of the broker's own origin and of --cors-origins) while MQTT is on")
+			fs.StringVar(&f.wssAddr, "mqtt-wss", "", "TCP address of MQTT over secure WebSocket (TLS 1.3), wss://HOST/mqtt (e.g. :8884); web pages need --cors-origins; empty = off")
 			// Limits (mqttquic.Limits); 0 keeps the default named.
 			l := &f.limits
 			fs.IntVar(&l.MaxClients, "mqtt-max-clients", 0, "connected MQTT clients at most (0 = 1024)")
@@ -48,15 +54,19 @@ func init() {
 }
 
 func (f *mqttFlags) start(_ context.Context, b *broker.Broker, opts *broker.Options, log *slog.Logger, stdout io.Writer) (func(context.Context) error, error) {
-	if f.quicAddr == "" && f.tcpAddr == "" && f.tlsAddr == "" {
+	if f.quicAddr == "" && f.tcpAddr == "" && f.tlsAddr == "" && f.wsAddr == "" && f.wssAddr == "" {
 		return nil, nil
 	}
-	o := mqttquic.Options{QUICAddr: f.quicAddr, TCPAddr: f.tcpAddr, TLSAddr: f.tlsAddr, Broker: b, Profile: opts.Tuning, Logger: log, Limits: f.limits}
+	o := mqttquic.Options{QUICAddr: f.quicAddr, TCPAddr: f.tcpAddr, TLSAddr: f.tlsAddr, WSAddr: f.wsAddr, WSSAddr: f.wssAddr,
+		WSOnBroker: f.wsListen, Broker: b, Profile: opts.Tuning, Logger: log, Limits: f.limits}
+	if opts.Web != nil {
+		o.CORSOrigins = opts.Web.CORSOrigins // the same origins as the HTTP side (cmd_web.go)
+	}
 	o.DataDir = brokerDataDir // cmd_broker_data.go
 	if o.QUICAddr == "" {
 		o.QUICAddr = "off"
 	}
-	if f.quicAddr != "" || f.tlsAddr != "" {
+	if f.quicAddr != "" || f.tlsAddr != "" || f.wssAddr != "" {
 		tc := &tls.Config{Certificates: opts.Certificates}
 		if len(tc.Certificates) == 0 {
 			c, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
@@ -90,6 +100,15 @@ func (f *mqttFlags) start(_ context.Context, b *broker.Broker, opts *broker.Opti
 	}
 	if a := s.TLSAddr(); a != "" {
 		fmt.Fprintf(stdout, "mqtt listening: mqtts://%s (MQTT over TLS)\n", a)
+	}
+	if a := s.WSAddr(); a != "" {
+		fmt.Fprintf(stdout, "mqtt listening: ws://%s%s (MQTT over WebSocket)\n", a, mqttquic.WSPath)
+	}
+	if a := s.WSSAddr(); a != "" {
+		fmt.Fprintf(stdout, "mqtt listening: wss://%s%s (MQTT over secure WebSocket)\n", a, mqttquic.WSPath)
+	}
+	if a := b.TCPAddr(); f.wsListen && a != nil {
+		fmt.Fprintf(stdout, "mqtt listening: wss://%s%s (MQTT over secure WebSocket on the broker's port)\n", a, broker.MQTTWebSocketPath)
 	}
 	return func(context.Context) error { return s.Close() }, nil
 }

@@ -9,7 +9,7 @@ import "github.com/quiot/quiot/internal/cli"
 var flagLayouts = map[string]cli.Help{
 	"broker": {
 		Groups: []cli.Group{
-			{Title: "Listeners", Flags: []string{"listen", "mqtt-quic", "mqtt-tls", "mqtt-tcp", "dashboard", "cors-origins"}},
+			{Title: "Listeners", Flags: []string{"listen", "mqtt-quic", "mqtt-tls", "mqtt-tcp", "mqtt-wss", "mqtt-ws", "mqtt-ws-on-listen", "dashboard", "cors-origins"}},
 			{Title: "Security and authentication", Flags: []string{"dev", "dev-cert-out", "cert", "key", "client-ca", "auth", "allow-anonymous", "session-ttl"}},
 			{Title: "Limits", Flags: []string{"max-payload", "max-conns", "max-conns-per-addr", "max-conns-per-identity",
 				"max-subscriptions", "max-subscriptions-per-identity", "max-subscriptions-total", "max-streams",
@@ -33,6 +33,8 @@ var flagLayouts = map[string]cli.Help{
 				Command: "quiot broker --cert /etc/quiot/broker.pem --key /etc/quiot/broker-key.pem --auth /etc/quiot/acl.toml --data-dir /var/lib/quiot"},
 			{Comment: "MQTT over TLS (mqtts://) on :8883, plain MQTT (mqtt://) on loopback only",
 				Command: "quiot broker --dev --mqtt-tls :8883 --mqtt-tcp 127.0.0.1:1883"},
+			{Comment: "MQTT over secure WebSocket (wss://HOST:8884/mqtt) for browser apps (MQTT.js) served from https://app.example",
+				Command: "quiot broker --dev --mqtt-wss :8884 --cors-origins https://app.example"},
 			{Comment: "check the configuration file and the flags, then exit",
 				Command: "quiot broker --check-config"},
 		},

@@ -25,6 +25,8 @@ declare -A need=(
   [systemd-analyze]=systemd
   [dpkg-deb]=dpkg
   [chromium]=chromium
+  [node]=nodejs
+  [npm]=npm
 )
 
 missing=()
@@ -53,6 +55,21 @@ if ((${#missing[@]})); then
     echo "deps: missing Debian packages: ${missing[*]}" >&2
     echo "deps: run 'sudo scripts/deps.sh' (or apt-get install them); tests that need them will skip and say why" >&2
   fi
+fi
+
+# MQTT.js (npm "mqtt"), pinned, for the MQTT over WebSocket tests
+# (broker/mqttquic/ws_test.go), in the cache folder they look in:
+# $QUIOT_NPM_DIR, else ${XDG_CACHE_HOME:-~/.cache}/quiot/npm.
+mqttjs_version=5.16.0
+npm_dir=${QUIOT_NPM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/quiot/npm}
+if command -v npm >/dev/null 2>&1; then
+  if [[ $(node -p "require(process.argv[1]).version" "$npm_dir/node_modules/mqtt/package.json" 2>/dev/null) != "$mqttjs_version" ]]; then
+    echo "deps: installing MQTT.js $mqttjs_version in $npm_dir"
+    mkdir -p "$npm_dir"
+    npm install --prefix "$npm_dir" --no-audit --no-fund --no-save --silent "mqtt@$mqttjs_version"
+  fi
+else
+  echo "deps: npm is missing: MQTT.js is not installed; the MQTT over WebSocket tests will skip and say why" >&2
 fi
 
 # Go tools, pinned.

@@ -44,9 +44,32 @@ type Options struct {
 	// TLS and ClientCAs as for QUIC, see tls.go); empty means none (e.g.
 	// ":8883" enables it).
 	TLSAddr string
-	// TLS is the server certificate configuration for QUIC and TLSAddr
-	// (required unless QUICAddr is "off" and TLSAddr empty). It is cloned;
-	// ALPN is set to "mqtt" on QUIC.
+	// WSAddr is the address of an MQTT over WebSocket listener (ws://,
+	// path /mqtt, subprotocol "mqtt" or "mqttv3.1", see ws.go); empty
+	// means none (e.g. ":8080" enables it). It is plain: passwords cross
+	// the network in clear, and the server warns when it listens beyond
+	// loopback.
+	WSAddr string
+	// WSSAddr is the address of an MQTT over secure WebSocket listener
+	// (wss://, TLS 1.3 only with TLS and ClientCAs as for TLSAddr); empty
+	// means none (e.g. ":8884" enables it).
+	WSSAddr string
+	// CORSOrigins are the origins (scheme://host[:port], "*" for any; the
+	// broker's --cors-origins, checked by broker/web) whose web pages may
+	// connect over WebSocket. A request with another Origin header is
+	// refused with 403 before the upgrade; one without Origin (not a
+	// browser) is judged by its CONNECT like every MQTT client. Empty
+	// means no web page of any origin may connect.
+	CORSOrigins []string
+	// WSOnBroker, when true, also serves MQTT over WebSocket at /mqtt on
+	// the HTTP broker's own port (the TCP listener, HTTP/1.1 upgrade;
+	// Broker must be a *broker.Broker), with its certificate: a page the
+	// broker serves (of its origin) may connect, other pages as
+	// CORSOrigins says.
+	WSOnBroker bool
+	// TLS is the server certificate configuration for QUIC, TLSAddr and
+	// WSSAddr (required unless QUICAddr is "off" and TLSAddr and WSSAddr
+	// are empty). It is cloned; ALPN is set to "mqtt" on QUIC.
 	TLS *tls.Config
 	// ClientCAs, when set, verifies client certificates presented over QUIC
 	// (mTLS); the identity is the certificate's common name. Clients
@@ -94,7 +117,8 @@ type Options struct {
 	// (broker/store); empty means sessions live in memory only.
 	DataDir string
 	// StreamTimeout bounds the wait for a client's MQTT stream after the
-	// QUIC handshake; zero means 10 s.
+	// QUIC handshake, and for the CONNECT after a WebSocket upgrade; zero
+	// means 10 s.
 	StreamTimeout time.Duration
 	// Limits bound clients, sessions and queued messages (limits.go);
 	// each zero field has its documented default.
@@ -136,7 +160,11 @@ type Server struct {
 	quic *QUICListener
 	tcp  *listeners.TCP
 	tlsl *listeners.TCP // MQTT over TLS (tls.go)
-	br   *bridge
+	ws   *wsListener    // MQTT over WebSocket (ws.go)
+	wss  *wsListener    // MQTT over secure WebSocket (ws.go)
+	// mounted serves MQTT over WebSocket on the broker's port (ws.go).
+	mounted wsMounter
+	br      *bridge
 	// compat is kept for tests (CONNACK marks left over).
 	compat *compatHook
 
@@ -147,8 +175,8 @@ type Server struct {
 // New builds the server; Start opens the listeners.
 func New(opts Options) (*Server, error) {
 	opts.ensureDefaults()
-	if (opts.QUICAddr != "off" || opts.TLSAddr != "") && opts.TLS == nil {
-		return nil, errors.New("mqtt server: a TLS configuration is required for MQTT over QUIC or TLS")
+	if (opts.QUICAddr != "off" || opts.TLSAddr != "" || opts.WSSAddr != "") && opts.TLS == nil {
+		return nil, errors.New("mqtt server: a TLS configuration is required for MQTT over QUIC, TLS or secure WebSocket")
 	}
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumPacketSize = opts.MaxPacketSize
@@ -256,6 +284,10 @@ func (s *Server) Start() error {
 		s.closeListeners()
 		return err
 	}
+	if err := s.startWS(); err != nil {
+		s.closeListeners()
+		return err
+	}
 	if err := s.mq.Serve(); err != nil {
 		return fmt.Errorf("mqtt server: %w", err)
 	}
@@ -300,7 +332,12 @@ func (s *Server) MQTT() *mqtt.Server { return s.mq }
 // call more than once.
 func (s *Server) Close() error {
 	var err error
-	s.closeOnce.Do(func() { err = s.mq.Close() })
+	s.closeOnce.Do(func() {
+		if s.mounted != nil {
+			s.mounted.SetMQTTWebSocket(nil)
+		}
+		err = s.mq.Close()
+	})
 	return err
 }
 
