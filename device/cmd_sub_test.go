@@ -28,7 +28,14 @@ type subProc struct {
 // startSubCmd runs `quiot sub args...` and waits until it has subscribed.
 func startSubCmd(t *testing.T, ctx context.Context, args ...string) *subProc {
 	t.Helper()
-	p := &subProc{out: newSyncBuffer(""), errOut: newSyncBuffer("msg=subscribed"), done: make(chan error, 1)}
+	return startSubCmdOut(t, ctx, "", args...)
+}
+
+// startSubCmdOut is startSubCmd whose p.out.seen is closed once the sub
+// has printed outWant.
+func startSubCmdOut(t *testing.T, ctx context.Context, outWant string, args ...string) *subProc {
+	t.Helper()
+	p := &subProc{out: newSyncBuffer(outWant), errOut: newSyncBuffer("msg=subscribed"), done: make(chan error, 1)}
 	go func() { p.done <- runSub(ctx, append([]string{"--config", ""}, args...), p.out, p.errOut) }()
 	select {
 	case <-p.errOut.seen:
@@ -119,7 +126,15 @@ func TestSubOutput(t *testing.T) {
 				t.Run(tt.name, func(t *testing.T) {
 					metrics := filepath.Join(t.TempDir(), "sub.json")
 					args := append([]string{"--broker", b.url, "--ca", b.ca, "--topic", "out/#", "--count", "2", "--metrics-out", metrics}, tt.flags...)
-					p := startSubCmd(t, ctx, args...)
+					p := startSubCmdOut(t, ctx, "21.5", args...)
+					// The retained message first: over MQTT the broker sends
+					// it after the SUBACK, and a live message published
+					// meanwhile may come before it.
+					select {
+					case <-p.out.seen:
+					case <-ctx.Done():
+						t.Fatalf("no retained message printed; printed %q\n%s", p.out, p.errOut)
+					}
 					b.publish(t, ctx, "out/l", "hot stuff", false)
 					p.wait(t, ctx)
 					seq := map[string]string{"h3": `\d+`, "mqtt-quic": `-`}[proto]

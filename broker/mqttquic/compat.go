@@ -118,6 +118,29 @@ type sessionEnds struct {
 	h *compatHook
 }
 
+// Close closes the wrapped listener, its clients disconnected by
+// closeListenerClients instead of the callback mochi passes. mochi v2.7.9's
+// (Server.closeListenerClients) reads the client table with
+// Clients.GetByListener, which takes the table's read lock twice (it calls
+// Len under its RLock): a client added or removed in between (a writer
+// waiting for the lock) blocks the second RLock, and the close waits for
+// ever. Seen as a make test hang: Server.Close in a test's cleanup against
+// attachClient's Clients.Delete of a WebSocket client that was ending.
+func (l sessionEnds) Close(listeners.CloseFn) {
+	l.Listener.Close(l.h.closeListenerClients)
+}
+
+// closeListenerClients disconnects the clients of listener id (as mochi's
+// own does: DISCONNECT 0x8B, server shutting down), reading the client
+// table under one lock (GetAll).
+func (h *compatHook) closeListenerClients(id string) {
+	for _, cl := range h.mq.Clients.GetAll() {
+		if cl.Net.Listener == id && !cl.Closed() {
+			_ = h.mq.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		}
+	}
+}
+
 // Serve serves the wrapped listener, tracking each connection.
 func (l sessionEnds) Serve(establish listeners.EstablishFn) {
 	l.Listener.Serve(func(id string, c net.Conn) error {

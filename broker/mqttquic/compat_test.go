@@ -257,3 +257,26 @@ func TestNoProblemInfoKeepsSendTime(t *testing.T) {
 		})
 	}
 }
+
+// TestListenerCloseOwnsClientDisconnect: closing a listener disconnects its
+// clients (DISCONNECT 0x8B) without mochi's closeListenerClients, whose
+// Clients.GetByListener takes the client table's read lock twice and waits
+// for ever when a client is added or removed in between (a make test hang
+// in Server.Close). The deadlock needs a writer between the two read locks,
+// which a test cannot place; this pins the mechanism instead: mochi's
+// callback is never called, and the client is still told.
+func TestListenerCloseOwnsClientDisconnect(t *testing.T) {
+	s := startServer(t, newPKI(t), func(o *Options) { o.TCPAddr = "127.0.0.1:0" })
+	r := dialRaw(t, s.TCPAddr())
+	r.connect("closing", true, nil)
+	sessionEnds{s.tcp, s.compat}.Close(func(string) {
+		t.Error("mochi's closeListenerClients was called (Clients.GetByListener can deadlock)")
+	})
+	pk, err := r.readErr()
+	if err != nil {
+		t.Fatalf("no DISCONNECT before the close: %v", err)
+	}
+	if pk.FixedHeader.Type != packets.Disconnect || pk.ReasonCode != packets.ErrServerShuttingDown.Code {
+		t.Fatalf("got packet type %d reason 0x%02x, want DISCONNECT 0x8B", pk.FixedHeader.Type, pk.ReasonCode)
+	}
+}
