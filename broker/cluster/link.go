@@ -209,9 +209,10 @@ type Link struct {
 	caughtUp                                   atomic.Uint64
 	epoch, retainedFull                        atomic.Uint64 // seq.go
 
-	// putFault, set by tests only (export_test.go), fails a bucket put
-	// when it returns an error for the key.
-	putFault atomic.Pointer[func(key string) error]
+	// fault, set by tests only (export_test.go), fails a bucket put (op
+	// "put", the key) or a gap announcement (op "gap", the note's topics
+	// joined by ",") when it returns an error.
+	fault atomic.Pointer[func(op, key string) error]
 }
 
 // gapNote is a run of dropped messages (this broker's message ids) and
@@ -220,6 +221,32 @@ type gapNote struct {
 	From, To, Count uint64
 	Topics          []string
 	More            bool
+}
+
+// then returns the note for g followed by the later drops of next (a note
+// not announced yet and the drops since).
+func (g gapNote) then(next gapNote) gapNote {
+	if next.Count == 0 {
+		return g
+	}
+	if g.Count == 0 {
+		return next
+	}
+	g.To = next.To
+	g.Count += next.Count
+	g.More = g.More || next.More
+	g.Topics = slices.Clone(g.Topics)
+	for _, t := range next.Topics {
+		if slices.Contains(g.Topics, t) {
+			continue
+		}
+		if len(g.Topics) < maxGapTopics {
+			g.Topics = append(g.Topics, t)
+		} else {
+			g.More = true
+		}
+	}
+	return g
 }
 
 // maxGapTopics bounds the topics a gap note names.
@@ -617,13 +644,24 @@ func (l *Link) sendLoop() {
 				backoff = min(backoff*2, l.o.MaxReconnectWait)
 				continue
 			}
+			// The gap note goes into the stream before any held message,
+			// so that other brokers' subscribers learn of the loss before
+			// they see the messages after it: announced again until the
+			// stream has it (a failed announcement given up lost the gap,
+			// and a later message came first).
+			if err := l.announceLost(); err != nil {
+				l.log.Warn("cluster link: couldn't announce a gap, retrying before the held messages are sent", "err", err, "in", backoff)
+				if !wait(backoff) {
+					return
+				}
+				backoff = min(backoff*2, l.o.MaxReconnectWait)
+				continue
+			}
 			backoff = l.o.ReconnectWait
 			l.mu.Lock()
 			l.ready = true
 			down := l.downSince
 			l.downSince = time.Time{}
-			lost := l.lost
-			l.lost = gapNote{}
 			l.mu.Unlock()
 			if !down.IsZero() {
 				l.log.Info("cluster link up again", "down_for", time.Since(down).Round(time.Millisecond))
@@ -633,9 +671,6 @@ func (l *Link) sendLoop() {
 				}
 			}
 			l.log.Info("cluster link ready", "stream", l.stream, "bucket", l.bucket, "replicas", l.o.Replicas, "id", l.ID())
-			if lost.Count > 0 {
-				l.announceGap(lost)
-			}
 			if !l.marked {
 				l.marked = true
 				l.requeueAfterMark() // mark.go
@@ -798,8 +833,8 @@ func (l *Link) putRetained(m *broker.Message, seq uint64) {
 
 // kvPut puts one bucket value, within AckTimeout.
 func (l *Link) kvPut(key string, val []byte) error {
-	if f := l.putFault.Load(); f != nil {
-		if err := (*f)(key); err != nil {
+	if f := l.fault.Load(); f != nil {
+		if err := (*f)("put", key); err != nil {
 			return err
 		}
 	}
@@ -809,18 +844,46 @@ func (l *Link) kvPut(key string, val []byte) error {
 	return err
 }
 
+// announceLost announces the messages dropped at the hold bound while the
+// link was down (l.lost), until none are left: drops while an announcement
+// is on its way make another one. On failure the note waits in l.lost,
+// followed by the drops since. The link is not ready yet, so nothing held
+// is sent meanwhile.
+func (l *Link) announceLost() error {
+	for {
+		l.mu.Lock()
+		lost := l.lost
+		l.lost = gapNote{}
+		l.mu.Unlock()
+		if lost.Count == 0 {
+			return nil
+		}
+		if err := l.announceGap(lost); err != nil {
+			l.mu.Lock()
+			l.lost = lost.then(l.lost)
+			l.mu.Unlock()
+			return err
+		}
+	}
+}
+
 // announceGap tells the other brokers that messages of this one were lost
 // on their way to the cluster. The note goes into the history stream, so a
 // broker that reconnects later reads it in its catch-up.
-func (l *Link) announceGap(g gapNote) {
+func (l *Link) announceGap(g gapNote) error {
 	body, _ := json.Marshal(gapBody{Origin: l.ID(), From: g.From, To: g.To, Count: g.Count, Topics: g.Topics, More: g.More})
+	if f := l.fault.Load(); f != nil {
+		if err := (*f)("gap", strings.Join(g.Topics, ",")); err != nil {
+			return fmt.Errorf("announce gap %s: %w", body, err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
 	defer cancel()
 	if _, err := l.js.Publish(ctx, l.o.Prefix+".gap", body); err != nil {
-		l.log.Warn("cluster link: couldn't announce gap", "err", err, "gap", string(body))
-		return
+		return fmt.Errorf("announce gap %s: %w", body, err)
 	}
 	l.log.Warn("cluster link: messages for other brokers were dropped while the link was down (gap announced)", "from_seq", g.From, "to_seq", g.To, "count", g.Count)
+	return nil
 }
 
 // gapBody is a gap note on PREFIX.gap: messages From..To (the origin's

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,8 +141,22 @@ func TestResumeOnAnotherBroker(t *testing.T) {
 // dropped at the bound are announced as a gap on their topic to the
 // subscribers of that broker at once and, once NATS is back, to those of
 // the other brokers: never silently lost. The held ones arrive everywhere
-// in order, once.
+// in order, once. The gap note reaches the other brokers before the held
+// messages also when its first announcements fail (as one may right after
+// NATS restarts): it is announced again before anything held is sent.
 func TestSequencedHoldAndGaps(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fails int32 // gap announcements made to fail first
+	}{
+		{"announced", 0},
+		{"announcement fails twice", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testSequencedHoldAndGaps(t, tc.fails) })
+	}
+}
+
+func testSequencedHoldAndGaps(t *testing.T, fails int32) {
 	nc := startNATS(t, 1)
 	pki := testutil.NewPKI(t)
 	mod := func(_ *broker.Options, co *cluster.Options) {
@@ -178,6 +193,13 @@ func TestSequencedHoldAndGaps(t *testing.T) {
 		t.Fatalf("held %d dropped %d, want 5 and 3", st.Held, st.Dropped)
 	}
 
+	var tries atomic.Int32
+	cluster.SetGapFault(a.link, func(topics string) error {
+		if topics == "u/x" && tries.Add(1) <= fails {
+			return errors.New("no response from stream")
+		}
+		return nil
+	})
 	nc.restart(0)
 	// b: the gap note from a (through the stream), then m3..m7 in order.
 	f = sb.next()
@@ -199,6 +221,9 @@ func TestSequencedHoldAndGaps(t *testing.T) {
 	}
 	if st := b.link.Stats(); st.RemoteGaps != 1 {
 		t.Fatalf("b counted %d remote gaps, want 1", st.RemoteGaps)
+	}
+	if n := tries.Load(); n != fails+1 {
+		t.Errorf("%d gap announcements, want %d (%d failed, then announced)", n, fails+1, fails)
 	}
 	if h := a.healthz(); !strings.Contains(h, "cluster: connected") {
 		t.Fatalf("healthz: %q", h)
