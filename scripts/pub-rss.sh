@@ -20,7 +20,11 @@
 # an estimate of what the publisher holds on a Pi with the same page
 # fault-around; VmHWM and RssAnon/RssFile then stay the emulator's.
 #
-# Environment: PROTOS ("h3 mqtt"), RUNS (1), DURATION (60 seconds), EXTRA
+# PROTOS=idle measures an idle broker instead: BIN runs `broker --dev` on
+# loopback (HTTP/3, MQTT over QUIC; default limits) with no client, sampled
+# the same way from its first second on.
+#
+# Environment: PROTOS ("h3 mqtt"; or idle), RUNS (1), DURATION (60 seconds), EXTRA
 # (more pub flags, e.g. "--mode stream"), PUBENV (environment for the
 # publisher, e.g. GOGC=50), QEMU (emulator command for BIN), HOSTBIN (the
 # native quiot that runs the broker, default BIN or dist/quiot with QEMU).
@@ -71,12 +75,20 @@ for proto in $PROTOS; do
 	case $proto in
 	h3) url=$h3 ;;
 	mqtt) url=$mq ;;
-	*) echo "pub-rss: unknown protocol $proto (h3, mqtt)" >&2; exit 1 ;;
+	idle) url= ;;
+	*) echo "pub-rss: unknown protocol $proto (h3, mqtt, idle)" >&2; exit 1 ;;
 	esac
 	for r in $(seq "$RUNS"); do
-		# shellcheck disable=SC2086
-		env $PUBENV $QEMU "$BIN" pub --config "" --broker "$url" --topic a/b --payload x --rate 1 --count $((DURATION + 30)) \
-			--insecure --log-level warn $EXTRA >/dev/null 2>"$tmp/pub.err" &
+		if [ "$proto" = idle ]; then
+			rm -rf "$tmp/idle-data"
+			# shellcheck disable=SC2086
+			env $PUBENV $QEMU "$BIN" broker --config "" --dev --data-dir "$tmp/idle-data" --listen 127.0.0.1:0 --mqtt-quic 127.0.0.1:0 \
+				--metrics-listen "" --log-level warn $EXTRA >/dev/null 2>"$tmp/pub.err" &
+		else
+			# shellcheck disable=SC2086
+			env $PUBENV $QEMU "$BIN" pub --config "" --broker "$url" --topic a/b --payload x --rate 1 --count $((DURATION + 30)) \
+				--insecure --log-level warn $EXTRA >/dev/null 2>"$tmp/pub.err" &
+		fi
 		pub_pid=$!
 		: >"$tmp/samples"
 		for _ in $(seq "$DURATION"); do
@@ -89,10 +101,10 @@ for proto in $PROTOS; do
 				field VmRSS "$tmp/status" >>"$tmp/samples"
 			fi
 		done
-		cp "/proc/$pub_pid/status" "$tmp/status" 2>/dev/null || { echo "pub-rss: publisher exited early:" >&2; cat "$tmp/pub.err" >&2; exit 1; }
+		cp "/proc/$pub_pid/status" "$tmp/status" 2>/dev/null || { echo "pub-rss: $proto process exited early:" >&2; cat "$tmp/pub.err" >&2; exit 1; }
 		kill "$pub_pid" 2>/dev/null; wait "$pub_pid" 2>/dev/null || true
 		pub_pid=
-		[ "$(wc -l <"$tmp/samples")" -eq "$DURATION" ] || { echo "pub-rss: publisher exited early:" >&2; cat "$tmp/pub.err" >&2; exit 1; }
+		[ "$(wc -l <"$tmp/samples")" -eq "$DURATION" ] || { echo "pub-rss: $proto process exited early:" >&2; cat "$tmp/pub.err" >&2; exit 1; }
 		printf '%-5s %-4s %8s %8s %10s %10s %10s\n' "$proto" "$r" "$(med <"$tmp/samples")" "$(sort -n "$tmp/samples" | tail -1)" \
 			"$(field VmHWM "$tmp/status")" "$(field RssAnon "$tmp/status")" "$(field RssFile "$tmp/status")"
 	done

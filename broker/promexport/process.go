@@ -3,15 +3,18 @@ package promexport
 import (
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
 
-	"github.com/quiot/quiot/internal/procstat"
+	"github.com/prometheus/procfs"
 )
+
+// tick is the length of one clock tick in /proc/PID/stat (USER_HZ, 100
+// on every Linux architecture).
+const tick = 10 * time.Millisecond
 
 // procRoot is where the process metrics are read from.
 const procRoot = "/proc"
@@ -19,8 +22,9 @@ const procRoot = "/proc"
 // procReading is what the process_* families are written from; a part
 // that could not be read is nil (its families are left out).
 type procReading struct {
-	proc     *procstat.Process
-	io       *procstat.IO
+	stat     *procfs.ProcStat
+	status   *procfs.ProcStatus
+	io       *procfs.ProcIO
 	bootTime uint64 // seconds since the epoch; 0: unknown
 	openFDs  int    // -1: unknown
 	maxFDs   uint64 // 0: unknown
@@ -31,19 +35,28 @@ type procReading struct {
 // it leaves out.
 func readProc(root string) procReading {
 	r := procReading{openFDs: -1, pageSize: os.Getpagesize()}
-	if p, err := procstat.ReadProcess(root, 0); err == nil {
-		r.proc = &p
+	fs, err := procfs.NewFS(root)
+	if err != nil {
+		return r
 	}
-	if b, err := os.ReadFile(filepath.Join(root, "self", "io")); err == nil {
-		if v, err := procstat.ParseIO(b); err == nil {
-			r.io = &v
-		}
+	p, err := fs.Self()
+	if err != nil {
+		return r
 	}
-	if b, err := os.ReadFile(filepath.Join(root, "stat")); err == nil {
-		r.bootTime, _ = procstat.ParseBootTime(b)
+	if v, err := p.Stat(); err == nil {
+		r.stat = &v
 	}
-	if ents, err := os.ReadDir(filepath.Join(root, "self", "fd")); err == nil {
-		r.openFDs = len(ents)
+	if v, err := p.NewStatus(); err == nil {
+		r.status = &v
+	}
+	if v, err := p.IO(); err == nil {
+		r.io = &v
+	}
+	if st, err := fs.Stat(); err == nil {
+		r.bootTime = st.BootTime
+	}
+	if n, err := p.FileDescriptorsLen(); err == nil {
+		r.openFDs = n
 	}
 	var lim syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil {
@@ -58,26 +71,30 @@ func f64(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 // client libraries use) from r.
 func writeProcess(w io.Writer, r procReading) {
 	e := expo{w: w, prefix: "process_"}
-	if p := r.proc; p != nil {
-		tick := procstat.TickDuration.Seconds()
-		e.single("cpu_seconds_total", counter, "User and system CPU time spent in seconds.", f64(float64(p.Stat.UTime+p.Stat.STime)*tick))
-		e.single("cpu_seconds_user_total", counter, "User CPU time spent in seconds.", f64(float64(p.Stat.UTime)*tick))
-		e.single("cpu_seconds_system_total", counter, "System CPU time spent in seconds.", f64(float64(p.Stat.STime)*tick))
-		e.single("major_pagefaults_total", counter, "Page faults that needed a read from disk.", u(p.Stat.MajFlt))
-		e.single("minor_pagefaults_total", counter, "Page faults served without disk access.", u(p.Stat.MinFlt))
-		e.single("num_threads", gauge, "Threads of the process.", i(p.Stat.NumThreads))
-		rss := p.Status.VmRSS
-		if rss == 0 && p.Stat.RSS > 0 {
-			rss = uint64(p.Stat.RSS) * uint64(r.pageSize)
+	if st := r.stat; st != nil {
+		tick := tick.Seconds()
+		e.single("cpu_seconds_total", counter, "User and system CPU time spent in seconds.", f64(float64(st.UTime+st.STime)*tick))
+		e.single("cpu_seconds_user_total", counter, "User CPU time spent in seconds.", f64(float64(st.UTime)*tick))
+		e.single("cpu_seconds_system_total", counter, "System CPU time spent in seconds.", f64(float64(st.STime)*tick))
+		e.single("major_pagefaults_total", counter, "Page faults that needed a read from disk.", u(uint64(st.MajFlt)))
+		e.single("minor_pagefaults_total", counter, "Page faults served without disk access.", u(uint64(st.MinFlt)))
+		e.single("num_threads", gauge, "Threads of the process.", i(st.NumThreads))
+		var status procfs.ProcStatus
+		if r.status != nil {
+			status = *r.status
+		}
+		rss := status.VmRSS
+		if rss == 0 && st.RSS > 0 {
+			rss = uint64(st.RSS) * uint64(r.pageSize)
 		}
 		e.single("resident_memory_bytes", gauge, "Resident memory size in bytes (VmRSS).", u(rss))
-		e.single("resident_memory_peak_bytes", gauge, "Peak resident memory size in bytes (VmHWM).", u(p.Status.VmHWM))
-		e.single("resident_memory_anon_bytes", gauge, "Resident anonymous memory in bytes (RssAnon).", u(p.Status.RssAnon))
-		e.single("resident_memory_file_bytes", gauge, "Resident file-backed memory in bytes (RssFile: the binary's pages among them).", u(p.Status.RssFile))
-		e.single("virtual_memory_bytes", gauge, "Virtual memory size in bytes.", u(p.Stat.VSize))
+		e.single("resident_memory_peak_bytes", gauge, "Peak resident memory size in bytes (VmHWM).", u(status.VmHWM))
+		e.single("resident_memory_anon_bytes", gauge, "Resident anonymous memory in bytes (RssAnon).", u(status.RssAnon))
+		e.single("resident_memory_file_bytes", gauge, "Resident file-backed memory in bytes (RssFile: the binary's pages among them).", u(status.RssFile))
+		e.single("virtual_memory_bytes", gauge, "Virtual memory size in bytes.", u(uint64(st.VSize)))
 		if r.bootTime > 0 {
 			e.single("start_time_seconds", gauge, "Start time of the process since the Unix epoch in seconds.",
-				f64(float64(r.bootTime)+float64(p.Stat.StartTime)*tick))
+				f64(float64(r.bootTime)+float64(st.Starttime)*tick))
 		}
 	}
 	if v := r.io; v != nil {

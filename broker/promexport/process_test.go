@@ -5,14 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quiot/quiot/internal/procstat"
+	"github.com/prometheus/procfs"
 )
 
 func TestWriteProcess(t *testing.T) {
-	p := &procstat.Process{
-		Stat:   procstat.Stat{UTime: 150, STime: 50, MinFlt: 7, MajFlt: 1, NumThreads: 5, StartTime: 1000, VSize: 4096, RSS: 3},
-		Status: procstat.Status{VmRSS: 12 << 20, VmHWM: 14 << 20, RssAnon: 3 << 20, RssFile: 9 << 20},
-	}
+	st := &procfs.ProcStat{UTime: 150, STime: 50, MinFlt: 7, MajFlt: 1, NumThreads: 5, Starttime: 1000, VSize: 4096, RSS: 3}
+	status := &procfs.ProcStatus{VmRSS: 12 << 20, VmHWM: 14 << 20, RssAnon: 3 << 20, RssFile: 9 << 20}
 	tests := []struct {
 		name      string
 		r         procReading
@@ -20,7 +18,7 @@ func TestWriteProcess(t *testing.T) {
 	}{
 		{
 			name: "everything",
-			r:    procReading{proc: p, io: &procstat.IO{RChar: 10, WChar: 20}, bootTime: 1_700_000_000, openFDs: 9, maxFDs: 1024, pageSize: 4096},
+			r:    procReading{stat: st, status: status, io: &procfs.ProcIO{RChar: 10, WChar: 20}, bootTime: 1_700_000_000, openFDs: 9, maxFDs: 1024, pageSize: 4096},
 			want: []string{"\nprocess_cpu_seconds_total 2\n", "\nprocess_cpu_seconds_user_total 1.5\n", "\nprocess_resident_memory_bytes 12582912\n",
 				"\nprocess_resident_memory_peak_bytes 14680064\n", "\nprocess_resident_memory_file_bytes 9437184\n", "\nprocess_start_time_seconds 1.70000001e+09\n",
 				"\nprocess_num_threads 5\n", "\nprocess_io_read_bytes_total 10\n", "\nprocess_open_fds 9\n", "\nprocess_max_fds 1024\n",
@@ -35,7 +33,7 @@ func TestWriteProcess(t *testing.T) {
 		{
 			// A status without VmRSS (qemu-user may give one): RSS pages from stat.
 			name: "rss from stat",
-			r:    procReading{proc: &procstat.Process{Stat: procstat.Stat{RSS: 3}}, openFDs: -1, pageSize: 4096},
+			r:    procReading{stat: &procfs.ProcStat{RSS: 3}, openFDs: -1, pageSize: 4096},
 			want: []string{"\nprocess_resident_memory_bytes 12288\n"},
 			not:  []string{"process_start_time_seconds"},
 		},

@@ -17,11 +17,10 @@
 // 0.13 MB. This package used the latter for the process_* and go_* families
 // until the Pi binary went over its budget: the library compiles a regexp
 // in its package init (run in every quiot process, a publisher too) and
-// brings the runtime/metrics descriptions; without it and procfs (see
-// internal/procstat) the ARMv6 binary is about 370 KB smaller. process.go
-// writes the process_* families from /proc/self (the names the Prometheus
-// client libraries use) and the go_* families from runtime.ReadMemStats and
-// debug.ReadGCStats. OpenMetrics is not offered: Prometheus scrapes the text
+// brings the runtime/metrics descriptions. process.go writes the process_*
+// families (the names the Prometheus client libraries use) from /proc/self
+// read through github.com/prometheus/procfs, and the go_* families from
+// runtime.ReadMemStats and debug.ReadGCStats. OpenMetrics is not offered: Prometheus scrapes the text
 // format.
 package promexport
 

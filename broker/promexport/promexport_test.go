@@ -368,7 +368,7 @@ func TestScrapeRealBroker(t *testing.T) {
 	for _, s := range []string{`quiot_quic_udp_datagrams_total{direction="received"}`, `quiot_quic_udp_bytes_total{direction="sent"}`,
 		`quiot_quic_handshakes_completed_total`, `quiot_quic_packets_total{direction="received"}`,
 		`quiot_quic_frames_total{direction="sent",type="ACK"}`,
-		`process_resident_memory_bytes`, `process_open_fds`, `go_goroutines`} {
+		`process_resident_memory_bytes`, `process_open_fds`, `process_start_time_seconds`, `go_goroutines`} {
 		if v := value(s); v <= 0 {
 			t.Errorf("%s = %v, want > 0", s, v)
 		}

@@ -1,7 +1,7 @@
 // Package sysstat measures the CPU time and memory of one process from the
-// Linux proc filesystem (parsed by internal/procstat): user and system CPU
-// time from /proc/PID/stat, current and peak resident memory (VmRSS, VmHWM)
-// from /proc/PID/status.
+// Linux proc filesystem (via github.com/prometheus/procfs): user and system
+// CPU time from /proc/PID/stat, current and peak resident memory (VmRSS,
+// VmHWM) from /proc/PID/status.
 //
 // The proc root is injectable (Options.ProcRoot), so tests read fixtures
 // under testdata/. Under qemu-user, /proc/self/stat is faked and most of its
@@ -11,23 +11,20 @@ package sysstat
 import (
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"runtime"
 	"time"
 
-	"github.com/quiot/quiot/internal/procstat"
+	"github.com/prometheus/procfs"
 )
 
 // TickDuration is the length of one clock tick in /proc/PID/stat. The
 // kernel exports CPU times in USER_HZ units, which is 100 on every Linux
 // architecture (arm, arm64, amd64, 386).
-const TickDuration = procstat.TickDuration
+const TickDuration = 10 * time.Millisecond
 
 // ErrMalformed is returned (wrapped) when a proc file cannot be parsed.
-var ErrMalformed = procstat.ErrMalformed
-
-// defaultProcRoot is where the proc filesystem is mounted.
-const defaultProcRoot = "/proc"
+var ErrMalformed = errors.New("malformed proc file")
 
 // Options configures a Reader or a Sampler. A nil *Options means all
 // defaults.
@@ -48,7 +45,7 @@ func (o *Options) withDefaults() Options {
 		r = *o
 	}
 	if r.ProcRoot == "" {
-		r.ProcRoot = defaultProcRoot
+		r.ProcRoot = procfs.DefaultMountPoint
 	}
 	if r.Now == nil {
 		r.Now = time.Now
@@ -73,16 +70,16 @@ type Snapshot struct {
 // CPU returns user + system CPU time.
 func (s Snapshot) CPU() time.Duration { return s.User + s.Sys }
 
-// FromProc builds a Snapshot from a parsed process reading. It does no
-// I/O. Fields that qemu-user fakes as 0 stay 0.
-func FromProc(p procstat.Process, at time.Time) Snapshot {
+// FromProcfs builds a Snapshot from parsed procfs structures. It does no I/O.
+// Fields that qemu-user fakes as 0 stay 0.
+func FromProcfs(stat procfs.ProcStat, status procfs.ProcStatus, at time.Time) Snapshot {
 	s := Snapshot{
 		Time:       at,
-		User:       time.Duration(p.Stat.UTime) * TickDuration,
-		Sys:        time.Duration(p.Stat.STime) * TickDuration,
-		RSSKiB:     p.Status.VmRSS / 1024,
-		PeakRSSKiB: p.Status.VmHWM / 1024,
-		Threads:    p.Stat.NumThreads,
+		User:       time.Duration(stat.UTime) * TickDuration,
+		Sys:        time.Duration(stat.STime) * TickDuration,
+		RSSKiB:     status.VmRSS / 1024,
+		PeakRSSKiB: status.VmHWM / 1024,
+		Threads:    stat.NumThreads,
 	}
 	if s.PeakRSSKiB < s.RSSKiB {
 		// VmHWM can lag VmRSS slightly (the kernel updates the high-water
@@ -94,6 +91,7 @@ func FromProc(p procstat.Process, at time.Time) Snapshot {
 
 // Reader reads snapshots of one process.
 type Reader struct {
+	fs   procfs.FS
 	pid  int
 	now  func() time.Time
 	root string
@@ -103,22 +101,60 @@ type Reader struct {
 // under opts.ProcRoot (default /proc).
 func NewReader(opts *Options) (*Reader, error) {
 	o := opts.withDefaults()
-	if fi, err := os.Stat(o.ProcRoot); err != nil || !fi.IsDir() {
-		if err == nil {
-			err = errors.New("not a directory")
-		}
+	fs, err := procfs.NewFS(o.ProcRoot)
+	if err != nil {
 		return nil, fmt.Errorf("open proc filesystem %s: %w", o.ProcRoot, err)
 	}
-	return &Reader{pid: o.PID, now: o.Now, root: o.ProcRoot}, nil
+	return &Reader{fs: fs, pid: o.PID, now: o.Now, root: o.ProcRoot}, nil
+}
+
+// proc resolves the observed process.
+func (r *Reader) proc() (procfs.Proc, error) {
+	if r.pid == 0 {
+		p, err := r.fs.Self()
+		if err != nil {
+			return procfs.Proc{}, fmt.Errorf("resolve %s/self: %w", r.root, err)
+		}
+		return p, nil
+	}
+	p, err := r.fs.Proc(r.pid)
+	if err != nil {
+		return procfs.Proc{}, fmt.Errorf("open process %d: %w", r.pid, err)
+	}
+	return p, nil
+}
+
+// parseErr wraps err from reading one of p's proc files: ErrMalformed when
+// the file was read but did not parse.
+func parseErr(pid int, file string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("read process %d %s: %w", pid, file, err)
+	}
+	return fmt.Errorf("read process %d %s: %w: %w", pid, file, ErrMalformed, err)
 }
 
 // Read takes a snapshot of the process.
-func (r *Reader) Read() (Snapshot, error) {
-	p, err := procstat.ReadProcess(r.root, r.pid)
+func (r *Reader) Read() (snap Snapshot, err error) {
+	p, err := r.proc()
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("read process %s: %w", procstat.Dir(r.root, r.pid), err)
+		return Snapshot{}, err
 	}
-	return FromProc(p, r.now()), nil
+	// procfs slices its input without bounds checks in places (a stat file
+	// ending right after the command name); turn such a panic into an error.
+	defer func() {
+		if v := recover(); v != nil {
+			snap, err = Snapshot{}, fmt.Errorf("read process %d: %w: %v", p.PID, ErrMalformed, v)
+		}
+	}()
+	stat, err := p.Stat()
+	if err != nil {
+		return Snapshot{}, parseErr(p.PID, "stat", err)
+	}
+	status, err := p.NewStatus()
+	if err != nil {
+		return Snapshot{}, parseErr(p.PID, "status", err)
+	}
+	return FromProcfs(stat, status, r.now()), nil
 }
 
 // Usage is what a process consumed between two snapshots.
@@ -192,7 +228,7 @@ func NewSampler(opts *Options) (*Sampler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sampler{r: r, self: r.pid == 0 && r.root == defaultProcRoot}, nil
+	return &Sampler{r: r, self: r.pid == 0 && r.root == procfs.DefaultMountPoint}, nil
 }
 
 // Start takes the starting snapshot.
