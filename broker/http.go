@@ -740,6 +740,7 @@ func (b *Broker) deliverLive(w http.ResponseWriter, r *http.Request, rc *http.Re
 			if err := rc.Flush(); err != nil {
 				return
 			}
+			sub.written() // the batch's bytes leave the queue's bounds
 			out.out.Add(uint64(n))
 			if beatTimer != nil {
 				beatTimer.Reset(s.heartbeat)
