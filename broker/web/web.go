@@ -17,8 +17,10 @@
 // then presents it as that cookie (same origin: the dashboard), as
 // ?access_token=TOKEN on GET requests (EventSource from another origin), or
 // as Authorization: Bearer TOKEN (fetch). The token is removed from the URL
-// before the broker sees the request, and nothing logs it. A cookie on a
-// state-changing request from a foreign Origin is refused (CSRF).
+// before the broker sees the request, and nothing logs it. A
+// state-changing request from a foreign Origin is refused (CSRF) by the
+// broker's one check of the credentials (Backend.Identify), whatever they
+// are: the cookie, cached Basic credentials, a client certificate.
 //
 // # Endpoints
 //
@@ -214,10 +216,6 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		clearCookie(w)
 		sess = nil
 	}
-	if sess != nil && sess.via == "cookie" && unsafeMethod(r.Method) && origin != "" && !sameOrigin(origin, r) && !allowed {
-		fail(w, http.StatusForbidden, "session cookie on a %s from origin %q, which is neither this broker nor an allowed CORS origin", r.Method, origin)
-		return
-	}
 	if sess != nil {
 		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, sess))
 	}
@@ -262,10 +260,6 @@ func (h *Handler) preflight(w http.ResponseWriter, r *http.Request, origin strin
 		h.be.SetAltSvc(hd)
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func unsafeMethod(m string) bool {
-	return m != http.MethodGet && m != http.MethodHead && m != http.MethodOptions
 }
 
 // sameOrigin reports whether origin is the broker's own (https://Host).
@@ -369,6 +363,13 @@ type sessionReply struct {
 func (h *Handler) handleSession(w http.ResponseWriter, r *http.Request, sess *session) {
 	switch r.Method {
 	case http.MethodDelete:
+		// With a session, a log-out is checked as every request is (a
+		// foreign page may not end the user's session).
+		if sess != nil {
+			if _, ok := h.be.Identify(w, r); !ok {
+				return
+			}
+		}
 		clearCookie(w)
 		w.WriteHeader(http.StatusNoContent)
 		return
