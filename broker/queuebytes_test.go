@@ -23,7 +23,7 @@ func TestStalledSubscribersHoldBoundedBytes(t *testing.T) {
 		perSub      = 1 << 20
 		n           = 100 // 25 MiB published
 	)
-	b := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{HistoryPerTopic: -1}})
+	b := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{QueueBytes: perSub, QueueBytesTotal: 2 * perSub, HistoryPerTopic: -1}})
 	pub := newClient(t, b, nil)
 	var stalled []*sub
 	for range 2 {
