@@ -93,6 +93,48 @@ func closeConnOf(r *http.Request) {
 	}
 }
 
+// sessionOnConn binds r's connection to id, the identity of a browser
+// session token (broker/web), as credentials bind it: a connection already
+// bound to another identity (by credentials, a client certificate or
+// another token) refuses the token with 403, one connection, one
+// identity; a connection it binds counts against MaxConnsPerIdentity
+// (429 beyond it). An anonymous token binds nothing. Unlike credentials,
+// the token binds the connection only for requests that carry it: a
+// request on the connection without it is not authenticated by it.
+func (b *Broker) sessionOnConn(w http.ResponseWriter, r *http.Request, id string) bool {
+	cs, _ := r.Context().Value(connKey{}).(*connState)
+	if cs == nil {
+		return true
+	}
+	gen := b.opts.Auth.Generation()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	wasBound := cs.authed
+	bound, was, err := cs.boundLocked(r)
+	if err != nil {
+		b.refuseErr(w, r, id, bindStatus(err), err)
+		return false
+	}
+	switch {
+	case bound && was != id:
+		b.refuse(w, r, was, ReasonForbidden, http.StatusForbidden, "the session token names %q but this connection is authenticated as %q (open a new connection to change identity)", id, was)
+		return false
+	case bound && wasBound:
+		return !b.revoked(w, r, id, cs.gen)
+	case bound:
+		cs.gen = gen // bound now by its client certificate
+		return true
+	case id == "":
+		return true
+	}
+	if err := cs.bindLocked(id); err != nil {
+		b.refuseErr(w, r, id, http.StatusTooManyRequests, err)
+		return false
+	}
+	cs.session, cs.gen = true, gen
+	return true
+}
+
 // bindStatus is the HTTP status of an error binding a connection to an
 // identity: 403 for a certificate that cannot name an identity, 429 for
 // the per-identity connection limit.

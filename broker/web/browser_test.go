@@ -188,7 +188,7 @@ func waitStats(ctx context.Context, t *testing.T, e *env, cond func(broker.Stats
 	}
 }
 
-// TestBrowserDashboard: the dashboard, opened with a session token over
+// TestBrowserDashboard: the dashboard, logged in (POST /v1/session) over
 // HTTP/3, shows a topic's live value published over MQTT (in the DOM and
 // painted in a screenshot), says each view runs on h3, publishes from its
 // form to an MQTT subscriber, and logs no console error (no CSP
@@ -196,17 +196,17 @@ func waitStats(ctx context.Context, t *testing.T, e *env, cond func(broker.Stats
 func TestBrowserDashboard(t *testing.T) {
 	e := start(t, testACL, web.Options{Dashboard: true})
 	mq := startMQTT(t, e)
-	tok := e.session(t, "alice", "alice-pw")
 	mqttPublish(t, mq, "sensors/kitchen/temp", "21.0")
 
 	b := browser(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	loginBrowser(ctx, t, b, e, "alice", "alice-pw") // first: the tab opened last is in front
 	p, err := b.NewPage(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Navigate(ctx, e.URL+"/?"+web.TokenParam+"="+url.QueryEscape(tok)); err != nil {
+	if err := p.Navigate(ctx, e.URL+"/"); err != nil {
 		t.Fatal(err)
 	}
 	// Wait for the live view's subscription, then publish a new value.
