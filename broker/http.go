@@ -51,6 +51,9 @@ type connState struct {
 	gen      uint64 // the authenticator's generation when identity was bound
 	counted  bool   // holds a MaxConnsPerIdentity slot
 	ended    bool   // the connection has ended (its slot is free)
+	// session: identity was bound by a browser session token
+	// (sessionOnConn); requests without one are not authenticated by it.
+	session bool
 
 	subs atomic.Int32
 }
@@ -237,7 +240,9 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 		return "", false
 	}
 	if id, ok := web.IdentityFrom(r.Context()); ok {
-		return id, true // a browser's session token, verified by broker/web
+		// A browser's session token, verified by broker/web: it binds the
+		// connection as credentials do (authgate.go).
+		return id, b.sessionOnConn(w, r, id)
 	}
 	cs, _ := r.Context().Value(connKey{}).(*connState)
 	if cs == nil {
@@ -278,6 +283,7 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 			} else if b.revoked(w, r, id, cs.gen) {
 				return "", false
 			}
+			cs.session = false // credentials bind it from now on
 			return id, true
 		case !a.IsOpen():
 			w.Header().Set("WWW-Authenticate", `Bearer realm="quiot"`)
@@ -294,7 +300,7 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 		b.refuseErr(w, r, id, bindStatus(err), err)
 		return "", false
 	}
-	if bound {
+	if bound && !cs.session {
 		if !wasBound {
 			cs.gen = gen
 		} else if b.revoked(w, r, id, cs.gen) {
@@ -740,6 +746,7 @@ func (b *Broker) deliverLive(w http.ResponseWriter, r *http.Request, rc *http.Re
 			if err := rc.Flush(); err != nil {
 				return
 			}
+			sub.written() // the batch's bytes leave the queue's bounds
 			out.out.Add(uint64(n))
 			if beatTimer != nil {
 				beatTimer.Reset(s.heartbeat)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/quiot/quiot/internal/topic"
 	"github.com/quiot/quiot/internal/wire"
@@ -94,7 +96,9 @@ type hub struct {
 	exact     map[string][]*subscriber
 	wild      []*subscriber
 	nsubs     int
-	taps      []func(*Message)
+	// queued is the memory of all subscriber queues (Limits.QueueBytesTotal).
+	queued byteBudget
+	taps   []func(*Message)
 	// persist is the durable store (nil: memory only; see persist.go);
 	// forget collects the history removals not yet handed to it.
 	persist Store
@@ -111,6 +115,7 @@ func newHub(l Limits, c *counters) *hub {
 		stats:  c,
 		topics: map[string]*topicState{},
 		exact:  map[string][]*subscriber{},
+		queued: byteBudget{max: l.QueueBytesTotal},
 	}
 }
 
@@ -337,6 +342,7 @@ func (h *hub) start(s *subscriber, since *uint64, otherRun bool) ([]wire.Frame, 
 			out = append(out, frameOf(m, 0))
 		}
 	}
+	s.total = &h.queued
 	if topic.IsFilter(s.filter) {
 		h.wild = append(h.wild, s)
 	} else {
@@ -375,6 +381,7 @@ func (h *hub) stop(s *subscriber) {
 		h.nsubs--
 		h.interest(s.filter, -1)
 	}
+	s.release()
 }
 
 // shutdown refuses new work and ends every subscription once its queue is
@@ -413,17 +420,32 @@ func frameOf(m *Message, flags byte) wire.Frame {
 	return wire.Frame{Seq: m.Seq, Time: m.Time, Topic: m.Topic, Payload: m.Payload, Flags: flags}
 }
 
-// subscriber is one live subscription with its bounded queue.
+// byteBudget counts the memory of all subscriber queues against a bound.
+// Only enqueue adds to it, under hub.mu, so a check and its add are not
+// raced; releases may come from any goroutine.
+type byteBudget struct {
+	max int64
+	n   atomic.Int64
+}
+
+// subscriber is one live subscription with its queue, bounded in messages
+// (Limits.QueueLength) and in bytes (Limits.QueueBytes, and with the other
+// subscribers Limits.QueueBytesTotal).
 type subscriber struct {
-	filter string
-	limit  int
-	policy QueuePolicy
-	stats  *counters
+	filter   string
+	limit    int
+	maxBytes int64
+	policy   QueuePolicy
+	stats    *counters
+	// total is the hub's budget of all queues (set by hub.start; nil: none).
+	total *byteBudget
 
 	notify chan struct{} // capacity 1: "something changed"
 
 	mu       sync.Mutex
 	q        ring[*Message]
+	bytes    int64                // cost of the queued messages and of the batch being written
+	sending  int64                // cost of the batch being written (taken, not yet written)
 	gaps     map[string]*wire.Gap // losses to announce, by topic
 	gapOrder []string
 	done     bool   // no more messages will be queued
@@ -433,7 +455,11 @@ type subscriber struct {
 }
 
 func newSubscriber(filter string, l Limits, c *counters) *subscriber {
-	return &subscriber{filter: filter, limit: l.QueueLength, policy: l.QueuePolicy, stats: c, notify: make(chan struct{}, 1)}
+	maxBytes := l.QueueBytes
+	if maxBytes <= 0 {
+		maxBytes = math.MaxInt64
+	}
+	return &subscriber{filter: filter, limit: l.QueueLength, maxBytes: maxBytes, policy: l.QueuePolicy, stats: c, notify: make(chan struct{}, 1)}
 }
 
 func (s *subscriber) signal() {
@@ -443,14 +469,33 @@ func (s *subscriber) signal() {
 	}
 }
 
-// enqueue adds a message without ever blocking the publisher.
+// full reports whether a message of cost bytes does not fit. s.mu held.
+func (s *subscriber) full(cost int64) bool {
+	return s.q.len() >= s.limit || s.bytes+cost > s.maxBytes ||
+		s.total != nil && s.total.n.Load()+cost > s.total.max
+}
+
+// charge adds n bytes to the subscriber's and the total count. s.mu held.
+func (s *subscriber) charge(n int64) {
+	s.bytes += n
+	if s.total != nil {
+		s.total.n.Add(n)
+	}
+}
+
+// enqueue adds a message without ever blocking the publisher. When the
+// queue is full (in messages, its bytes or the total bytes), the policy
+// decides: Disconnect ends the subscription; DropOldest drops queued
+// messages, oldest first, until the new one fits, or the new one itself
+// when none is queued. Every loss is announced as a gap.
 func (s *subscriber) enqueue(m *Message) {
 	s.mu.Lock()
 	if s.done || m.Seq <= s.after {
 		s.mu.Unlock()
 		return
 	}
-	if s.q.len() >= s.limit {
+	cost := msgCost(m)
+	for s.full(cost) {
 		if s.policy == Disconnect {
 			s.done, s.cut = true, true
 			s.mu.Unlock()
@@ -458,12 +503,20 @@ func (s *subscriber) enqueue(m *Message) {
 			s.signal()
 			return
 		}
-		old := s.q.pop()
-		s.noteGap(old)
 		s.dropped++
 		s.stats.dropped.Add(1)
+		if s.q.len() == 0 {
+			s.noteGap(m)
+			s.mu.Unlock()
+			s.signal()
+			return
+		}
+		old := s.q.pop()
+		s.charge(-msgCost(old))
+		s.noteGap(old)
 	}
 	s.q.push(m)
+	s.charge(cost)
 	s.mu.Unlock()
 	s.signal()
 }
@@ -513,11 +566,38 @@ func (s *subscriber) take(gaps []wire.Gap, msgs []*Message) (_ []wire.Gap, _ []*
 	if len(s.gapOrder) > 0 {
 		s.gaps, s.gapOrder = nil, nil
 	}
+	s.charge(-s.sending) // the previous batch, if written() was not called
+	s.sending = 0
 	for s.q.len() > 0 {
-		msgs = append(msgs, s.q.pop())
+		m := s.q.pop()
+		s.sending += msgCost(m)
+		msgs = append(msgs, m)
 	}
 	s.q.shrink()
 	return gaps, msgs, s.done, s.cut
+}
+
+// written releases the bytes of the batch take returned, once it is
+// written to the client: until then they count against the queue's bounds
+// (a client that does not read holds them in the writer).
+func (s *subscriber) written() {
+	s.mu.Lock()
+	s.charge(-s.sending)
+	s.sending = 0
+	s.mu.Unlock()
+}
+
+// release returns all the subscriber's bytes to the total when it stops;
+// nothing is queued after.
+func (s *subscriber) release() {
+	s.mu.Lock()
+	s.done = true
+	if s.total != nil {
+		s.total.n.Add(-s.bytes)
+	}
+	s.bytes, s.sending = 0, 0
+	s.q = ring[*Message]{}
+	s.mu.Unlock()
 }
 
 func (s *subscriber) depth() int {

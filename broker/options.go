@@ -18,8 +18,10 @@ import (
 type QueuePolicy int
 
 const (
-	// DropOldest discards the oldest queued message (counted in Stats and
-	// announced to the subscriber as a gap).
+	// DropOldest discards the oldest queued messages until the new one
+	// fits, or the new one when the subscriber has none queued (its bytes
+	// are in the batch being written, or the total is reached); each loss
+	// is counted in Stats.Dropped and announced to the subscriber as a gap.
 	DropOldest QueuePolicy = iota
 	// Disconnect ends the subscription (after a final gap frame/event).
 	Disconnect
@@ -54,7 +56,20 @@ type Limits struct {
 	RetainedBytes int64
 	// QueueLength is each subscriber's queue length in messages; zero means 1024.
 	QueueLength int
-	// QueuePolicy applies when a subscriber's queue is full; zero means DropOldest.
+	// QueueBytes bounds the memory one subscriber's queue holds: its queued
+	// messages and the batch being written to the client, counted as
+	// HistoryBytes is (payload and topic bytes plus ~96 bytes a message);
+	// zero means 4 MiB (as an MQTT session's queue), and it is raised to
+	// fit one message of MaxPayload. Beyond it the queue is full, as
+	// beyond QueueLength.
+	QueueBytes int64
+	// QueueBytesTotal bounds the memory of all HTTP subscribers' queues
+	// together (counted as QueueBytes); zero means 64 MiB (as all MQTT
+	// sessions' queues). A message that would go beyond it finds its
+	// subscriber's queue full.
+	QueueBytesTotal int64
+	// QueuePolicy applies when a subscriber's queue is full (QueueLength,
+	// QueueBytes or QueueBytesTotal reached); zero means DropOldest.
 	QueuePolicy QueuePolicy
 	// MaxSubscriptionsPerConn bounds concurrent subscriptions on one
 	// connection; zero means 100. Beyond it a subscribe gets 429.
@@ -243,6 +258,13 @@ func (o *Options) ensureDefaults() Options {
 	}
 	if l.QueueLength <= 0 {
 		l.QueueLength = 1024
+	}
+	if l.QueueBytes <= 0 {
+		l.QueueBytes = 4 << 20
+	}
+	l.QueueBytes = max(l.QueueBytes, int64(l.MaxPayload+l.MaxTopicLength)+entryOverhead)
+	if l.QueueBytesTotal <= 0 {
+		l.QueueBytesTotal = 64 << 20
 	}
 	if l.MaxSubscriptionsPerConn <= 0 {
 		l.MaxSubscriptionsPerConn = 100

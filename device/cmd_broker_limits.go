@@ -11,7 +11,8 @@ import (
 
 // HTTP-side bounds of `quiot broker` (broker.Limits): connections in total,
 // per remote address and per identity, subscriptions per identity and in
-// total, streams per connection, header bytes, the TCP idle timeout. 0 keeps
+// total, streams per connection, header bytes, subscriber queue bytes per
+// subscription and in total, the TCP idle timeout. 0 keeps
 // the library's documented default.
 
 type limitFlags struct {
@@ -19,6 +20,7 @@ type limitFlags struct {
 	subsPerIdentity, subsTotal            int
 	streams, headerBytes, inflight        int
 	idle                                  time.Duration
+	queueBytes, queueBytesTotal           int64
 }
 
 func init() {
@@ -41,6 +43,8 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.streams, "max-streams", 0, "concurrent requests per connection (0 = the QUIC profile's stream limit; 100 on HTTP/2)")
 	fs.IntVar(&f.headerBytes, "max-header-bytes", 0, "bytes of a request's header section (0 = 64KiB); beyond it 431")
 	fs.IntVar(&f.inflight, "stream-inflight", 0, "QoS 0 frames of one publish stream the store may hold uncommitted (0 = 64); then the stream waits")
+	fs.Int64Var(&f.queueBytes, "queue-bytes", 0, "bytes one HTTP subscriber's queue holds, the batch being written included (0 = 4MiB); beyond it the queue is full, as beyond --queue")
+	fs.Int64Var(&f.queueBytesTotal, "queue-bytes-total", 0, "bytes all HTTP subscribers' queues hold together (0 = 64MiB); beyond it a subscriber's queue is full")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "close a TCP (HTTP/1.1, HTTP/2) connection idle this long (0 = 2m)")
 }
 
@@ -52,11 +56,15 @@ func (f *limitFlags) apply(l *broker.Limits) error {
 			return fmt.Errorf("%w: --%s %d (want a positive number, or 0 for the default)", errUsage, name, v)
 		}
 	}
+	if f.queueBytes < 0 || f.queueBytesTotal < 0 {
+		return fmt.Errorf("%w: --queue-bytes and --queue-bytes-total want a positive size, or 0 for the default", errUsage)
+	}
 	if f.idle < 0 {
 		return fmt.Errorf("%w: --idle-timeout %v is negative", errUsage, f.idle)
 	}
 	l.MaxConns, l.MaxConnsPerAddr, l.MaxConnsPerIdentity = f.conns, f.connsPerAddr, f.connsPerIdentity
 	l.MaxSubscriptionsPerIdentity, l.MaxSubscriptions = f.subsPerIdentity, f.subsTotal
 	l.MaxStreamsPerConn, l.MaxHeaderBytes, l.IdleTimeout, l.StreamInflight = f.streams, f.headerBytes, f.idle, f.inflight
+	l.QueueBytes, l.QueueBytesTotal = f.queueBytes, f.queueBytesTotal
 	return nil
 }

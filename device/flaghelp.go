@@ -13,7 +13,7 @@ var flagLayouts = map[string]cli.Help{
 			{Title: "Security and authentication", Flags: []string{"dev", "dev-cert-out", "cert", "key", "client-ca", "auth", "allow-anonymous", "session-ttl"}},
 			{Title: "Limits", Flags: []string{"max-payload", "max-conns", "max-conns-per-addr", "max-conns-per-identity",
 				"max-subscriptions", "max-subscriptions-per-identity", "max-subscriptions-total", "max-streams",
-				"max-header-bytes", "idle-timeout", "queue", "queue-policy"}},
+				"max-header-bytes", "idle-timeout", "queue", "queue-bytes", "queue-bytes-total", "queue-policy"}},
 			{Title: "MQTT sessions", Flags: []string{"mqtt-max-clients", "mqtt-max-sessions", "mqtt-max-sessions-per-identity",
 				"mqtt-anonymous-session-expiry", "mqtt-max-queued-messages", "mqtt-max-queued-bytes", "mqtt-max-queued-bytes-total",
 				"mqtt-connect-timeout", "mqtt-max-preconnect-per-addr"}},
@@ -77,7 +77,7 @@ func clientGroups() []cli.Group {
 // configuration file.
 var sizeFlags = map[string][]string{
 	"broker": {"max-payload", "history-bytes", "retained-bytes", "max-header-bytes", "cluster-hold-bytes",
-		"mqtt-max-queued-bytes", "mqtt-max-queued-bytes-total"},
+		"mqtt-max-queued-bytes", "mqtt-max-queued-bytes-total", "queue-bytes", "queue-bytes-total"},
 	"pub":             {"payload-size", "spool-max-bytes"},
 	"bench-reconnect": {"payload"},
 }

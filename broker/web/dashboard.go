@@ -112,15 +112,18 @@ func (h *Handler) handleDashboard(w http.ResponseWriter, r *http.Request) {
 
 // dashboardAuth lets the page through when the request is authenticated
 // (session, credentials, certificate) or anonymous clients are accepted.
-// Credentials or a URL token sent with the page request also start a
-// session (the cookie the page's own requests then carry).
+// Credentials sent with the page request (a Basic prompt, a certificate)
+// also start a session (the cookie the page's own requests then carry); a
+// session token never does: from a link (/?access_token=T) it would plant
+// someone else's session in the victim's browser (login CSRF). The page's
+// login form gets a cookie by a same-origin POST /v1/session instead.
 func (h *Handler) dashboardAuth(w http.ResponseWriter, r *http.Request) bool {
 	sess, _ := r.Context().Value(identityKey{}).(*session)
 	hasSession := sess != nil
 	hasCreds := r.Header.Get("Authorization") != "" || (r.TLS != nil && len(r.TLS.VerifiedChains) > 0)
 	if !hasSession && !hasCreds && !h.be.Auth().Anonymous() {
 		w.Header().Set("WWW-Authenticate", `Basic realm="quiot dashboard", charset="UTF-8"`)
-		fail(w, http.StatusUnauthorized, "log in with an ACL user name and password (or open the dashboard with ?access_token=TOKEN from POST /v1/session)")
+		fail(w, http.StatusUnauthorized, "log in with an ACL user name and password")
 		return false
 	}
 	gen := h.be.Auth().Generation()
@@ -128,7 +131,7 @@ func (h *Handler) dashboardAuth(w http.ResponseWriter, r *http.Request) bool {
 	if !ok {
 		return false
 	}
-	if (!hasSession && hasCreds) || (hasSession && sess.via != "cookie") {
+	if !hasSession && hasCreds {
 		exp := h.opts.Now().Add(h.opts.SessionTTL)
 		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: h.signer.sign(id, exp, gen), Path: "/", MaxAge: int(h.opts.SessionTTL.Seconds()),
 			HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})

@@ -34,6 +34,8 @@ var (
 	// ErrTokenRevoked: an ACL reload after the token was issued took
 	// rights or credentials away from its identity.
 	ErrTokenRevoked = errors.New("session token ended by an ACL reload that changed its identity's rights")
+	// ErrTokenLoggedOut: the token was ended by DELETE /v1/session.
+	ErrTokenLoggedOut = errors.New("session token ended by a log-out (DELETE /v1/session)")
 )
 
 // Token is a parsed (not yet verified) session token.

@@ -17,14 +17,16 @@
 // then presents it as that cookie (same origin: the dashboard), as
 // ?access_token=TOKEN on GET requests (EventSource from another origin), or
 // as Authorization: Bearer TOKEN (fetch). The token is removed from the URL
-// before the broker sees the request, and nothing logs it. A cookie on a
-// state-changing request from a foreign Origin is refused (CSRF).
+// before the broker sees the request, and nothing logs it. A
+// state-changing request from a foreign Origin is refused (CSRF) by the
+// broker's one check of the credentials (Backend.Identify), whatever they
+// are: the cookie, cached Basic credentials, a client certificate.
 //
 // # Endpoints
 //
 //	POST   /v1/session   -> {"identity","token","expires","proto"}, Set-Cookie
 //	GET    /v1/session   -> who am I: {"identity","proto","via","filter","open"}
-//	DELETE /v1/session   -> clears the cookie
+//	DELETE /v1/session   -> ends the token (cookie, Bearer) and clears the cookie
 //	GET    /v1/stats     -> broker counters (the figures of /metrics) as JSON
 //	GET    /v1/stats/topics -> topics seen since start: count, last value, retained
 //	GET    /             -> the dashboard (Options.Dashboard), /ui/* its files
@@ -137,6 +139,7 @@ type Handler struct {
 	log     *slog.Logger
 	cors    corsPolicy
 	signer  signer
+	ended   *endedTokens // tokens ended by a log-out (logout.go)
 	topics  *topicTable
 	started time.Time
 
@@ -154,7 +157,7 @@ func New(opts *Options, be Backend) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{opts: o, be: be, log: o.Logger, cors: cp, signer: signer{key: o.SessionKey}, topics: newTopicTable(o.MaxTopics), started: o.Now()}
+	h := &Handler{opts: o, be: be, log: o.Logger, cors: cp, signer: signer{key: o.SessionKey}, ended: newEndedTokens(o.SessionTTL), topics: newTopicTable(o.MaxTopics), started: o.Now()}
 	if cp.any {
 		h.log.Warn("CORS allows every origin (--cors-origins '*'): any web page a user visits may use their broker session")
 	}
@@ -184,6 +187,7 @@ func IdentityFrom(ctx context.Context) (id string, ok bool) {
 type session struct {
 	id  string
 	via string // "cookie", "query", "bearer"
+	tok Token
 }
 
 // Wrap returns next behind the web part: CORS, session tokens, the JSON
@@ -213,10 +217,6 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if sess != nil && sess.via == "stale-cookie" {
 		clearCookie(w)
 		sess = nil
-	}
-	if sess != nil && sess.via == "cookie" && unsafeMethod(r.Method) && origin != "" && !sameOrigin(origin, r) && !allowed {
-		fail(w, http.StatusForbidden, "session cookie on a %s from origin %q, which is neither this broker nor an allowed CORS origin", r.Method, origin)
-		return
 	}
 	if sess != nil {
 		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, sess))
@@ -262,10 +262,6 @@ func (h *Handler) preflight(w http.ResponseWriter, r *http.Request, origin strin
 		h.be.SetAltSvc(hd)
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func unsafeMethod(m string) bool {
-	return m != http.MethodGet && m != http.MethodHead && m != http.MethodOptions
 }
 
 // sameOrigin reports whether origin is the broker's own (https://Host).
@@ -314,6 +310,9 @@ func (h *Handler) takeToken(r *http.Request) (*http.Request, *session, error) {
 	if err == nil && !h.be.Auth().StillValid(id, t.Generation) {
 		err = ErrTokenRevoked
 	}
+	if err == nil && h.ended.ended(t) {
+		err = ErrTokenLoggedOut
+	}
 	if err != nil && via == "cookie" {
 		// A stale cookie (expired, or signed by an earlier broker run) is
 		// dropped, not fatal: the request goes on as if it had none, so
@@ -326,7 +325,7 @@ func (h *Handler) takeToken(r *http.Request) (*http.Request, *session, error) {
 	if id != "" && !h.be.Auth().Known(id) {
 		return r, nil, fmt.Errorf("session token (%s) names %q, who is no longer a user", via, id)
 	}
-	return r, &session{id: id, via: via}, nil
+	return r, &session{id: id, via: via, tok: t}, nil
 }
 
 // clearCookie tells the browser to drop the session cookie.
@@ -369,6 +368,16 @@ type sessionReply struct {
 func (h *Handler) handleSession(w http.ResponseWriter, r *http.Request, sess *session) {
 	switch r.Method {
 	case http.MethodDelete:
+		// A log-out ends the token on the broker too (a copy of it, in
+		// the URL of an EventSource or elsewhere, stops working). It is
+		// checked as every request is: a foreign page may not end the
+		// user's session.
+		if sess != nil {
+			if _, ok := h.be.Identify(w, r); !ok {
+				return
+			}
+			h.ended.end(sess.tok, h.opts.Now())
+		}
 		clearCookie(w)
 		w.WriteHeader(http.StatusNoContent)
 		return
