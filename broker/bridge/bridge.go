@@ -128,8 +128,8 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 	fail := func(key string, err error) error {
 		return &Error{Bridge: fmt.Sprintf("%q", cfg.Name), Key: key, Err: err}
 	}
-	if len(cfg.In) > 0 && b.Auth().LoopbackOnlyMode() {
-		return nil, fail("in", errors.New("the broker has no ACL (--auth), so nothing may publish from outside: inbound messages are refused by default; give an ACL that lets the bridge's identity publish the in topics, or --allow-anonymous"))
+	if err := CheckAuth(cfg, b.Auth()); err != nil {
+		return nil, err
 	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
@@ -161,6 +161,17 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 	br.connCtx, br.connLost = context.WithCancel(context.Background())
 	br.connLost() // not connected yet
 	return br, nil
+}
+
+// CheckAuth reports whether a broker with authenticator a may run the
+// bridge: inbound messages (in filters) are refused by default, so they
+// need an ACL (or an open broker); a broker without one (loopback only)
+// does not start such a bridge.
+func CheckAuth(cfg Config, a *auth.Authenticator) error {
+	if len(cfg.In) > 0 && a.LoopbackOnlyMode() {
+		return &Error{Bridge: fmt.Sprintf("%q", cfg.Name), Key: "in", Err: errors.New("the broker has no ACL (--auth), so nothing may publish from outside: inbound messages are refused by default; give an ACL that lets the bridge's identity publish the in topics, or --allow-anonymous")}
+	}
+	return nil
 }
 
 // Name returns the bridge's name.
