@@ -71,9 +71,10 @@ type Stats struct {
 	// those the local ACL or the broker refused, or that were outside the
 	// bridge's prefix and in filters.
 	In, InRefused uint64
-	// Connects counts upstream connections made; Subscribed the SUBACKs
-	// of the in filters received (one a connection).
-	Connects, Subscribed uint64
+	// Connects counts upstream connections made, ConnectFailures the
+	// attempts that failed; Subscribed the SUBACKs of the in filters
+	// received (one a connection).
+	Connects, ConnectFailures, Subscribed uint64
 	// LastError is the last connection or publish error ("" if none).
 	LastError string
 }
@@ -116,7 +117,7 @@ type Bridge struct {
 	lastErr  string
 	changed  chan struct{} // closed and replaced on every change of Stats
 
-	sent, dropped, refused, in, inRefused, connects, subscribed atomic.Uint64
+	sent, dropped, refused, in, inRefused, connects, connFailures, subscribed atomic.Uint64
 }
 
 // New checks cfg against the broker (inbound messages need an ACL or an
@@ -265,6 +266,7 @@ func (br *Bridge) Stats() Stats {
 	br.mu.Unlock()
 	s.Sent, s.Dropped, s.Refused = br.sent.Load(), br.dropped.Load(), br.refused.Load()
 	s.In, s.InRefused, s.Connects, s.Subscribed = br.in.Load(), br.inRefused.Load(), br.connects.Load(), br.subscribed.Load()
+	s.ConnectFailures = br.connFailures.Load()
 	return s
 }
 
@@ -392,12 +394,10 @@ func (br *Bridge) send() {
 		if it == nil {
 			return
 		}
-		if err := br.cm.AwaitConnection(br.ctx); err != nil {
+		conn := br.connection()
+		if conn == nil {
 			return
 		}
-		br.mu.Lock()
-		conn := br.connCtx
-		br.mu.Unlock()
 		ctx, cancel := context.WithCancel(br.ctx)
 		stop := context.AfterFunc(conn, cancel)
 		p := &paho.Publish{
@@ -437,6 +437,27 @@ func (br *Bridge) send() {
 				// The connection still looks up (e.g. the session was full):
 				// try again after a pause.
 			}
+		}
+	}
+}
+
+// connection waits until a connection is up and its OnConnectionUp has
+// run, and returns the context that ends when that connection is lost (nil
+// once the bridge is closed). autopaho's AwaitConnection may return before
+// OnConnectionUp ran, when the last connection's context is still the one
+// at hand.
+func (br *Bridge) connection() context.Context {
+	for {
+		br.mu.Lock()
+		up, conn, ch := br.up, br.connCtx, br.changed
+		br.mu.Unlock()
+		if up {
+			return conn
+		}
+		select {
+		case <-ch:
+		case <-br.ctx.Done():
+			return nil
 		}
 	}
 }
@@ -517,13 +538,15 @@ func (br *Bridge) onConnectError(err error) {
 	var ce *autopaho.ConnackError
 	msg := err.Error()
 	if errors.As(err, &ce) {
-		msg = fmt.Sprintf("upstream refused the connection (CONNACK reason 0x%02x)", ce.ReasonCode)
+		msg = fmt.Sprintf("upstream refused the connection: %s (CONNACK reason 0x%02x)", connackReason(ce.ReasonCode), ce.ReasonCode)
 	}
-	br.setErr(msg)
+	n := br.connFailures.Add(1)
 	br.mu.Lock()
+	br.lastErr = msg
 	queued := len(br.q)
+	br.notifyLocked()
 	br.mu.Unlock()
-	br.log.Warn("bridge connect attempt failed; retrying with backoff", "url", br.cfg.URL, "error", msg, "queued", queued, "reconnect_max", br.cfg.ReconnectMax)
+	br.log.Warn("bridge connect attempt failed; retrying with backoff", "url", br.cfg.URL, "error", msg, "failures", n, "queued", queued, "reconnect_max", br.cfg.ReconnectMax)
 }
 
 // inbound handles a message from the upstream: strip the prefix, check
@@ -574,4 +597,27 @@ func (br *Bridge) inbound(p *paho.Publish) {
 		return
 	}
 	br.in.Add(1)
+}
+
+// connackReason names an MQTT 5 CONNACK failure reason code.
+func connackReason(code byte) string {
+	switch code {
+	case 0x84:
+		return "unsupported protocol version"
+	case 0x85:
+		return "client identifier not valid"
+	case 0x86:
+		return "bad user name or password"
+	case 0x87:
+		return "not authorized"
+	case 0x88:
+		return "server unavailable"
+	case 0x89:
+		return "server busy"
+	case 0x8A:
+		return "banned"
+	case 0x8C:
+		return "bad authentication method"
+	}
+	return "refused"
 }

@@ -208,6 +208,9 @@ reconnect_max = "1s"
 			if m.Topic != "cmd/ok/c1" || string(m.Payload) != "down-1" {
 				t.Fatalf("edge got %s %q, want cmd/ok/c1 down-1 (the ACL must refuse cmd/denied/x)", m.Topic, m.Payload)
 			}
+			// The counters move once Publish returns, maybe after the
+			// subscriber got the message.
+			_ = br.WaitFor(ctx, func(s bridge.Stats) bool { return s.In >= in0+1 })
 			if s := br.Stats(); s.InRefused < 1 || s.In != in0+1 {
 				t.Fatalf("stats %+v: want one refused and one accepted inbound message", s)
 			}
@@ -233,6 +236,7 @@ reconnect_max = "1s"
 			if m := nextEdge(ctx, t, down, "down-2"); string(m.Payload) != "down-2" {
 				t.Fatalf("edge got %s %q after the local message, want down-2 (an echo?)", m.Topic, m.Payload)
 			}
+			_ = br.WaitFor(ctx, func(s bridge.Stats) bool { return s.In >= inBefore+1 })
 			if s := br.Stats(); s.In != inBefore+1 {
 				t.Fatalf("%d messages came in, want 1 (an echo of the local one?)", s.In-inBefore)
 			}

@@ -235,3 +235,5 @@ func (m *mosquitto) pub(t *testing.T, args ...string) {
 		t.Fatalf("mosquitto_pub %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 }
+
+func writeFile(path string, b []byte) error { return os.WriteFile(path, b, 0o600) }
