@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/broker/bridge"
 	"github.com/quiot/quiot/broker/brokertest"
+	"github.com/quiot/quiot/broker/mqttquic"
+	"github.com/quiot/quiot/broker/mqttquic/mqtttest"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/testutil"
 )
@@ -376,5 +379,45 @@ in   = ["cmd/#"]
 	cfg.Out = []string{"sensors/#"}
 	if _, err := bridge.New(edge.Broker, cfg, testutil.DiscardLogger()); err != nil {
 		t.Fatalf("an out-only bridge needs no ACL: %v", err)
+	}
+}
+
+// TestMQTTEdge: MQTT clients of the edge (mosquitto_pub and mosquitto_sub
+// on its MQTT/TCP listener) are bridged as HTTP/3 ones are.
+func TestMQTTEdge(t *testing.T) {
+	pki := testutil.NewPKI(t)
+	mq := startMosquitto(t, pki, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	edge := startEdge(t, pki)
+	ms := mqtttest.Start(t, pki, mqttquic.Options{QUICAddr: "off", TCPAddr: "127.0.0.1:0", Broker: edge.Broker})
+	_, edgePort, err := net.SplitHostPort(ms.TCPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := mq.sub(ctx, t, "site-1/#")
+	edgeSub := mosquittoSub(ctx, t, "-p", edgePort, "-t", "cmd/#", "-V", "mqttv5")
+	cfg := config(t, fmt.Sprintf(`
+[[bridge]]
+name          = "cloud"
+url           = "mqtt://127.0.0.1:%s"
+out           = ["sensors/#"]
+in            = ["cmd/#"]
+remote_prefix = "site-1/"
+username      = %q
+password      = %q
+identity      = "cloud"
+`, mq.port, upUser, upPass))
+	br := startBridge(t, edge.Broker, cfg)
+	if err := br.WaitFor(ctx, func(s bridge.Stats) bool { return s.Connected && s.Subscribed > 0 }); err != nil {
+		t.Fatalf("bridge never connected and subscribed: %+v", br.Stats())
+	}
+	mosquittoPub(t, "-p", edgePort, "-q", "1", "-t", "sensors/mqtt", "-m", "from-mqtt-edge")
+	if l := up.next(ctx, t, "the edge's MQTT publish"); l != "site-1/sensors/mqtt from-mqtt-edge" {
+		t.Fatalf("upstream got %q", l)
+	}
+	mq.pub(t, "-q", "1", "-t", "site-1/cmd/ok/m", "-m", "to-mqtt-edge")
+	if l := edgeSub.next(ctx, t, "the upstream's message"); l != "cmd/ok/m to-mqtt-edge" {
+		t.Fatalf("edge MQTT subscriber got %q", l)
 	}
 }

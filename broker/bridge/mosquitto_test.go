@@ -172,11 +172,18 @@ type sub struct {
 // password; extra arguments appended) and waits for its SUBACK.
 func (m *mosquitto) sub(ctx context.Context, t *testing.T, filter string, extra ...string) *sub {
 	t.Helper()
+	return mosquittoSub(ctx, t, append([]string{"-p", m.port, "-u", upUser, "-P", upPass, "-t", filter}, extra...)...)
+}
+
+// mosquittoSub starts mosquitto_sub on 127.0.0.1 with args (port, filter,
+// credentials) and waits for its SUBACK.
+func mosquittoSub(ctx context.Context, t *testing.T, args ...string) *sub {
+	t.Helper()
 	bin := testenv.RequireTool(t, "mosquitto_sub")
 	// stdbuf: mosquitto_sub's debug lines (the SUBACK) are block-buffered
 	// on a pipe.
 	stdbuf := testenv.RequireTool(t, "stdbuf")
-	args := append([]string{"-oL", bin, "-h", "127.0.0.1", "-p", m.port, "-u", upUser, "-P", upPass, "-t", filter, "-v", "-d", "-q", "1"}, extra...)
+	args = append([]string{"-oL", bin, "-h", "127.0.0.1", "-v", "-d", "-q", "1"}, args...)
 	cmd := exec.CommandContext(ctx, stdbuf, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -206,7 +213,7 @@ func (m *mosquitto) sub(ctx context.Context, t *testing.T, filter string, extra 
 	select {
 	case <-s.subacked:
 	case <-ctx.Done():
-		t.Fatalf("mosquitto_sub %s: no SUBACK: %s", filter, s.errb.String())
+		t.Fatalf("mosquitto_sub %s: no SUBACK: %s", strings.Join(args, " "), s.errb.String())
 	}
 	return s
 }
@@ -229,8 +236,14 @@ func (s *sub) next(ctx context.Context, t *testing.T, what string) string {
 // pub runs mosquitto_pub on the plain listener.
 func (m *mosquitto) pub(t *testing.T, args ...string) {
 	t.Helper()
+	mosquittoPub(t, append([]string{"-p", m.port, "-u", upUser, "-P", upPass}, args...)...)
+}
+
+// mosquittoPub runs mosquitto_pub (MQTT 5) on 127.0.0.1 with args.
+func mosquittoPub(t *testing.T, args ...string) {
+	t.Helper()
 	bin := testenv.RequireTool(t, "mosquitto_pub")
-	a := append([]string{"-h", "127.0.0.1", "-p", m.port, "-u", upUser, "-P", upPass, "-V", "mqttv5"}, args...)
+	a := append([]string{"-h", "127.0.0.1", "-V", "mqttv5"}, args...)
 	if out, err := exec.Command(bin, a...).CombinedOutput(); err != nil {
 		t.Fatalf("mosquitto_pub %s: %v: %s", strings.Join(args, " "), err, out)
 	}
