@@ -1,14 +1,23 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/brokertest"
+	"github.com/quiot/quiot/broker/mqttquic"
+	"github.com/quiot/quiot/broker/mqttquic/mqtttest"
+	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/testutil"
 )
 
@@ -68,5 +77,111 @@ func TestBrokerBridgeConfig(t *testing.T) {
 				t.Fatalf("the broker started: %q", out.String())
 			}
 		})
+	}
+}
+
+// TestBrokerBridgeRuns: `quiot broker --config` with a [[bridge]] table
+// forwards an HTTP/3 publish to its upstream (another quiot, over
+// MQTT/TCP) under the prefix, and brings a retained message of the
+// upstream down.
+func TestBrokerBridgeRuns(t *testing.T) {
+	pki := testutil.NewPKI(t)
+	upstream := brokertest.Start(t, pki, nil)
+	ms := mqtttest.Start(t, pki, mqttquic.Options{QUICAddr: "off", TCPAddr: "127.0.0.1:0", Broker: upstream.Broker})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := upstream.Publish(ctx, broker.Message{Topic: "site-1/cmd/valve", Payload: []byte("open"), QoS: 1, Retain: true}); err != nil {
+		t.Fatal(err)
+	}
+	upc, err := client.New(client.Options{Broker: upstream.URL, RootCAs: pki.Pool(), Logger: testutil.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer upc.Close()
+	got := make(chan client.Message, 16)
+	subscribed := make(chan struct{})
+	sctx, stopSub := context.WithCancel(client.WithSubscribed(ctx, func() { close(subscribed) }))
+	defer stopSub()
+	go func() { _ = upc.Subscribe(sctx, "site-1/sensors/#", 0, func(m client.Message) { got <- m }) }()
+	select {
+	case <-subscribed:
+	case <-ctx.Done():
+		t.Fatal("upstream subscription never started")
+	}
+
+	path := filepath.Join(t.TempDir(), "quiot.toml")
+	cfg := fmt.Sprintf(`[broker]
+dev = true
+dev-cert-out = ""
+listen = "127.0.0.1:0"
+mqtt-quic = ""
+metrics-listen = ""
+
+[[bridge]]
+name          = "cloud"
+url           = "mqtt://%s"
+out           = ["sensors/#"]
+in            = ["cmd/#"]
+remote_prefix = "site-1/"
+reconnect_min = "50ms"
+`, ms.TCPAddr())
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	bctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var stderr testutil.SyncBuffer
+	go func() {
+		done <- runBroker(bctx, []string{"--config", path, "--log-level", "info"}, pw, &stderr)
+		_ = pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	var edgeURL string
+	sawBridge := false
+	for (edgeURL == "" || !sawBridge) && sc.Scan() {
+		l := sc.Text()
+		if m := regexp.MustCompile(`broker listening: (https://\S+) `).FindStringSubmatch(l); m != nil {
+			edgeURL = m[1]
+		}
+		sawBridge = sawBridge || strings.HasPrefix(l, "bridge cloud: mqtt://")
+	}
+	if edgeURL == "" || !sawBridge {
+		t.Fatalf("broker did not start with its bridge: %v %s", <-done, stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+
+	edge, err := client.New(client.Options{Broker: edgeURL, Insecure: true, Logger: testutil.DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer edge.Close()
+	if _, err := edge.Publish(ctx, "sensors/kitchen", []byte("21.5"), client.PublishOptions{QoS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m.Topic != "site-1/sensors/kitchen" || string(m.Payload) != "21.5" {
+			t.Fatalf("upstream got %s %q", m.Topic, m.Payload)
+		}
+	case <-ctx.Done():
+		t.Fatalf("upstream never got the edge's message: %s", stderr.String())
+	}
+	down := make(chan client.Message, 4)
+	go func() { _ = edge.Subscribe(ctx, "cmd/#", 0, func(m client.Message) { down <- m }) }()
+	select {
+	case m := <-down:
+		if m.Topic != "cmd/valve" || string(m.Payload) != "open" {
+			t.Fatalf("edge got %s %q", m.Topic, m.Payload)
+		}
+	case <-ctx.Done():
+		t.Fatalf("the upstream's retained message never came down: %s", stderr.String())
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), `msg="bridge connected" bridge=cloud`) {
+		t.Fatalf("no connect line in the log:\n%s", stderr.String())
 	}
 }
