@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"sync"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/bridge"
@@ -19,7 +21,9 @@ import (
 // broker before it starts, naming the bridge and the key.
 
 type bridgeState struct {
-	cfgs    []bridge.Config
+	cfgs []bridge.Config
+
+	mu      sync.Mutex // running is read by metrics scrapes
 	running []*bridge.Bridge
 }
 
@@ -36,7 +40,10 @@ func init() {
 // parsed reads the [[bridge]] tables of the file --config names (a missing
 // file at the default path means no bridges, as for the [broker] table).
 func (s *bridgeState) parsed(fs *flag.FlagSet) error {
-	s.cfgs, s.running = nil, nil
+	s.cfgs = nil
+	s.mu.Lock()
+	s.running = nil
+	s.mu.Unlock()
 	f := fs.Lookup(config.FlagName)
 	if f == nil || f.Value.String() == "" {
 		return nil
@@ -55,12 +62,20 @@ func (s *bridgeState) parsed(fs *flag.FlagSet) error {
 	return nil
 }
 
-// configure checks the bridges against the broker's ACL mode.
+// configure checks the bridges against the broker's ACL mode and adds
+// their metrics (quiot_bridge_*) to --metrics-listen.
 func (s *bridgeState) configure(opts *broker.Options, _ io.Writer) error {
 	for _, c := range s.cfgs {
 		if err := bridge.CheckAuth(c, opts.Auth); err != nil {
 			return err
 		}
+	}
+	if len(s.cfgs) > 0 {
+		metricsCollectors = append(metricsCollectors, bridge.Collector(func() []*bridge.Bridge {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return slices.Clone(s.running)
+		}))
 	}
 	return nil
 }
@@ -71,7 +86,11 @@ func (s *bridgeState) start(_ context.Context, b *broker.Broker, _ *broker.Optio
 		return nil, nil
 	}
 	stop := func(ctx context.Context) error {
-		for _, br := range s.running {
+		s.mu.Lock()
+		running := s.running
+		s.running = nil
+		s.mu.Unlock()
+		for _, br := range running {
 			_ = br.Close(ctx)
 		}
 		return nil
@@ -85,7 +104,9 @@ func (s *bridgeState) start(_ context.Context, b *broker.Broker, _ *broker.Optio
 			_ = stop(context.Background())
 			return nil, err
 		}
+		s.mu.Lock()
 		s.running = append(s.running, br)
+		s.mu.Unlock()
 		fmt.Fprintf(stdout, "bridge %s: %s (out %v, in %v)\n", c.Name, c.URL, c.Out, c.In)
 	}
 	return stop, nil

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -115,7 +116,7 @@ dev = true
 dev-cert-out = ""
 listen = "127.0.0.1:0"
 mqtt-quic = ""
-metrics-listen = ""
+metrics-listen = "127.0.0.1:0"
 
 [[bridge]]
 name          = "cloud"
@@ -137,16 +138,19 @@ reconnect_min = "50ms"
 		_ = pw.Close()
 	}()
 	sc := bufio.NewScanner(pr)
-	var edgeURL string
+	var edgeURL, metricsURL string
 	sawBridge := false
-	for (edgeURL == "" || !sawBridge) && sc.Scan() {
+	for (edgeURL == "" || !sawBridge || metricsURL == "") && sc.Scan() {
 		l := sc.Text()
+		if m := regexp.MustCompile(`metrics: (http://\S+/metrics)`).FindStringSubmatch(l); m != nil {
+			metricsURL = m[1]
+		}
 		if m := regexp.MustCompile(`broker listening: (https://\S+) `).FindStringSubmatch(l); m != nil {
 			edgeURL = m[1]
 		}
 		sawBridge = sawBridge || strings.HasPrefix(l, "bridge cloud: mqtt://")
 	}
-	if edgeURL == "" || !sawBridge {
+	if edgeURL == "" || !sawBridge || metricsURL == "" {
 		t.Fatalf("broker did not start with its bridge: %v %s", <-done, stderr.String())
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
@@ -176,6 +180,19 @@ reconnect_min = "50ms"
 		}
 	case <-ctx.Done():
 		t.Fatalf("the upstream's retained message never came down: %s", stderr.String())
+	}
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	// The counters move once the PUBACK is in and once Publish returned,
+	// maybe after the subscribers got the messages: 0 or 1.
+	for _, want := range []string{`quiot_bridge_up\{bridge="cloud"\} 1`, `quiot_bridge_sent_total\{bridge="cloud"\} [01]`, `quiot_bridge_received_total\{bridge="cloud"\} [01]`} {
+		if !regexp.MustCompile(`(?m)^` + want + `$`).Match(body) {
+			t.Errorf("metrics lack %s:\n%s", want, body)
+		}
 	}
 	stop()
 	if err := <-done; err != nil {

@@ -359,6 +359,19 @@ reconnect_min  = "1s"
 	if s := br.Stats(); s.Queued != 10 || s.Dropped != 15 || s.Sent != 0 {
 		t.Fatalf("stats %+v: want 10 queued, 15 dropped", s)
 	}
+	var m strings.Builder
+	bridge.Collector(func() []*bridge.Bridge { return []*bridge.Bridge{br} }).WritePrometheus(&m)
+	for _, want := range []string{
+		"# TYPE quiot_bridge_dropped_total counter\n",
+		"quiot_bridge_up{bridge=\"nowhere\"} 0\n",
+		"quiot_bridge_queued_messages{bridge=\"nowhere\"} 10\n",
+		"quiot_bridge_dropped_total{bridge=\"nowhere\"} 15\n",
+		"quiot_bridge_sent_total{bridge=\"nowhere\"} 0\n",
+	} {
+		if !strings.Contains(m.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, m.String())
+		}
+	}
 }
 
 // TestInboundNeedsACL: deny by default, a bridge with in filters does not
