@@ -492,7 +492,10 @@ func (br *Bridge) onUp(cm *autopaho.ConnectionManager, ca *paho.Connack) {
 	}
 	subs := make([]paho.SubscribeOptions, 0, len(br.cfg.In))
 	for _, f := range br.cfg.In {
-		subs = append(subs, paho.SubscribeOptions{Topic: br.cfg.RemotePrefix + f, QoS: br.cfg.QoS, NoLocal: true, RetainAsPublished: true})
+		// RetainHandling 1: retained messages only for a subscription the
+		// session did not hold yet, so a persistent session's reconnect does
+		// not bring them down again.
+		subs = append(subs, paho.SubscribeOptions{Topic: br.cfg.RemotePrefix + f, QoS: br.cfg.QoS, NoLocal: true, RetainAsPublished: true, RetainHandling: 1})
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(br.ctx, 30*time.Second)

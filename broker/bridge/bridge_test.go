@@ -434,3 +434,50 @@ identity      = "cloud"
 		t.Fatalf("edge MQTT subscriber got %q", l)
 	}
 }
+
+// TestPersistentSession: with clean_start = false the upstream keeps the
+// bridge's session while it is away: messages published upstream
+// meanwhile come down when it is back, and retained messages are not
+// brought down again.
+func TestPersistentSession(t *testing.T) {
+	pki := testutil.NewPKI(t)
+	mq := startMosquitto(t, pki, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	edge := startEdge(t, pki)
+	down := edgeSub(ctx, t, edge, "cmd/#")
+	cfg := config(t, fmt.Sprintf(`
+[[bridge]]
+name          = "cloud"
+url           = "mqtt://127.0.0.1:%s"
+in            = ["cmd/#"]
+remote_prefix = "site-1/"
+username      = %q
+password      = %q
+identity      = "cloud"
+clean_start   = false
+`, mq.port, upUser, upPass))
+	mq.pub(t, "-q", "1", "-r", "-t", "site-1/cmd/ok/ret", "-m", "kept")
+	br, err := bridge.New(edge.Broker, cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if m := nextEdge(ctx, t, down, "the retained message"); string(m.Payload) != "kept" {
+		t.Fatalf("edge got %q", m.Payload)
+	}
+	if err := br.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mq.pub(t, "-q", "1", "-t", "site-1/cmd/ok/a", "-m", "while-away")
+	startBridge(t, edge.Broker, cfg)
+	if m := nextEdge(ctx, t, down, "the message published while away"); string(m.Payload) != "while-away" {
+		t.Fatalf("edge got %s %q, want while-away (the retained message again?)", m.Topic, m.Payload)
+	}
+	mq.pub(t, "-q", "1", "-t", "site-1/cmd/ok/b", "-m", "live")
+	if m := nextEdge(ctx, t, down, "the live message"); string(m.Payload) != "live" {
+		t.Fatalf("edge got %s %q, want live (the retained message again?)", m.Topic, m.Payload)
+	}
+}
