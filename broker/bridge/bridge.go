@@ -42,6 +42,7 @@ import (
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/topic"
 )
 
@@ -57,13 +58,20 @@ type Stats struct {
 	// Connected reports a live upstream connection, since ConnectedSince.
 	Connected      bool
 	ConnectedSince time.Time
-	// Queued and QueuedBytes are the messages waiting to go up.
+	// Queued is the number of messages waiting to go up (in memory and in
+	// the store); QueuedBytes the bytes of those in memory.
 	Queued      int
 	QueuedBytes int64
 	// Sent counts messages the upstream accepted (PUBACK for QoS 1).
 	Sent uint64
-	// Dropped counts messages dropped from a full queue.
+	// Dropped counts messages dropped from a full queue (and, with a
+	// store, dropped from the full store or expired in it).
 	Dropped uint64
+	// Stored is the number of messages in the on-disk store (Queued
+	// includes them), StoreBytes the size of its files (delivered
+	// messages included until their segment file is deleted).
+	Stored     uint64
+	StoreBytes int64
 	// Refused counts messages the upstream refused (PUBACK reason >= 0x80):
 	// they are not sent again.
 	Refused uint64
@@ -101,6 +109,13 @@ type Bridge struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	closed atomic.Bool
+
+	// sp is the on-disk queue (Config.StoreDir; nil: memory only):
+	// spoolIn moves the memory queue's messages into it and closes
+	// spooled once drained after drain is closed (Close).
+	sp      *spool.Spool
+	spooled chan struct{}
+	drain   chan struct{}
 
 	mu       sync.Mutex
 	q        []*item // oldest first
@@ -161,6 +176,17 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 	}
 	br.connCtx, br.connLost = context.WithCancel(context.Background())
 	br.connLost() // not connected yet
+	if cfg.StoreDir != "" {
+		sp, err := spool.Open(spool.Options{Dir: cfg.StoreDir, MaxBytes: cfg.StoreMaxBytes, MaxAge: cfg.StoreMaxAge, Logger: br.log})
+		if err != nil {
+			return nil, fail("store_dir", err)
+		}
+		br.sp = sp
+		br.spooled, br.drain = make(chan struct{}), make(chan struct{})
+		if n := sp.Pending(); n > 0 {
+			br.log.Info("bridge store holds messages from an earlier run: sending them first", "store_dir", cfg.StoreDir, "pending", n)
+		}
+	}
 	return br, nil
 }
 
@@ -226,15 +252,35 @@ func (br *Bridge) Start() error {
 	br.mu.Unlock()
 	br.log.Info("bridge starting", "url", br.cfg.URL, "out", br.cfg.Out, "in", br.cfg.In, "remote_prefix", br.cfg.RemotePrefix,
 		"qos", br.cfg.QoS, "queue_messages", br.cfg.QueueMessages, "queue_bytes", br.cfg.QueueBytes)
-	go br.send()
+	if br.sp != nil {
+		go br.spoolIn()
+		go br.sendSpool()
+	} else {
+		go br.send()
+	}
 	return nil
 }
 
 // Close disconnects from the upstream. Messages still queued are lost
 // (logged with their count).
 func (br *Bridge) Close(ctx context.Context) error {
-	if br.closed.Swap(true) || br.cancel == nil {
+	if br.closed.Swap(true) {
 		return nil
+	}
+	if br.cancel == nil { // never started
+		if br.sp != nil {
+			return br.sp.Close()
+		}
+		return nil
+	}
+	var serr error
+	if br.sp != nil {
+		// Store what is still in memory, then stop.
+		close(br.drain)
+		select {
+		case <-br.spooled:
+		case <-ctx.Done():
+		}
 	}
 	br.mu.Lock()
 	cm := br.cm
@@ -247,6 +293,12 @@ func (br *Bridge) Close(ctx context.Context) error {
 	select {
 	case <-br.done:
 	case <-ctx.Done():
+	}
+	if br.sp != nil {
+		pending := br.sp.Pending()
+		serr = br.sp.Close()
+		br.log.Info("bridge closed; its store keeps the messages not sent yet", "pending", pending, "store_dir", br.cfg.StoreDir)
+		return serr
 	}
 	if n > 0 {
 		br.log.Warn("bridge closed with messages still queued: they are lost (the queue is in memory)", "queued", n)
@@ -267,6 +319,12 @@ func (br *Bridge) Stats() Stats {
 	s.Sent, s.Dropped, s.Refused = br.sent.Load(), br.dropped.Load(), br.refused.Load()
 	s.In, s.InRefused, s.Connects, s.Subscribed = br.in.Load(), br.inRefused.Load(), br.connects.Load(), br.subscribed.Load()
 	s.ConnectFailures = br.connFailures.Load()
+	if br.sp != nil {
+		st := br.sp.Stats()
+		s.Queued += int(st.Pending)
+		s.Dropped += st.Dropped + st.Expired
+		s.Stored, s.StoreBytes = st.Pending, st.Bytes
+	}
 	return s
 }
 
@@ -324,7 +382,7 @@ func (br *Bridge) tap(m *broker.Message) {
 	if dropped > 0 {
 		br.dropping = true
 	}
-	queued := len(br.q)
+	queued := len(br.q) + br.stored()
 	br.notifyLocked()
 	br.mu.Unlock()
 	if dropped > 0 {
@@ -394,49 +452,133 @@ func (br *Bridge) send() {
 		if it == nil {
 			return
 		}
-		conn := br.connection()
-		if conn == nil {
-			return
-		}
-		ctx, cancel := context.WithCancel(br.ctx)
-		stop := context.AfterFunc(conn, cancel)
-		p := &paho.Publish{
-			Topic:   it.topic,
-			Payload: it.msg.Payload,
-			QoS:     br.cfg.QoS,
-			Retain:  it.msg.Retain,
-		}
-		if it.msg.Time > 0 { // the publisher's send time, as quiot's MQTT clients carry it
-			p.Properties = &paho.PublishProperties{User: paho.UserProperties{{Key: client.MQTTTimeProperty, Value: strconv.FormatInt(it.msg.Time, 10)}}}
-		}
-		pr, err := br.cm.Publish(ctx, p)
-		stop()
-		cancel()
-		switch {
-		case err == nil:
+		switch br.publishUp(it.topic, it.msg.Payload, it.msg.Retain, it.msg.Time) {
+		case upSent:
 			br.sent.Add(1) // before pop, which notifies
 			br.pop(it)
-		case pr != nil && pr.ReasonCode >= 0x80:
-			br.refused.Add(1)
-			br.setErr(fmt.Sprintf("upstream refused a publish to %q (reason 0x%02x)", it.topic, pr.ReasonCode))
-			br.log.Warn("bridge: upstream refused a message; giving it up (counted in refused)", "topic", it.topic, "reason", fmt.Sprintf("0x%02x", pr.ReasonCode))
+		case upRefused:
 			br.pop(it)
-		case br.ctx.Err() != nil:
+		case upStopped:
 			return
-		default:
-			// The connection was lost (or the publish could not be
-			// written): send it again on the next connection.
-			it.failed++
-			br.setErr(err.Error())
-			br.log.Debug("bridge publish cut; retrying on the next connection", "topic", it.topic, "error", err, "attempt", it.failed)
-			select {
-			case <-conn.Done():
-			case <-br.ctx.Done():
+		}
+	}
+}
+
+// sendSpool publishes the spool's messages up, one at a time, in order,
+// and acknowledges each in the spool once the upstream has it.
+func (br *Bridge) sendSpool() {
+	defer close(br.done)
+	for {
+		m, err := br.sp.Next(br.ctx)
+		if err != nil {
+			return
+		}
+		for {
+			r := br.publishUp(m.Topic, m.Payload, m.Retain, m.Time)
+			if r == upStopped {
 				return
-			case <-time.After(br.cfg.ReconnectMin):
-				// The connection still looks up (e.g. the session was full):
-				// try again after a pause.
 			}
+			if r == upRetry {
+				continue
+			}
+			if r == upSent {
+				br.sent.Add(1)
+			}
+			br.sp.Ack(m.ID)
+			br.notify()
+			break
+		}
+	}
+}
+
+// Outcomes of publishUp.
+const (
+	upSent    = iota // the upstream has it
+	upRefused        // the upstream refused it: give it up
+	upRetry          // cut: try again
+	upStopped        // the bridge is closing
+)
+
+// publishUp publishes one message on the current connection and waits for
+// its PUBACK (QoS 1); after a cut it waits for the connection's end (or a
+// pause) before returning upRetry.
+func (br *Bridge) publishUp(topic string, payload []byte, retain bool, sent int64) int {
+	conn := br.connection()
+	if conn == nil {
+		return upStopped
+	}
+	ctx, cancel := context.WithCancel(br.ctx)
+	stop := context.AfterFunc(conn, cancel)
+	p := &paho.Publish{Topic: topic, Payload: payload, QoS: br.cfg.QoS, Retain: retain}
+	if sent > 0 { // the publisher's send time, as quiot's MQTT clients carry it
+		p.Properties = &paho.PublishProperties{User: paho.UserProperties{{Key: client.MQTTTimeProperty, Value: strconv.FormatInt(sent, 10)}}}
+	}
+	pr, err := br.cm.Publish(ctx, p)
+	stop()
+	cancel()
+	switch {
+	case err == nil:
+		return upSent
+	case pr != nil && pr.ReasonCode >= 0x80:
+		br.refused.Add(1)
+		br.setErr(fmt.Sprintf("upstream refused a publish to %q (reason 0x%02x)", topic, pr.ReasonCode))
+		br.log.Warn("bridge: upstream refused a message; giving it up (counted in refused)", "topic", topic, "reason", fmt.Sprintf("0x%02x", pr.ReasonCode))
+		return upRefused
+	case br.ctx.Err() != nil:
+		return upStopped
+	}
+	// The connection was lost (or the publish could not be written): send
+	// it again on the next connection.
+	br.setErr(err.Error())
+	br.log.Debug("bridge publish cut; retrying on the next connection", "topic", topic, "error", err)
+	select {
+	case <-conn.Done():
+	case <-br.ctx.Done():
+		return upStopped
+	case <-time.After(br.cfg.ReconnectMin):
+		// The connection still looks up (e.g. the session was full): try
+		// again after a pause.
+	}
+	return upRetry
+}
+
+// spoolIn moves the queue's messages into the spool, in order, until the
+// bridge closes and the queue is empty.
+func (br *Bridge) spoolIn() {
+	defer close(br.spooled)
+	for {
+		it := br.headOrDrained()
+		if it == nil {
+			return
+		}
+		_, err := br.sp.Append(context.Background(), spool.Message{Topic: it.topic, Payload: it.msg.Payload, QoS: br.cfg.QoS, Retain: it.msg.Retain})
+		if err != nil {
+			br.dropped.Add(1)
+			br.setErr("store: " + err.Error())
+			br.log.Warn("bridge: could not store a message; dropped (counted in dropped)", "topic", it.topic, "error", err)
+		}
+		br.pop(it)
+	}
+}
+
+// headOrDrained is head for spoolIn: once the bridge is closing it returns
+// nil only when the queue is empty, so that Close stores what was queued.
+func (br *Bridge) headOrDrained() *item {
+	for {
+		br.mu.Lock()
+		if len(br.q) > 0 {
+			it := br.q[0]
+			br.mu.Unlock()
+			return it
+		}
+		br.dropping = false
+		br.mu.Unlock()
+		if br.closed.Load() {
+			return nil
+		}
+		select {
+		case <-br.wake:
+		case <-br.drain:
 		}
 	}
 }
@@ -462,6 +604,15 @@ func (br *Bridge) connection() context.Context {
 	}
 }
 
+// stored is the number of messages in the store (0 without one); safe
+// under br.mu (the spool has its own lock).
+func (br *Bridge) stored() int {
+	if br.sp == nil {
+		return 0
+	}
+	return int(br.sp.Pending())
+}
+
 func (br *Bridge) setErr(s string) {
 	br.mu.Lock()
 	br.lastErr = s
@@ -479,7 +630,7 @@ func (br *Bridge) onUp(cm *autopaho.ConnectionManager, ca *paho.Connack) {
 	if !br.downAt.IsZero() {
 		down = time.Since(br.downAt)
 	}
-	queued := len(br.q)
+	queued := len(br.q) + br.stored()
 	br.notifyLocked()
 	br.mu.Unlock()
 	if n == 1 {
@@ -524,7 +675,7 @@ func (br *Bridge) onDown() bool {
 	br.connLost()
 	br.up = false
 	br.downAt = time.Now()
-	queued := len(br.q)
+	queued := len(br.q) + br.stored()
 	br.notifyLocked()
 	br.mu.Unlock()
 	if !br.closed.Load() {
@@ -546,7 +697,7 @@ func (br *Bridge) onConnectError(err error) {
 	n := br.connFailures.Add(1)
 	br.mu.Lock()
 	br.lastErr = msg
-	queued := len(br.q)
+	queued := len(br.q) + br.stored()
 	br.notifyLocked()
 	br.mu.Unlock()
 	br.log.Warn("bridge connect attempt failed; retrying with backoff", "url", br.cfg.URL, "error", msg, "failures", n, "queued", queued, "reconnect_max", br.cfg.ReconnectMax)

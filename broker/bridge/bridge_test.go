@@ -262,12 +262,22 @@ reconnect_max = "1s"
 // upstream subscriber (a persistent mosquitto_sub session; mosquitto saves
 // it on SIGTERM), in order once duplicates from cut publishes are removed.
 func TestMosquittoRestartQoS1(t *testing.T) {
+	for _, store := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "store"}[store], func(t *testing.T) { mosquittoRestart(t, store) })
+	}
+}
+
+func mosquittoRestart(t *testing.T, store bool) {
 	pki := testutil.NewPKI(t)
 	mq := startMosquitto(t, pki, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	edge := startEdge(t, pki)
 	up := mq.sub(ctx, t, "site-1/#", "-c", "-i", "restart-sub", "-V", "mqttv311")
+	extra := ""
+	if store {
+		extra = fmt.Sprintf("store_dir = %q\n", t.TempDir())
+	}
 	cfg := config(t, fmt.Sprintf(`
 [[bridge]]
 name          = "cloud"
@@ -278,7 +288,7 @@ username      = %q
 password      = %q
 reconnect_min = "50ms"
 reconnect_max = "500ms"
-`, mq.port, upUser, upPass))
+%s`, mq.port, upUser, upPass, extra))
 	br := startBridge(t, edge.Broker, cfg)
 
 	const per = 100 // messages in each phase: before, during and after the outage
@@ -479,5 +489,60 @@ clean_start   = false
 	mq.pub(t, "-q", "1", "-t", "site-1/cmd/ok/b", "-m", "live")
 	if m := nextEdge(ctx, t, down, "the live message"); string(m.Payload) != "live" {
 		t.Fatalf("edge got %s %q, want live (the retained message again?)", m.Topic, m.Payload)
+	}
+}
+
+// TestStoreSurvivesRestart: with store_dir, messages queued while the
+// upstream is unreachable are on disk when the bridge stops, and the next
+// bridge on the same store sends them all, in order.
+func TestStoreSurvivesRestart(t *testing.T) {
+	pki := testutil.NewPKI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	edge := startEdge(t, pki)
+	store := t.TempDir()
+	table := `
+[[bridge]]
+name          = "cloud"
+url           = "mqtt://127.0.0.1:%s"
+out           = ["sensors/#"]
+remote_prefix = "site-1/"
+username      = %q
+password      = %q
+store_dir     = %q
+reconnect_min = "50ms"
+reconnect_max = "200ms"
+`
+	const n = 50
+	br, err := bridge.New(edge.Broker, config(t, fmt.Sprintf(table, freePort(t), upUser, upPass, store)), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		publish(ctx, t, edge.Broker, "sensors/seq", fmt.Sprintf("m-%d", i), false)
+	}
+	if err := br.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := br.Stats(); s.Sent != 0 {
+		t.Fatalf("stats %+v: nothing can have been sent", s)
+	}
+
+	mq := startMosquitto(t, pki, false)
+	up := mq.sub(ctx, t, "site-1/#")
+	br2 := startBridge(t, edge.Broker, config(t, fmt.Sprintf(table, mq.port, upUser, upPass, store)))
+	if s := br2.Stats(); s.Stored != n {
+		t.Fatalf("the new bridge found %d stored messages, want %d", s.Stored, n)
+	}
+	for i := range n {
+		if l, want := up.next(ctx, t, fmt.Sprintf("m-%d", i)), fmt.Sprintf("site-1/sensors/seq m-%d", i); l != want {
+			t.Fatalf("upstream got %q, want %q", l, want)
+		}
+	}
+	if err := br2.WaitFor(ctx, func(s bridge.Stats) bool { return s.Queued == 0 && s.Sent == n }); err != nil {
+		t.Fatalf("stats %+v", br2.Stats())
 	}
 }

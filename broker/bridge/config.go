@@ -77,6 +77,14 @@ type Config struct {
 	// beyond them the oldest is dropped and counted.
 	QueueMessages int
 	QueueBytes    int64
+	// StoreDir, when set, is a directory (one per bridge) where messages
+	// waiting to go up are kept on disk (device/spool's log): they survive
+	// a restart of the broker. Empty: memory only.
+	StoreDir string
+	// StoreMaxBytes and StoreMaxAge bound the store (0: 64 MiB, 7 days);
+	// beyond them the oldest messages are dropped and counted.
+	StoreMaxBytes int64
+	StoreMaxAge   time.Duration
 }
 
 // Error is a configuration error of one bridge: it names the bridge (or
@@ -141,7 +149,7 @@ func Parse(data []byte) ([]Config, error) {
 
 var keys = []string{"name", "url", "out", "in", "remote_prefix", "qos", "username", "password", "password_file",
 	"client_id", "ca_file", "cert_file", "key_file", "mqtt_version", "keepalive", "clean_start", "session_expiry",
-	"reconnect_min", "reconnect_max", "identity", "queue_messages", "queue_bytes"}
+	"reconnect_min", "reconnect_max", "identity", "queue_messages", "queue_bytes", "store_dir", "store_max_bytes", "store_max_age"}
 
 func parseOne(i int, t map[string]any) (Config, error) {
 	c := Config{
@@ -238,6 +246,21 @@ func parseOne(i int, t map[string]any) (Config, error) {
 					return c, fail(k, "must be at least 1")
 				}
 				c.QueueBytes = n
+			}
+		case "store_dir":
+			c.StoreDir, err = str(v)
+		case "store_max_bytes":
+			var n int64
+			if n, err = integer(v); err == nil {
+				if n < 1 {
+					return c, fail(k, "must be at least 1")
+				}
+				c.StoreMaxBytes = n
+			}
+		case "store_max_age":
+			c.StoreMaxAge, err = duration(v)
+			if err == nil && c.StoreMaxAge <= 0 {
+				return c, fail(k, "must be positive")
 			}
 		default:
 			if s := closest(k); s != "" {

@@ -40,9 +40,11 @@ func (c Collector) WritePrometheus(w io.Writer) {
 			return float64(s.ConnectedSince.UnixNano()) / 1e9
 		}},
 		{"queued_messages", "gauge", "Messages waiting to go up.", func(s Stats) float64 { return float64(s.Queued) }},
-		{"queued_bytes", "gauge", "Bytes of the messages waiting to go up (payload, topic and 64 a message).", func(s Stats) float64 { return float64(s.QueuedBytes) }},
+		{"queued_bytes", "gauge", "Bytes of the messages waiting to go up in memory (payload, topic and 64 a message).", func(s Stats) float64 { return float64(s.QueuedBytes) }},
+		{"stored_messages", "gauge", "Messages waiting to go up in the on-disk store (store_dir; included in queued_messages).", func(s Stats) float64 { return float64(s.Stored) }},
+		{"store_bytes", "gauge", "Size of the on-disk store's files.", func(s Stats) float64 { return float64(s.StoreBytes) }},
 		{"sent_total", "counter", "Messages the upstream accepted (PUBACK for QoS 1).", func(s Stats) float64 { return float64(s.Sent) }},
-		{"dropped_total", "counter", "Messages dropped from a full queue (the oldest first).", func(s Stats) float64 { return float64(s.Dropped) }},
+		{"dropped_total", "counter", "Messages dropped from a full queue or store (the oldest first) or expired in the store.", func(s Stats) float64 { return float64(s.Dropped) }},
 		{"refused_total", "counter", "Messages the upstream refused (PUBACK reason 0x80 or above), not sent again.", func(s Stats) float64 { return float64(s.Refused) }},
 		{"received_total", "counter", "Messages brought down and accepted by this broker.", func(s Stats) float64 { return float64(s.In) }},
 		{"denied_total", "counter", "Messages from the upstream refused here (ACL, outside prefix or in filters, $ topics, broker errors).", func(s Stats) float64 { return float64(s.InRefused) }},
