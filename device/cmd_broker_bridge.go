@@ -98,7 +98,9 @@ func (s *bridgeState) start(_ context.Context, b *broker.Broker, _ *broker.Optio
 	for _, c := range s.cfgs {
 		br, err := bridge.New(b, c, log)
 		if err == nil {
-			err = br.Start()
+			if err = br.Start(); err != nil {
+				_ = br.Close(context.Background()) // releases its store
+			}
 		}
 		if err != nil {
 			_ = stop(context.Background())
