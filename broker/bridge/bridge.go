@@ -261,8 +261,10 @@ func (br *Bridge) Start() error {
 	return nil
 }
 
-// Close disconnects from the upstream. Messages still queued are lost
-// (logged with their count).
+// Close disconnects from the upstream. Without a store, messages still
+// queued are lost (logged with their count); with one, the memory queue is
+// written to it first (until ctx ends) and the store keeps them for the
+// next start.
 func (br *Bridge) Close(ctx context.Context) error {
 	if br.closed.Swap(true) {
 		return nil

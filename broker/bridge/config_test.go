@@ -42,6 +42,9 @@ reconnect_max = "5m"
 identity      = "cloud"
 queue_messages = 100
 queue_bytes   = 65536
+store_dir     = "/var/lib/quiot/bridge-cloud"
+store_max_bytes = 1048576
+store_max_age = "24h"
 
 [[bridge]]
 name = "second"
@@ -57,7 +60,8 @@ out  = "a/#"
 	c := cs[0]
 	if c.Name != "cloud" || c.Password != "from-file" || c.CleanStart || c.SessionExpiry != bridge.DefaultSessionExpiry ||
 		c.KeepAlive != 30*time.Second || c.ReconnectMax != 5*time.Minute || c.QueueMessages != 100 || c.QueueBytes != 65536 ||
-		c.ClientID != "quiot-bridge-cloud" || c.RemotePrefix != "site-1/" || c.Identity != "cloud" {
+		c.ClientID != "quiot-bridge-cloud" || c.RemotePrefix != "site-1/" || c.Identity != "cloud" ||
+		c.StoreDir != "/var/lib/quiot/bridge-cloud" || c.StoreMaxBytes != 1<<20 || c.StoreMaxAge != 24*time.Hour {
 		t.Fatalf("parsed %+v", c)
 	}
 	d := cs[1]
@@ -96,6 +100,7 @@ func TestParseErrors(t *testing.T) {
 		{"prefix wildcard", "name = \"x\"\n" + ok + "remote_prefix = \"+/\"\n", `"x"`, "remote_prefix", ""},
 		{"identity", "name = \"x\"\n" + ok + "identity = \"a/b\"\n", `"x"`, "identity", ""},
 		{"queue", "name = \"x\"\n" + ok + "queue_messages = 0\n", `"x"`, "queue_messages", "at least 1"},
+		{"store age", "name = \"x\"\n" + ok + "store_max_age = \"-1h\"\n", `"x"`, "store_max_age", "must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := bridge.Parse([]byte("[[bridge]]\n" + tc.table))
