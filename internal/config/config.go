@@ -28,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +47,11 @@ const FlagName = "config"
 
 // Sections are the tables a configuration file may hold, one per role.
 var Sections = []string{"broker", "pub", "sub"}
+
+// ArrayTables are the arrays of tables ([[name]]) a configuration file may
+// hold besides the role tables; Parse leaves them to the code that reads
+// them: [[bridge]], the broker's bridges (broker/bridge, docs/bridge.md).
+var ArrayTables = []string{"bridge"}
 
 // skipKeys are flags that make no sense inside the file itself.
 var skipKeys = map[string]bool{FlagName: true, "check-config": true}
@@ -178,6 +184,9 @@ func Parse(name string, data []byte) (map[string][]KeyValue, error) {
 	sort.Strings(names)
 	for _, sec := range names {
 		if _, arr := raw[sec].([]map[string]any); arr {
+			if slices.Contains(ArrayTables, sec) {
+				continue
+			}
 			return nil, &Error{Path: name, Line: lines[lineKey{sec, ""}], Section: sec,
 				Err: fmt.Errorf("[[%s]] (an array of tables) is not allowed: use [%s] once", sec, sec)}
 		}
@@ -185,6 +194,10 @@ func Parse(name string, data []byte) (map[string][]KeyValue, error) {
 		if !ok {
 			return nil, &Error{Path: name, Line: lines[lineKey{"", sec}], Key: sec,
 				Err: fmt.Errorf("key outside a table: put it under one of [%s]", strings.Join(Sections, "], ["))}
+		}
+		if slices.Contains(ArrayTables, sec) {
+			return nil, &Error{Path: name, Line: lines[lineKey{sec, ""}], Section: sec,
+				Err: fmt.Errorf("write [[%s]] (an array of tables, one per %s)", sec, sec)}
 		}
 		if !known(sec) {
 			return nil, &Error{Path: name, Line: lines[lineKey{sec, ""}], Section: sec,

@@ -111,6 +111,7 @@ func TestApplyErrors(t *testing.T) {
 		{"quoted key", "[broker]\n\"lissen\" = \":1\"\n", 2, []string{`key "lissen"`}},
 		{"dotted key", "[broker]\n\nlisten.port = 1\n", 3, []string{`key "listen"`, "table is not allowed"}},
 		{"array of tables", "[broker]\ndev = true\n[[pub]]\ntopic = \"x\"\n", 3, []string{"[[pub]]", "array of tables"}},
+		{"bridge table", "[broker]\ndev = true\n[bridge]\nname = \"x\"\n", 3, []string{"[bridge]", "write [[bridge]]"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -212,4 +213,20 @@ func FuzzParse(f *testing.F) {
 		fs := brokerFlags()
 		_ = ApplyData(fs, "broker", "f", data)
 	})
+}
+
+// TestBridgeTablesLeftAlone: [[bridge]] tables (broker/bridge reads them)
+// pass Parse and do not touch the role's flags.
+func TestBridgeTablesLeftAlone(t *testing.T) {
+	path := write(t, "[broker]\nlisten = \":7\"\n\n[[bridge]]\nname = \"cloud\"\nurl = \"mqtt://h\"\n\n[[bridge]]\nname = \"b\"\n")
+	fs := brokerFlags()
+	if err := fs.Parse([]string{"--config", path}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplyFlag(fs, "broker"); err != nil {
+		t.Fatal(err)
+	}
+	if v := fs.Lookup("listen").Value.String(); v != ":7" {
+		t.Fatalf("listen = %q", v)
+	}
 }

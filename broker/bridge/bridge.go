@@ -1,0 +1,779 @@
+// Package bridge joins the broker's topic space to an upstream MQTT broker
+// (mosquitto, EMQX, HiveMQ, another quiot) over mqtt:// or mqtts://, MQTT 5.
+//
+// Messages the broker accepts on a topic matching one of the bridge's out
+// filters are forwarded up under RemotePrefix+topic; messages the upstream
+// delivers on RemotePrefix+in filter come down with the prefix stripped
+// and are published locally with Origin "bridge:NAME" under the bridge's
+// Identity, through the broker's one authorization check (auth.Allow).
+// A message that came in over a bridge is never forwarded back over it (by
+// origin, and the remote subscriptions ask for MQTT 5 No Local); topics
+// starting with $ never cross.
+//
+// Going up, messages wait in a bounded in-memory queue (Config.QueueMessages
+// and QueueBytes; beyond them the oldest is dropped and counted) while the
+// upstream is away, and are published one at a time: QoS 1 waits for the
+// PUBACK before the next, so order is kept and a message is removed from
+// the queue only once the upstream has it. A publish cut by a lost
+// connection is sent again on the next one (at least once). The queue is
+// not on disk: a restart of this broker loses what it held.
+//
+// The keys of a [[bridge]] table are in docs/bridge.md.
+package bridge
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/device/spool"
+	"github.com/quiot/quiot/internal/topic"
+)
+
+// OriginPrefix starts the Message.Origin of messages a bridge brought in:
+// "bridge:NAME". They are not forwarded back over that bridge.
+const OriginPrefix = "bridge:"
+
+// Origin returns the Message.Origin of messages bridge name brings in.
+func Origin(name string) string { return OriginPrefix + name }
+
+// Stats are a bridge's counters.
+type Stats struct {
+	// Connected reports a live upstream connection, since ConnectedSince.
+	Connected      bool
+	ConnectedSince time.Time
+	// Queued is the number of messages waiting to go up (in memory and in
+	// the store); QueuedBytes the bytes of those in memory.
+	Queued      int
+	QueuedBytes int64
+	// Sent counts messages the upstream accepted (PUBACK for QoS 1).
+	Sent uint64
+	// Dropped counts messages dropped from a full queue (and, with a
+	// store, dropped from the full store or expired in it).
+	Dropped uint64
+	// Stored is the number of messages in the on-disk store (Queued
+	// includes them), StoreBytes the size of its files (delivered
+	// messages included until their segment file is deleted).
+	Stored     uint64
+	StoreBytes int64
+	// Refused counts messages the upstream refused (PUBACK reason >= 0x80):
+	// they are not sent again.
+	Refused uint64
+	// In counts messages brought down and accepted locally; InRefused
+	// those the local ACL or the broker refused, or that were outside the
+	// bridge's prefix and in filters.
+	In, InRefused uint64
+	// Connects counts upstream connections made, ConnectFailures the
+	// attempts that failed; Subscribed the SUBACKs of the in filters
+	// received (one a connection).
+	Connects, ConnectFailures, Subscribed uint64
+	// LastError is the last connection or publish error ("" if none).
+	LastError string
+}
+
+// item is a message waiting to go up.
+type item struct {
+	id     uint64
+	topic  string // remote topic
+	msg    *broker.Message
+	cost   int64
+	failed int // attempts cut by a lost connection
+}
+
+// Bridge is one running bridge.
+type Bridge struct {
+	cfg    Config
+	b      *broker.Broker
+	log    *slog.Logger
+	origin string
+	tlsCfg *tls.Config
+	u      *url.URL
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	closed atomic.Bool
+
+	// sp is the on-disk queue (Config.StoreDir; nil: memory only):
+	// spoolIn moves the memory queue's messages into it and closes
+	// spooled once drained after drain is closed (Close).
+	sp      *spool.Spool
+	spooled chan struct{}
+	drain   chan struct{}
+
+	mu       sync.Mutex
+	q        []*item // oldest first
+	qBytes   int64
+	nextID   uint64
+	wake     chan struct{} // cap 1: the queue grew
+	dropping bool          // a drop was logged since the queue last had room
+	cm       *autopaho.ConnectionManager
+	connCtx  context.Context // ends when the current connection is lost
+	connLost context.CancelFunc
+	up       bool
+	upSince  time.Time
+	downAt   time.Time
+	lastErr  string
+	changed  chan struct{} // closed and replaced on every change of Stats
+
+	sent, dropped, refused, in, inRefused, connects, connFailures, subscribed atomic.Uint64
+}
+
+// New checks cfg against the broker (inbound messages need an ACL or an
+// open broker: deny by default) and loads the TLS files; Start runs it.
+func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	fail := func(key string, err error) error {
+		return &Error{Bridge: fmt.Sprintf("%q", cfg.Name), Key: key, Err: err}
+	}
+	if err := CheckAuth(cfg, b.Auth()); err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fail("url", err)
+	}
+	br := &Bridge{cfg: cfg, b: b, log: log.With("bridge", cfg.Name), origin: Origin(cfg.Name), u: u, wake: make(chan struct{}, 1), done: make(chan struct{}), changed: make(chan struct{})}
+	if strings.EqualFold(u.Scheme, "mqtts") {
+		tc := &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+		if cfg.CAFile != "" {
+			pem, err := os.ReadFile(cfg.CAFile)
+			if err != nil {
+				return nil, fail("ca_file", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fail("ca_file", fmt.Errorf("%s holds no PEM certificate", cfg.CAFile))
+			}
+			tc.RootCAs = pool
+		}
+		if cfg.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+			if err != nil {
+				return nil, fail("cert_file", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		br.tlsCfg = tc
+	}
+	br.connCtx, br.connLost = context.WithCancel(context.Background())
+	br.connLost() // not connected yet
+	if cfg.StoreDir != "" {
+		sp, err := spool.Open(spool.Options{Dir: cfg.StoreDir, MaxBytes: cfg.StoreMaxBytes, MaxAge: cfg.StoreMaxAge, Logger: br.log})
+		if err != nil {
+			return nil, fail("store_dir", err)
+		}
+		br.sp = sp
+		br.spooled, br.drain = make(chan struct{}), make(chan struct{})
+		if n := sp.Pending(); n > 0 {
+			br.log.Info("bridge store holds messages from an earlier run: sending them first", "store_dir", cfg.StoreDir, "pending", n)
+		}
+	}
+	return br, nil
+}
+
+// CheckAuth reports whether a broker with authenticator a may run the
+// bridge: inbound messages (in filters) are refused by default, so they
+// need an ACL (or an open broker); a broker without one (loopback only)
+// does not start such a bridge.
+func CheckAuth(cfg Config, a *auth.Authenticator) error {
+	if len(cfg.In) > 0 && a.LoopbackOnlyMode() {
+		return &Error{Bridge: fmt.Sprintf("%q", cfg.Name), Key: "in", Err: errors.New("the broker has no ACL (--auth), so nothing may publish from outside: inbound messages are refused by default; give an ACL that lets the bridge's identity publish the in topics, or --allow-anonymous")}
+	}
+	return nil
+}
+
+// Name returns the bridge's name.
+func (br *Bridge) Name() string { return br.cfg.Name }
+
+// Start hooks the bridge into the broker (a tap on accepted messages) and
+// connects in the background; it does not wait for the upstream.
+func (br *Bridge) Start() error {
+	br.ctx, br.cancel = context.WithCancel(context.Background())
+	if len(br.cfg.Out) > 0 {
+		br.b.AddTap(br.tap)
+	}
+	back := client.Backoff{Base: br.cfg.ReconnectMin, Max: br.cfg.ReconnectMax}
+	var password []byte
+	if br.cfg.Password != "" {
+		password = []byte(br.cfg.Password)
+	}
+	cc := autopaho.ClientConfig{
+		ServerUrls:                    []*url.URL{br.u},
+		TlsCfg:                        br.tlsCfg,
+		KeepAlive:                     uint16(br.cfg.KeepAlive / time.Second),
+		CleanStartOnInitialConnection: br.cfg.CleanStart,
+		SessionExpiryInterval:         uint32(br.cfg.SessionExpiry / time.Second),
+		ReconnectBackoff: func(attempt int) time.Duration {
+			if attempt == 0 {
+				return 0
+			}
+			return back.Delay(attempt - 1)
+		},
+		ConnectTimeout:   30 * time.Second,
+		ConnectUsername:  br.cfg.Username,
+		ConnectPassword:  password,
+		OnConnectionUp:   br.onUp,
+		OnConnectionDown: br.onDown,
+		OnConnectError:   br.onConnectError,
+		ClientConfig: paho.ClientConfig{
+			ClientID:      br.cfg.ClientID,
+			PacketTimeout: time.Hour, // each publish is bounded by the connection's life
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+				func(pr paho.PublishReceived) (bool, error) { br.inbound(pr.Packet); return true, nil },
+			},
+		},
+	}
+	cm, err := autopaho.NewConnection(br.ctx, cc)
+	if err != nil {
+		br.cancel()
+		return fmt.Errorf("bridge %s: %w", br.cfg.Name, err)
+	}
+	br.mu.Lock()
+	br.cm = cm
+	br.mu.Unlock()
+	br.log.Info("bridge starting", "url", br.cfg.URL, "out", br.cfg.Out, "in", br.cfg.In, "remote_prefix", br.cfg.RemotePrefix,
+		"qos", br.cfg.QoS, "queue_messages", br.cfg.QueueMessages, "queue_bytes", br.cfg.QueueBytes)
+	if br.sp != nil {
+		go br.spoolIn()
+		go br.sendSpool()
+	} else {
+		go br.send()
+	}
+	return nil
+}
+
+// Close disconnects from the upstream. Without a store, messages still
+// queued are lost (logged with their count); with one, the memory queue is
+// written to it first (until ctx ends) and the store keeps them for the
+// next start.
+func (br *Bridge) Close(ctx context.Context) error {
+	if br.closed.Swap(true) {
+		return nil
+	}
+	if br.cancel == nil { // never started
+		if br.sp != nil {
+			return br.sp.Close()
+		}
+		return nil
+	}
+	var serr error
+	if br.sp != nil {
+		// Store what is still in memory, then stop.
+		close(br.drain)
+		select {
+		case <-br.spooled:
+		case <-ctx.Done():
+		}
+	}
+	br.mu.Lock()
+	cm := br.cm
+	n := len(br.q)
+	br.mu.Unlock()
+	if cm != nil {
+		_ = cm.Disconnect(ctx)
+	}
+	br.cancel()
+	select {
+	case <-br.done:
+	case <-ctx.Done():
+	}
+	if br.sp != nil {
+		pending := br.sp.Pending()
+		serr = br.sp.Close()
+		br.log.Info("bridge closed; its store keeps the messages not sent yet", "pending", pending, "store_dir", br.cfg.StoreDir)
+		return serr
+	}
+	if n > 0 {
+		br.log.Warn("bridge closed with messages still queued: they are lost (the queue is in memory)", "queued", n)
+	} else {
+		br.log.Info("bridge closed")
+	}
+	return nil
+}
+
+// Stats returns the bridge's counters.
+func (br *Bridge) Stats() Stats {
+	br.mu.Lock()
+	s := Stats{Connected: br.up, Queued: len(br.q), QueuedBytes: br.qBytes, LastError: br.lastErr}
+	if br.up {
+		s.ConnectedSince = br.upSince
+	}
+	br.mu.Unlock()
+	s.Sent, s.Dropped, s.Refused = br.sent.Load(), br.dropped.Load(), br.refused.Load()
+	s.In, s.InRefused, s.Connects, s.Subscribed = br.in.Load(), br.inRefused.Load(), br.connects.Load(), br.subscribed.Load()
+	s.ConnectFailures = br.connFailures.Load()
+	if br.sp != nil {
+		st := br.sp.Stats()
+		s.Queued += int(st.Pending)
+		s.Dropped += st.Dropped + st.Expired
+		s.Stored, s.StoreBytes = st.Pending, st.Bytes
+	}
+	return s
+}
+
+// WaitFor returns once cond holds for the bridge's Stats, re-checking on
+// every change, or with ctx's error.
+func (br *Bridge) WaitFor(ctx context.Context, cond func(Stats) bool) error {
+	for {
+		br.mu.Lock()
+		ch := br.changed
+		br.mu.Unlock()
+		if cond(br.Stats()) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// notifyLocked wakes WaitFor. br.mu held.
+func (br *Bridge) notifyLocked() {
+	close(br.changed)
+	br.changed = make(chan struct{})
+}
+
+func (br *Bridge) notify() {
+	br.mu.Lock()
+	br.notifyLocked()
+	br.mu.Unlock()
+}
+
+// tap runs under the broker's lock for every accepted message: it queues
+// the ones to forward and never blocks.
+func (br *Bridge) tap(m *broker.Message) {
+	if br.closed.Load() || m.Origin == br.origin || strings.HasPrefix(m.Topic, "$") || !matchAny(br.cfg.Out, m.Topic) {
+		return
+	}
+	remote := br.cfg.RemotePrefix + m.Topic
+	it := &item{topic: remote, msg: m, cost: int64(len(m.Payload) + len(remote) + 64)}
+	br.mu.Lock()
+	br.nextID++
+	it.id = br.nextID
+	br.q = append(br.q, it)
+	br.qBytes += it.cost
+	var dropped int
+	for len(br.q) > 1 && (len(br.q) > br.cfg.QueueMessages || br.qBytes > br.cfg.QueueBytes) {
+		br.qBytes -= br.q[0].cost
+		br.q[0] = nil
+		br.q = br.q[1:]
+		dropped++
+	}
+	logDrop := dropped > 0 && !br.dropping
+	if dropped > 0 {
+		br.dropping = true
+	}
+	queued := len(br.q) + br.stored()
+	br.notifyLocked()
+	br.mu.Unlock()
+	if dropped > 0 {
+		total := br.dropped.Add(uint64(dropped))
+		if logDrop {
+			br.log.Warn("bridge queue full: dropping the oldest messages (counted in dropped)", "queued", queued,
+				"queue_messages", br.cfg.QueueMessages, "queue_bytes", br.cfg.QueueBytes, "dropped_total", total)
+		}
+	}
+	select {
+	case br.wake <- struct{}{}:
+	default:
+	}
+}
+
+func matchAny(filters []string, t string) bool {
+	for _, f := range filters {
+		if topic.Match(f, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// head returns the oldest queued message, waiting for one.
+func (br *Bridge) head() *item {
+	for {
+		br.mu.Lock()
+		if len(br.q) > 0 {
+			it := br.q[0]
+			br.mu.Unlock()
+			return it
+		}
+		br.dropping = false
+		br.mu.Unlock()
+		select {
+		case <-br.wake:
+		case <-br.ctx.Done():
+			return nil
+		}
+	}
+}
+
+// pop removes it from the front of the queue unless it was dropped meanwhile.
+func (br *Bridge) pop(it *item) {
+	br.mu.Lock()
+	if len(br.q) > 0 && br.q[0].id == it.id {
+		br.qBytes -= it.cost
+		br.q[0] = nil
+		br.q = br.q[1:]
+		if len(br.q) == 0 {
+			br.q = nil // let the backing array go
+		}
+	}
+	if len(br.q) < br.cfg.QueueMessages && br.qBytes < br.cfg.QueueBytes {
+		br.dropping = false
+	}
+	br.notifyLocked()
+	br.mu.Unlock()
+}
+
+// send publishes the queue's messages up, one at a time, in order.
+func (br *Bridge) send() {
+	defer close(br.done)
+	for {
+		it := br.head()
+		if it == nil {
+			return
+		}
+		switch br.publishUp(it.topic, it.msg.Payload, it.msg.Retain, it.msg.Time) {
+		case upSent:
+			br.sent.Add(1) // before pop, which notifies
+			br.pop(it)
+		case upRefused:
+			br.pop(it)
+		case upStopped:
+			return
+		}
+	}
+}
+
+// sendSpool publishes the spool's messages up, one at a time, in order,
+// and acknowledges each in the spool once the upstream has it.
+func (br *Bridge) sendSpool() {
+	defer close(br.done)
+	for {
+		m, err := br.sp.Next(br.ctx)
+		if err != nil {
+			return
+		}
+		for {
+			r := br.publishUp(m.Topic, m.Payload, m.Retain, m.Time)
+			if r == upStopped {
+				return
+			}
+			if r == upRetry {
+				continue
+			}
+			if r == upSent {
+				br.sent.Add(1)
+			}
+			br.sp.Ack(m.ID)
+			br.notify()
+			break
+		}
+	}
+}
+
+// Outcomes of publishUp.
+const (
+	upSent    = iota // the upstream has it
+	upRefused        // the upstream refused it: give it up
+	upRetry          // cut: try again
+	upStopped        // the bridge is closing
+)
+
+// publishUp publishes one message on the current connection and waits for
+// its PUBACK (QoS 1); after a cut it waits for the connection's end (or a
+// pause) before returning upRetry.
+func (br *Bridge) publishUp(topic string, payload []byte, retain bool, sent int64) int {
+	conn := br.connection()
+	if conn == nil {
+		return upStopped
+	}
+	ctx, cancel := context.WithCancel(br.ctx)
+	stop := context.AfterFunc(conn, cancel)
+	p := &paho.Publish{Topic: topic, Payload: payload, QoS: br.cfg.QoS, Retain: retain}
+	if sent > 0 { // the publisher's send time, as quiot's MQTT clients carry it
+		p.Properties = &paho.PublishProperties{User: paho.UserProperties{{Key: client.MQTTTimeProperty, Value: strconv.FormatInt(sent, 10)}}}
+	}
+	pr, err := br.cm.Publish(ctx, p)
+	stop()
+	cancel()
+	switch {
+	case err == nil:
+		return upSent
+	case pr != nil && pr.ReasonCode >= 0x80:
+		br.refused.Add(1)
+		br.setErr(fmt.Sprintf("upstream refused a publish to %q (reason 0x%02x)", topic, pr.ReasonCode))
+		br.log.Warn("bridge: upstream refused a message; giving it up (counted in refused)", "topic", topic, "reason", fmt.Sprintf("0x%02x", pr.ReasonCode))
+		return upRefused
+	case br.ctx.Err() != nil:
+		return upStopped
+	}
+	// The connection was lost (or the publish could not be written): send
+	// it again on the next connection.
+	br.setErr(err.Error())
+	br.log.Debug("bridge publish cut; retrying on the next connection", "topic", topic, "error", err)
+	select {
+	case <-conn.Done():
+	case <-br.ctx.Done():
+		return upStopped
+	case <-time.After(br.cfg.ReconnectMin):
+		// The connection still looks up (e.g. the session was full): try
+		// again after a pause.
+	}
+	return upRetry
+}
+
+// spoolIn moves the queue's messages into the spool, in order, until the
+// bridge closes and the queue is empty.
+func (br *Bridge) spoolIn() {
+	defer close(br.spooled)
+	for {
+		it := br.headOrDrained()
+		if it == nil {
+			return
+		}
+		_, err := br.sp.Append(context.Background(), spool.Message{Topic: it.topic, Payload: it.msg.Payload, QoS: br.cfg.QoS, Retain: it.msg.Retain})
+		if err != nil {
+			br.dropped.Add(1)
+			br.setErr("store: " + err.Error())
+			br.log.Warn("bridge: could not store a message; dropped (counted in dropped)", "topic", it.topic, "error", err)
+		}
+		br.pop(it)
+	}
+}
+
+// headOrDrained is head for spoolIn: once the bridge is closing it returns
+// nil only when the queue is empty, so that Close stores what was queued.
+func (br *Bridge) headOrDrained() *item {
+	for {
+		br.mu.Lock()
+		if len(br.q) > 0 {
+			it := br.q[0]
+			br.mu.Unlock()
+			return it
+		}
+		br.dropping = false
+		br.mu.Unlock()
+		if br.closed.Load() {
+			return nil
+		}
+		select {
+		case <-br.wake:
+		case <-br.drain:
+		}
+	}
+}
+
+// connection waits until a connection is up and its OnConnectionUp has
+// run, and returns the context that ends when that connection is lost (nil
+// once the bridge is closed). autopaho's AwaitConnection may return before
+// OnConnectionUp ran, when the last connection's context is still the one
+// at hand.
+func (br *Bridge) connection() context.Context {
+	for {
+		br.mu.Lock()
+		up, conn, ch := br.up, br.connCtx, br.changed
+		br.mu.Unlock()
+		if up {
+			return conn
+		}
+		select {
+		case <-ch:
+		case <-br.ctx.Done():
+			return nil
+		}
+	}
+}
+
+// stored is the number of messages in the store (0 without one); safe
+// under br.mu (the spool has its own lock).
+func (br *Bridge) stored() int {
+	if br.sp == nil {
+		return 0
+	}
+	return int(br.sp.Pending())
+}
+
+func (br *Bridge) setErr(s string) {
+	br.mu.Lock()
+	br.lastErr = s
+	br.mu.Unlock()
+}
+
+// onUp runs when a connection is made: log, mark the connection, and
+// subscribe to the in filters.
+func (br *Bridge) onUp(cm *autopaho.ConnectionManager, ca *paho.Connack) {
+	n := br.connects.Add(1)
+	br.mu.Lock()
+	br.connCtx, br.connLost = context.WithCancel(context.Background())
+	br.up, br.upSince = true, time.Now()
+	down := time.Duration(0)
+	if !br.downAt.IsZero() {
+		down = time.Since(br.downAt)
+	}
+	queued := len(br.q) + br.stored()
+	br.notifyLocked()
+	br.mu.Unlock()
+	if n == 1 {
+		br.log.Info("bridge connected", "url", br.cfg.URL, "session_present", ca.SessionPresent, "queued", queued)
+	} else {
+		br.log.Info("bridge reconnected: resuming", "url", br.cfg.URL, "down_for", down.Round(time.Millisecond), "session_present", ca.SessionPresent, "queued", queued, "dropped_total", br.dropped.Load())
+	}
+	if len(br.cfg.In) == 0 {
+		return
+	}
+	subs := make([]paho.SubscribeOptions, 0, len(br.cfg.In))
+	for _, f := range br.cfg.In {
+		// RetainHandling 1: retained messages only for a subscription the
+		// session did not hold yet, so a persistent session's reconnect does
+		// not bring them down again.
+		subs = append(subs, paho.SubscribeOptions{Topic: br.cfg.RemotePrefix + f, QoS: br.cfg.QoS, NoLocal: true, RetainAsPublished: true, RetainHandling: 1})
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(br.ctx, 30*time.Second)
+		defer cancel()
+		sa, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs})
+		if err != nil {
+			br.setErr("subscribe: " + err.Error())
+			br.log.Warn("bridge: subscribing upstream failed; retried on the next connection", "error", err)
+			return
+		}
+		for i, r := range sa.Reasons {
+			if r >= 0x80 && i < len(subs) {
+				br.setErr(fmt.Sprintf("upstream refused subscription %q (reason 0x%02x)", subs[i].Topic, r))
+				br.log.Warn("bridge: upstream refused a subscription", "filter", subs[i].Topic, "reason", fmt.Sprintf("0x%02x", r))
+			}
+		}
+		br.subscribed.Add(1)
+		br.notify()
+		br.log.Debug("bridge subscribed upstream", "filters", len(subs))
+	}()
+}
+
+// onDown runs when the connection is lost; autopaho reconnects.
+func (br *Bridge) onDown() bool {
+	br.mu.Lock()
+	br.connLost()
+	br.up = false
+	br.downAt = time.Now()
+	queued := len(br.q) + br.stored()
+	br.notifyLocked()
+	br.mu.Unlock()
+	if !br.closed.Load() {
+		br.log.Warn("bridge connection lost; reconnecting with backoff", "url", br.cfg.URL, "queued", queued)
+	}
+	return true
+}
+
+// onConnectError runs (in a goroutine) for each failed attempt.
+func (br *Bridge) onConnectError(err error) {
+	if br.closed.Load() {
+		return
+	}
+	var ce *autopaho.ConnackError
+	msg := err.Error()
+	if errors.As(err, &ce) {
+		msg = fmt.Sprintf("upstream refused the connection: %s (CONNACK reason 0x%02x)", connackReason(ce.ReasonCode), ce.ReasonCode)
+	}
+	n := br.connFailures.Add(1)
+	br.mu.Lock()
+	br.lastErr = msg
+	queued := len(br.q) + br.stored()
+	br.notifyLocked()
+	br.mu.Unlock()
+	br.log.Warn("bridge connect attempt failed; retrying with backoff", "url", br.cfg.URL, "error", msg, "failures", n, "queued", queued, "reconnect_max", br.cfg.ReconnectMax)
+}
+
+// inbound handles a message from the upstream: strip the prefix, check
+// the in filters, $ and the ACL, then publish it locally. The PUBACK goes
+// up once this returns, so once the broker accepted it (or refused it for
+// good).
+func (br *Bridge) inbound(p *paho.Publish) {
+	local, ok := strings.CutPrefix(p.Topic, br.cfg.RemotePrefix)
+	refuse := func(why string, args ...any) {
+		br.inRefused.Add(1)
+		br.log.Debug("bridge: inbound message refused", append([]any{"topic", p.Topic, "why", why}, args...)...)
+	}
+	defer br.notify()
+	switch {
+	case !ok || local == "":
+		refuse("outside remote_prefix")
+		return
+	case strings.HasPrefix(local, "$"):
+		refuse("$ topics never cross a bridge")
+		return
+	case !matchAny(br.cfg.In, local):
+		refuse("matches no in filter")
+		return
+	}
+	if err := br.b.Auth().Check(br.cfg.Identity, auth.Publish, local); err != nil {
+		br.inRefused.Add(1)
+		br.log.Warn("bridge: inbound message refused by the ACL", "topic", local, "identity", br.cfg.Identity, "error", err)
+		return
+	}
+	qos := p.QoS
+	if qos > 1 {
+		qos = 1
+	}
+	sent := time.Now().UnixNano()
+	if p.Properties != nil {
+		if v := p.Properties.User.Get(client.MQTTTimeProperty); v != "" {
+			if ns, err := strconv.ParseInt(v, 10, 64); err == nil && ns > 0 {
+				sent = ns
+			}
+		}
+	}
+	_, err := br.b.Publish(br.ctx, broker.Message{
+		Topic: local, Payload: p.Payload, QoS: qos, Retain: p.Retain,
+		Time: sent, Origin: br.origin, Identity: br.cfg.Identity,
+	})
+	if err != nil {
+		refuse("broker refused", "error", err)
+		return
+	}
+	br.in.Add(1)
+}
+
+// connackReason names an MQTT 5 CONNACK failure reason code.
+func connackReason(code byte) string {
+	switch code {
+	case 0x84:
+		return "unsupported protocol version"
+	case 0x85:
+		return "client identifier not valid"
+	case 0x86:
+		return "bad user name or password"
+	case 0x87:
+		return "not authorized"
+	case 0x88:
+		return "server unavailable"
+	case 0x89:
+		return "server busy"
+	case 0x8A:
+		return "banned"
+	case 0x8C:
+		return "bad authentication method"
+	}
+	return "refused"
+}
