@@ -333,6 +333,23 @@ func (a *Authenticator) Known(id string) bool {
 	return ok
 }
 
+// ClientIDOwner returns the identity an MQTT client id belongs to: with an
+// ACL, a client id equal to the name of a [[user]] entry (the value %u
+// takes for that identity) is that user's, and only it may connect with
+// it; owned is false for every other client id and without an ACL. An
+// identity name is also the natural client id of a device, so another
+// identity (anonymous included) connecting first with it would lock the
+// device out (docs/security.md).
+func (a *Authenticator) ClientIDOwner(cid string) (owner string, owned bool) {
+	if a.modeOf() != modeACL || cid == "" {
+		return "", false
+	}
+	if u := a.state().users[cid]; u != nil {
+		return u.name, true
+	}
+	return "", false
+}
+
 // Warnings returns the problems of the loaded ACL that do not stop it from
 // working (plain-text credentials), one line each, for the start-up log.
 func (a *Authenticator) Warnings() []string {

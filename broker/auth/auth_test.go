@@ -278,6 +278,34 @@ func TestCertificateNeedsUser(t *testing.T) {
 	}
 }
 
+// TestClientIDOwner is the decision half of issue 27 finding 8: with an
+// ACL a client id equal to a [[user]] name belongs to that identity; other
+// ids, and every id without an ACL, belong to nobody.
+func TestClientIDOwner(t *testing.T) {
+	acl, err := Parse([]byte("[anonymous]\n[[user]]\nname = \"sensor-1\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		a     *Authenticator
+		cid   string
+		owner string
+		owned bool
+	}{
+		{acl, "sensor-1", "sensor-1", true},
+		{acl, "sensor-2", "", false},
+		{acl, "", "", false},
+		{acl, "Sensor-1", "", false},
+		{Open(), "sensor-1", "", false},
+		{LoopbackOnly(), "sensor-1", "", false},
+		{nil, "sensor-1", "", false},
+	} {
+		if owner, owned := c.a.ClientIDOwner(c.cid); owner != c.owner || owned != c.owned {
+			t.Errorf("ClientIDOwner(%q) = %q, %v; want %q, %v", c.cid, owner, owned, c.owner, c.owned)
+		}
+	}
+}
+
 // TestAdmitLoopbackOnly is the decision half of issue 9 finding 5: a broker
 // without an ACL serves loopback clients only.
 func TestAdmitLoopbackOnly(t *testing.T) {

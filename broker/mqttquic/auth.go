@@ -150,12 +150,14 @@ func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id
 	return "", false
 }
 
-// OnConnect authenticates a client, checks its will against the ACL, its
+// OnConnect authenticates a client, checks its client id against the
+// identity it names (auth.ClientIDOwner), its will against the ACL, its
 // client id against the owner of an existing session, and the session
 // limits, and records the session's identity. A refusal is answered here
-// with a CONNACK (mochi would not send one for an OnConnect error): Not
-// authorized (0x87; 3.1.1: 5) for a will or a client id the identity may
-// not use, Topic Name invalid (0x90; 3.1.1: 5) for a will topic beyond the
+// with a CONNACK (mochi would not send one for an OnConnect error): Client
+// Identifier not valid (0x85; 3.1.1: 2) for a client id that is another
+// identity's name, Not authorized (0x87; 3.1.1: 5) for a will or a client
+// id whose session another identity holds, Topic Name invalid (0x90; 3.1.1: 5) for a will topic beyond the
 // topic limits (h.topics), Quota exceeded (0x97; 3.1.1: 3 Server
 // unavailable) for a limit. Bad credentials are left to
 // OnConnectAuthenticate (mochi's answer).
@@ -170,6 +172,14 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		// mochi answers Bad user name or password (OnConnectAuthenticate).
 		h.noteRefusal("mqtt connect refused", broker.ReasonUnauthenticated, "client", cl.ID, "remote", cl.Net.Remote, "why", "no valid credentials or client certificate")
 		return nil
+	}
+	if owner, owned := a.ClientIDOwner(cl.ID); owned && owner != id {
+		// The client id is another identity's name (%u): only that
+		// identity may use it, so nobody can squat a device's id.
+		h.stats.refusedClientIDs.Add(1)
+		h.noteRefusal("mqtt connect refused", broker.ReasonForbidden, "client", cl.ID, "identity", id, "remote", cl.Net.Remote,
+			"why", "client id is the name of another identity")
+		return h.refuse(cl, packets.ErrClientIdentifierNotValid, packets.Err3ClientIdentifierNotValid)
 	}
 	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 && !allow(a, id, auth.Publish, cl.Properties.Will.TopicName) {
 		h.stats.refusedWills.Add(1)
