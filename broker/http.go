@@ -253,7 +253,14 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 			id, ok = a.Token(strings.TrimSpace(cred))
 		case "basic":
 			if u, p, has := r.BasicAuth(); has {
-				id, ok = a.Basic(u, p)
+				var err error
+				id, err = a.BasicFrom(r.RemoteAddr, u, p)
+				if errors.Is(err, auth.ErrThrottled) {
+					// Refused before the password is checked.
+					b.refuse(w, r, "", ReasonThrottled, http.StatusTooManyRequests, "%v", err)
+					return "", false
+				}
+				ok = err == nil
 			}
 		}
 		switch {

@@ -55,10 +55,14 @@ const (
 	// ReasonStorageFull: the retained messages hold Limits.RetainedBytes
 	// (HTTP 507).
 	ReasonStorageFull
+	// ReasonThrottled: a password attempt from an address that sent too
+	// many wrong ones (auth.Throttle; HTTP 429; MQTT CONNACK Connection
+	// rate exceeded).
+	ReasonThrottled
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"unauthenticated", "forbidden", "payload_too_large", "bad_topic", "too_many", "shutting_down", "storage_full"}
+var reasonNames = [numReasons]string{"unauthenticated", "forbidden", "payload_too_large", "bad_topic", "too_many", "shutting_down", "storage_full", "throttled"}
 
 // String is the reason's label value ("forbidden", ...).
 func (r Reason) String() string {

@@ -119,6 +119,8 @@ type Authenticator struct {
 	changed chan struct{} // closed by the next reload; guarded by mu
 
 	verify verifier
+	// thr throttles wrong passwords per source address (BasicFrom).
+	thr atomic.Pointer[throttle]
 }
 
 // Open returns an authenticator that lets everyone, from any address,
@@ -134,6 +136,7 @@ func newMode(m mode) *Authenticator {
 	a := &Authenticator{mode: m, changed: make(chan struct{})}
 	a.st.Store(&state{users: map[string]*user{}, tokens: map[[32]byte]*credential{}})
 	a.verify.init()
+	a.thr.Store(newThrottle(DefaultThrottle))
 	return a
 }
 

@@ -2,6 +2,7 @@ package mqttquic
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -122,32 +123,41 @@ type tlsState interface {
 	ConnectionState() tls.ConnectionState
 }
 
-// authenticate returns the identity of a CONNECT, or ok false.
-func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id string, ok bool) {
+// authenticate returns the identity of a CONNECT, or ok false; throttled
+// (wrapping auth.ErrThrottled) when the password was not checked because
+// the client's address sent too many wrong ones (auth.BasicFrom).
+func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id string, ok bool, throttled error) {
 	if a.Admit(cl.Net.Remote) != nil {
-		return "", false // no ACL: loopback clients only
+		return "", false, nil // no ACL: loopback clients only
 	}
 	user, pass := string(pk.Connect.Username), string(pk.Connect.Password)
 	if pk.Connect.PasswordFlag && pass != "" {
 		if id, ok = a.Token(pass); !ok {
-			id, ok = a.Basic(user, pass)
+			var err error
+			id, err = a.BasicFrom(cl.Net.Remote, user, pass)
+			if errors.Is(err, auth.ErrThrottled) {
+				return "", false, err
+			}
+			ok = err == nil
 		}
 		if !ok && !a.IsOpen() {
-			return "", false
+			return "", false, nil
 		}
-		return id, true
+		return id, true, nil
 	}
 	if ts, isTLS := cl.Net.Conn.(tlsState); isTLS {
 		cs := ts.ConnectionState()
 		if len(cs.PeerCertificates) > 0 && len(cs.VerifiedChains) > 0 {
-			// A CN that is no identity (a wildcard, '/', NUL) is refused.
-			return a.Certificate(cs.PeerCertificates[0].Subject.CommonName)
+			// A CN that is no identity (a wildcard, '/', NUL) or has no
+			// [[user]] entry is refused.
+			id, ok = a.Certificate(cs.PeerCertificates[0].Subject.CommonName)
+			return id, ok, nil
 		}
 	}
 	if a.Anonymous() {
-		return "", true
+		return "", true, nil
 	}
-	return "", false
+	return "", false, nil
 }
 
 // OnConnect authenticates a client, checks its client id against the
@@ -157,9 +167,11 @@ func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id
 // with a CONNACK (mochi would not send one for an OnConnect error): Client
 // Identifier not valid (0x85; 3.1.1: 2) for a client id that is another
 // identity's name, Not authorized (0x87; 3.1.1: 5) for a will or a client
-// id whose session another identity holds, Topic Name invalid (0x90; 3.1.1: 5) for a will topic beyond the
-// topic limits (h.topics), Quota exceeded (0x97; 3.1.1: 3 Server
-// unavailable) for a limit. Bad credentials are left to
+// id whose session another identity holds, Topic Name invalid (0x90;
+// 3.1.1: 5) for a will topic beyond the topic limits (h.topics), Quota
+// exceeded (0x97; 3.1.1: 3 Server unavailable) for a limit, Connection
+// rate exceeded (0x9F; 3.1.1: 3) for a password from an address that sent
+// too many wrong ones (auth.BasicFrom). Bad credentials are left to
 // OnConnectAuthenticate (mochi's answer).
 func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	a := h.core.Auth()
@@ -167,7 +179,11 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		h.noteRefusal("mqtt connect refused", broker.ReasonForbidden, "client", cl.ID, "remote", cl.Net.Remote, "why", err.Error())
 		return h.refuse(cl, packets.ErrNotAuthorized, packets.Err3NotAuthorized)
 	}
-	id, ok := authenticate(a, cl, pk)
+	id, ok, throttled := authenticate(a, cl, pk)
+	if throttled != nil {
+		h.noteRefusal("mqtt connect refused", broker.ReasonThrottled, "client", cl.ID, "remote", cl.Net.Remote, "why", throttled.Error())
+		return h.refuse(cl, packets.ErrConnectionRateExceeded, packets.Err3ServerUnavailable)
+	}
 	if !ok {
 		// mochi answers Bad user name or password (OnConnectAuthenticate).
 		h.noteRefusal("mqtt connect refused", broker.ReasonUnauthenticated, "client", cl.ID, "remote", cl.Net.Remote, "why", "no valid credentials or client certificate")

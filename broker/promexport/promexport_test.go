@@ -110,6 +110,7 @@ quiot_broker_refused_total{proto="h3",reason="bad_topic"} 0
 quiot_broker_refused_total{proto="h3",reason="too_many"} 6
 quiot_broker_refused_total{proto="h3",reason="shutting_down"} 0
 quiot_broker_refused_total{proto="h3",reason="storage_full"} 0
+quiot_broker_refused_total{proto="h3",reason="throttled"} 0
 quiot_broker_refused_total{proto="mqtt",reason="unauthenticated"} 1
 quiot_broker_refused_total{proto="mqtt",reason="forbidden"} 2
 quiot_broker_refused_total{proto="mqtt",reason="payload_too_large"} 0
@@ -117,6 +118,7 @@ quiot_broker_refused_total{proto="mqtt",reason="bad_topic"} 0
 quiot_broker_refused_total{proto="mqtt",reason="too_many"} 0
 quiot_broker_refused_total{proto="mqtt",reason="shutting_down"} 0
 quiot_broker_refused_total{proto="mqtt",reason="storage_full"} 0
+quiot_broker_refused_total{proto="mqtt",reason="throttled"} 0
 # HELP quiot_broker_limit_refused_total Connections and subscriptions of the HTTP side refused by a limit (broker.Limits), by limit.
 # TYPE quiot_broker_limit_refused_total counter
 quiot_broker_limit_refused_total{limit="conns"} 1
