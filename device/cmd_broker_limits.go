@@ -19,6 +19,7 @@ type limitFlags struct {
 	subsPerIdentity, subsTotal            int
 	streams, headerBytes, inflight        int
 	idle                                  time.Duration
+	quicRetryAbove                        int
 }
 
 func init() {
@@ -41,6 +42,7 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.streams, "max-streams", 0, "concurrent requests per connection (0 = the QUIC profile's stream limit; 100 on HTTP/2)")
 	fs.IntVar(&f.headerBytes, "max-header-bytes", 0, "bytes of a request's header section (0 = 64KiB); beyond it 431")
 	fs.IntVar(&f.inflight, "stream-inflight", 0, "QoS 0 frames of one publish stream the store may hold uncommitted (0 = 64); then the stream waits")
+	fs.IntVar(&f.quicRetryAbove, "quic-retry-above", 0, "QUIC handshakes in progress from unvalidated addresses from which new HTTP/3 connections must first prove their address (a Retry, one round trip) before they count per address (0 = 64; -1 = always)")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "close a TCP (HTTP/1.1, HTTP/2) connection idle this long (0 = 2m)")
 }
 
@@ -52,11 +54,15 @@ func (f *limitFlags) apply(l *broker.Limits) error {
 			return fmt.Errorf("%w: --%s %d (want a positive number, or 0 for the default)", errUsage, name, v)
 		}
 	}
+	if f.quicRetryAbove < -1 {
+		return fmt.Errorf("%w: --quic-retry-above %d (want a positive number, 0 for the default or -1 for always)", errUsage, f.quicRetryAbove)
+	}
 	if f.idle < 0 {
 		return fmt.Errorf("%w: --idle-timeout %v is negative", errUsage, f.idle)
 	}
 	l.MaxConns, l.MaxConnsPerAddr, l.MaxConnsPerIdentity = f.conns, f.connsPerAddr, f.connsPerIdentity
 	l.MaxSubscriptionsPerIdentity, l.MaxSubscriptions = f.subsPerIdentity, f.subsTotal
 	l.MaxStreamsPerConn, l.MaxHeaderBytes, l.IdleTimeout, l.StreamInflight = f.streams, f.headerBytes, f.idle, f.inflight
+	l.QUICRetryAbove = f.quicRetryAbove
 	return nil
 }

@@ -92,6 +92,12 @@ quiot_broker_last_sequence 16777216
 # HELP quiot_broker_stream_inflight_waits_total Times a publish stream waited for its QoS 0 frames to be stored (Limits.StreamInflight).
 # TYPE quiot_broker_stream_inflight_waits_total counter
 quiot_broker_stream_inflight_waits_total 3
+# HELP quiot_broker_quic_retries_total HTTP/3 connection attempts asked to prove their source address with a Retry (Limits.QUICRetryAbove).
+# TYPE quiot_broker_quic_retries_total counter
+quiot_broker_quic_retries_total 0
+# HELP quiot_broker_quic_half_open HTTP/3 handshakes in progress from addresses not yet validated.
+# TYPE quiot_broker_quic_half_open gauge
+quiot_broker_quic_half_open 0
 # HELP quiot_broker_http_requests HTTP requests being handled (subscriptions and publish streams included).
 # TYPE quiot_broker_http_requests gauge
 quiot_broker_http_requests 2
@@ -139,8 +145,8 @@ func TestBrokerCollectorNoProtocols(t *testing.T) {
 	if strings.Contains(got, "{proto=") || strings.Contains(got, "quiot_broker_connections ") {
 		t.Errorf("per-protocol families without protocols:\n%s", got)
 	}
-	if n := samples(got); n != 13 {
-		t.Errorf("%d samples, want 13:\n%s", n, got)
+	if n := samples(got); n != 15 {
+		t.Errorf("%d samples, want 15:\n%s", n, got)
 	}
 	if err := checkExposition(got); err != nil {
 		t.Error(err)
