@@ -509,18 +509,30 @@ func (h *authHook) sweeper() {
 }
 
 // revoke disconnects the clients whose identity lost rights in a reload
-// of the ACL after generation since (auth.StillValid): MQTT 5 clients get
-// a DISCONNECT Not authorized (0x87). Offline sessions stay; every
-// delivery to them passes the ACL again (OnACLCheck).
+// of the ACL after generation since (auth.StillValid), and those whose
+// client id the reload made another identity's (auth.ClientIDOwner):
+// MQTT 5 clients get a DISCONNECT Not authorized (0x87). Offline sessions
+// stay; every delivery to them passes the ACL again (OnACLCheck), and the
+// owner of a client id ends another identity's offline session of it when
+// it connects (claimLocked).
 func (h *authHook) revoke(since uint64) {
 	a := h.core.Auth()
 	h.ids.Range(func(_, v any) bool {
 		ident := v.(*identity)
 		cl := ident.cl
-		if cl == nil || cl.Net.Inline || cl.Closed() || a.StillValid(ident.id, since) {
+		if cl == nil || cl.Net.Inline || cl.Closed() {
 			return true
 		}
-		h.log.Info("mqtt client disconnected: the reloaded ACL removed its rights", "client", cl.ID, "identity", ident.id)
+		owner, owned := a.ClientIDOwner(cl.ID)
+		switch {
+		case owned && owner != ident.id:
+			// The reload named an identity after this client id.
+			h.log.Info("mqtt client disconnected: the reloaded ACL gave its client id to another identity", "client", cl.ID, "identity", ident.id, "owner", owner)
+		case a.StillValid(ident.id, since):
+			return true
+		default:
+			h.log.Info("mqtt client disconnected: the reloaded ACL removed its rights", "client", cl.ID, "identity", ident.id)
+		}
 		if cl.Properties.ProtocolVersion >= 5 {
 			_ = h.mq.DisconnectClient(cl, packets.ErrNotAuthorized)
 		} else {

@@ -1,12 +1,17 @@
 package mqttquic
 
 import (
+	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/internal/testenv"
 )
 
@@ -118,5 +123,53 @@ func TestClientIDSquatting(t *testing.T) {
 	mustConnect(t, b.mqtt, b.pki, "tcp", connectOpts{id: "kitchen", clean: true}).disconnect()
 	if n := b.mqtt.Security().RefusedClientIDs; n != 14 {
 		t.Errorf("RefusedClientIDs = %d, want 14", n)
+	}
+}
+
+// TestClientIDGivenByReload: a reload that adds a [[user]] named like a
+// client id another identity holds hands the id to the new user: the
+// live connection with it is disconnected, and the user's CONNECT ends an
+// offline session of it (without inheriting its subscriptions) instead of
+// being refused.
+func TestClientIDGivenByReload(t *testing.T) {
+	anon := "[anonymous]\npublish = [\"public/#\"]\nsubscribe = [\"public/#\"]\n"
+	p := filepath.Join(t.TempDir(), "acl.toml")
+	if err := os.WriteFile(p, []byte(anon), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	acl, err := auth.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startBridged(t, acl)
+	offline := mustConnect(t, b.mqtt, b.pki, "tcp", connectOpts{id: "sensor-9", expiry: 600})
+	offline.subscribe("public/#")
+	offline.disconnect()
+	waitForCond(t, func() bool { return sessionOffline(b.mqtt, "sensor-9") }, "sensor-9 offline")
+	live := mustConnect(t, b.mqtt, b.pki, "tcp", connectOpts{id: "sensor-8", clean: true})
+
+	users := "[[user]]\nname = \"sensor-9\"\ntoken = \"tok-9\"\nsubscribe = [\"public/#\"]\n" +
+		"[[user]]\nname = \"sensor-8\"\ntoken = \"tok-8\"\n"
+	if err := os.WriteFile(p, []byte(anon+users), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := acl.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := live.read(30 * time.Second)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatal("anonymous sensor-8 still connected 30 s after the reload named the id")
+		}
+		if err != nil {
+			break
+		}
+	}
+	waitForCond(t, func() bool { return sessionOffline(b.mqtt, "sensor-8") }, "anonymous sensor-8 closed by the broker")
+	mustConnect(t, b.mqtt, b.pki, "tcp", connectOpts{id: "sensor-8", pass: "tok-8", clean: true}).disconnect()
+	mustConnect(t, b.mqtt, b.pki, "quic", connectOpts{id: "sensor-9", pass: "tok-9", expiry: 600})
+	cl, ok := b.mqtt.MQTT().Clients.Get("sensor-9")
+	if !ok || cl.State.Subscriptions.Len() != 0 {
+		t.Errorf("sensor-9 inherited the anonymous session's subscriptions (%v)", ok)
 	}
 }

@@ -188,6 +188,17 @@ func (h *authHook) claimLocked(cl *mqtt.Client, id string) (code, v3 packets.Cod
 	if existing, ok := h.mq.Clients.Get(cl.ID); ok && prev == nil {
 		prev = h.adoptLocked(existing)
 	}
+	if prev != nil && prev.id != id && prev.cl.Closed() {
+		if owner, owned := h.core.Auth().ClientIDOwner(cl.ID); owned && owner == id {
+			// The client id is the connecting identity's name, and an
+			// offline session of another identity holds it (kept from
+			// before the ACL named the identity): it ends, and the owner
+			// starts a new session rather than inheriting it.
+			h.log.Info("mqtt session of another identity ended: the client id is the connecting identity's name", "client", cl.ID, "identity", id, "previous", prev.id)
+			h.endOfflineLocked(cl.ID, prev)
+			prev = nil
+		}
+	}
 	if prev != nil && prev.id != id {
 		h.stats.refusedTakeovers.Add(1)
 		countRefused(h.core, broker.ReasonForbidden)
@@ -274,6 +285,17 @@ func (h *authHook) dropLocked(cid string, ident *identity) {
 		delete(h.perID, ident.key)
 	}
 	h.sessions--
+}
+
+// endOfflineLocked ends the offline session ident of client id cid, as
+// sweep ends an expired one. h.mu is held.
+func (h *authHook) endOfflineLocked(cid string, ident *identity) {
+	if cl, ok := h.mq.Clients.Get(cid); ok && cl == ident.cl {
+		h.mq.UnsubscribeClient(cl)
+		cl.ClearInflights()
+		h.mq.Clients.Delete(cid)
+	}
+	h.dropLocked(cid, ident)
 }
 
 // endSession forgets the session of cl unless a newer connection of the
