@@ -58,6 +58,11 @@ func TestWildcardCertificateCN(t *testing.T) {
 [anonymous]
 publish = ["devices/%u/#"]
 subscribe = ["devices/%u/#"]
+
+[[user]]
+name = "dev-1"
+publish = ["devices/%u/#"]
+subscribe = ["devices/%u/#"]
 `))
 	if err != nil {
 		t.Fatal(err)

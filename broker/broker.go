@@ -79,6 +79,7 @@ import (
 	"github.com/quiot/quiot/broker/web"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/lograte"
+	"github.com/quiot/quiot/internal/srcvalid"
 )
 
 // Broker is an HTTP/3 pub-sub broker. Create it with New.
@@ -111,6 +112,9 @@ type Broker struct {
 	idem   idemWindow // message ids' answers: idempotent and 0-RTT publishing (idem.go)
 	// refusalLog bounds the log lines of refused requests (refuse.go).
 	refusalLog lograte.Limiter
+	// srcValid asks for QUIC address validation (Retry) when many
+	// handshakes from unvalidated addresses are in progress (limits.go).
+	srcValid *srcvalid.Validator
 
 	// epoch identifies this broker run (see internal/wire, "Epoch"): a
 	// subscriber's resume point from another run is announced as a restart.
@@ -150,6 +154,7 @@ func New(opts *Options) (*Broker, error) {
 	b.hub = newHub(o.Limits, b.stats)
 	b.hub.fed = o.Cluster // federation.go
 	b.lim = newLimiters(o.Limits)
+	b.srcValid = srcvalid.New(o.Limits.QUICRetryAbove)
 
 	certsList := o.Certificates
 	if len(certsList) == 0 {
@@ -284,7 +289,8 @@ func (b *Broker) Start() error {
 		}
 		b.ownPC, pc, tln = udp, udp, t
 	}
-	b.tr = &quic.Transport{Conn: pc, ConnContext: b.quicAdmit, StatelessResetKey: b.opts.StatelessResetKey}
+	b.tr = &quic.Transport{Conn: pc, ConnContext: b.quicAdmit, StatelessResetKey: b.opts.StatelessResetKey,
+		VerifySourceAddress: b.srcValid.VerifySourceAddress}
 	var ln http3.QUICListener
 	var err error
 	if b.opts.QUIC.Allow0RTT {
@@ -336,7 +342,7 @@ func (b *Broker) Start() error {
 		}()
 	}
 	go func() {
-		err := b.h3.ServeListener(ln)
+		err := b.h3.ServeListener(validatedListener{ln})
 		if errors.Is(err, http.ErrServerClosed) || errors.Is(err, quic.ErrServerClosed) {
 			err = nil
 		}

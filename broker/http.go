@@ -258,7 +258,14 @@ func (b *Broker) identify(w http.ResponseWriter, r *http.Request) (id string, ok
 			id, ok = a.Token(strings.TrimSpace(cred))
 		case "basic":
 			if u, p, has := r.BasicAuth(); has {
-				id, ok = a.Basic(u, p)
+				var err error
+				id, err = a.BasicFrom(r.RemoteAddr, u, p)
+				if errors.Is(err, auth.ErrThrottled) {
+					// Refused before the password is checked.
+					b.refuse(w, r, "", ReasonThrottled, http.StatusTooManyRequests, "%v", err)
+					return "", false
+				}
+				ok = err == nil
 			}
 		}
 		switch {
@@ -325,11 +332,16 @@ func (cs *connState) boundLocked(r *http.Request) (bound bool, id string, err er
 		return true, cs.identity, nil
 	}
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 && len(r.TLS.VerifiedChains) > 0 {
-		cn := r.TLS.PeerCertificates[0].Subject.CommonName
-		if err := auth.ValidIdentity(cn); err != nil {
-			// A CN that could act as a wildcard in %u patterns is
-			// refused, never bound (issue 9 finding 4).
-			return false, "", fmt.Errorf("%w: client certificate: %w", auth.ErrDenied, err)
+		var a *auth.Authenticator
+		if cs.b != nil {
+			a = cs.b.opts.Auth
+		}
+		cn, err := a.CertificateIdentity(r.TLS.PeerCertificates[0].Subject.CommonName)
+		if err != nil {
+			// A CN that could act as a wildcard in %u patterns, or one
+			// without a [[user]] entry in the ACL (revoked), is refused,
+			// never bound (issue 9 finding 4, issue 27 finding 7).
+			return false, "", err
 		}
 		if err := cs.bindLocked(cn); err != nil {
 			return false, "", err

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/quiot/quiot/internal/srcvalid"
 )
 
 // Bounds on what HTTP clients can make the broker hold (Limits): open
@@ -165,7 +168,23 @@ func (b *Broker) quicAdmit(ctx context.Context, ci *quic.ClientInfo) (context.Co
 		return ctx, err
 	}
 	context.AfterFunc(ctx, func() { b.lim.conns.release(addr) })
-	return ctx, nil
+	// Counted as half-open until its handshake completes, when its
+	// address is not validated: many such handshakes make new attempts
+	// prove their address first (a Retry), so that spoofed Initial
+	// packets cannot keep other addresses' slots (srcvalid).
+	return b.srcValid.Begin(ctx, ci), nil
+}
+
+// validatedListener ends the half-open count of each connection it
+// accepts (srcvalid.Established).
+type validatedListener struct{ http3.QUICListener }
+
+func (l validatedListener) Accept(ctx context.Context) (*quic.Conn, error) {
+	c, err := l.QUICListener.Accept(ctx)
+	if err == nil {
+		srcvalid.Established(c)
+	}
+	return c, err
 }
 
 // limitListener admits TCP connections within MaxConns and MaxConnsPerAddr.

@@ -90,6 +90,14 @@ type Limits struct {
 	// MaxConnsPerAddr bounds the open HTTP connections from one remote IP
 	// address; zero means 128 (devices behind one NAT share an address).
 	MaxConnsPerAddr int
+	// QUICRetryAbove is the number of QUIC handshakes in progress from
+	// addresses not yet validated from which a new HTTP/3 connection
+	// attempt must first prove its source address (a Retry packet, one
+	// more round trip), before it is charged to MaxConns and
+	// MaxConnsPerAddr: spoofed Initial packets cannot then keep another
+	// address's slots. Zero means 64 (srcvalid.DefaultThreshold); a
+	// negative value asks every new connection for a Retry.
+	QUICRetryAbove int
 	// MaxConnsPerIdentity bounds the open HTTP connections bound to one
 	// identity (certificate CN or credentials); zero means 128. A request
 	// that would bind one more connection to the identity gets 429.

@@ -34,8 +34,9 @@ func (b *Broker) noteErr(r *http.Request, id string, status int, err error) {
 	}
 }
 
-// noteRefusal counts a refusal of r and logs it: 401 and 403
-// (ReasonUnauthenticated, ReasonForbidden) at Info, the others at Debug.
+// noteRefusal counts a refusal of r and logs it: 401, 403 and throttled
+// passwords (ReasonUnauthenticated, ReasonForbidden, ReasonThrottled) at
+// Info, the others at Debug.
 // The line names the identity (when known), the remote address, method
 // and path, never the credentials or the query (which may carry a token);
 // a client refused in a loop cannot flood the log: at most
@@ -45,7 +46,7 @@ func (b *Broker) noteRefusal(r *http.Request, id string, reason Reason, status i
 	proto := protoOf(r)
 	b.stats.countRefused(proto, reason)
 	level := b.log.Debug
-	if reason == ReasonUnauthenticated || reason == ReasonForbidden {
+	if reason == ReasonUnauthenticated || reason == ReasonForbidden || reason == ReasonThrottled {
 		level = b.log.Info
 	}
 	ok, suppressed := b.refusalLog.Allow(reason.String())

@@ -55,10 +55,14 @@ const (
 	// ReasonStorageFull: the retained messages hold Limits.RetainedBytes
 	// (HTTP 507).
 	ReasonStorageFull
+	// ReasonThrottled: a password attempt from an address that sent too
+	// many wrong ones (auth.Throttle; HTTP 429; MQTT CONNACK Connection
+	// rate exceeded).
+	ReasonThrottled
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"unauthenticated", "forbidden", "payload_too_large", "bad_topic", "too_many", "shutting_down", "storage_full"}
+var reasonNames = [numReasons]string{"unauthenticated", "forbidden", "payload_too_large", "bad_topic", "too_many", "shutting_down", "storage_full", "throttled"}
 
 // String is the reason's label value ("forbidden", ...).
 func (r Reason) String() string {
@@ -129,6 +133,12 @@ type Stats struct {
 	// Requests is the number of HTTP requests being handled now
 	// (subscriptions and publish streams included).
 	Requests int
+	// QUICRetries counts the HTTP/3 connection attempts asked to prove
+	// their source address (a Retry; Limits.QUICRetryAbove), and
+	// QUICHalfOpen is the handshakes in progress from unvalidated
+	// addresses.
+	QUICRetries  uint64
+	QUICHalfOpen int64
 	// StreamInflightWaits counts the times a publish stream waited for its
 	// QoS 0 frames to be stored before reading more (Limits.StreamInflight).
 	StreamInflightWaits uint64
@@ -213,6 +223,9 @@ func (b *Broker) Stats() Stats {
 	})
 	s.Requests = b.active.running()
 	s.StreamInflightWaits = b.stats.inflightWaits.Load()
+	if b.srcValid != nil {
+		s.QUICRetries, s.QUICHalfOpen = b.srcValid.Retries(), b.srcValid.HalfOpen()
+	}
 	s.Dropped = b.stats.dropped.Load()
 	s.CutOff = b.stats.cutOff.Load()
 	h := b.hub

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -22,7 +24,24 @@ import (
 // is logged and ignored (it does not end the broker).
 
 func init() {
-	registerBrokerExtension(brokerExtension{name: "acl-reload", start: startACLReload})
+	var thr auth.Throttle
+	registerBrokerExtension(brokerExtension{
+		name: "acl-reload",
+		flags: func(fs *flag.FlagSet) {
+			fs.IntVar(&thr.Failures, "auth-fail-limit", 0, "wrong passwords (HTTP Basic, MQTT CONNECT) one source address may send within --auth-fail-window before its password attempts are refused for --auth-fail-backoff (0 = 10; -1 = no throttling)")
+			fs.DurationVar(&thr.Window, "auth-fail-window", 0, "time over which --auth-fail-limit counts wrong passwords (0 = 1m)")
+			fs.DurationVar(&thr.Backoff, "auth-fail-backoff", 0, "how long an address that reached --auth-fail-limit is refused (HTTP 429, MQTT Connection rate exceeded) (0 = 1m)")
+			fs.IntVar(&thr.MaxAddrs, "auth-fail-addrs", 0, "source addresses (IPv6 by /64) whose wrong passwords are remembered at most, about 100 bytes each (0 = 10000)")
+		},
+		configure: func(opts *broker.Options, _ io.Writer) error {
+			if thr.Window < 0 || thr.Backoff < 0 || thr.MaxAddrs < 0 || thr.Failures < -1 {
+				return fmt.Errorf("%w: --auth-fail-window, --auth-fail-backoff and --auth-fail-addrs must not be negative, --auth-fail-limit at least -1", errUsage)
+			}
+			opts.Auth.SetThrottle(thr)
+			return nil
+		},
+		start: startACLReload,
+	})
 }
 
 func startACLReload(ctx context.Context, _ *broker.Broker, opts *broker.Options, log *slog.Logger, _ io.Writer) (func(context.Context) error, error) {

@@ -21,6 +21,7 @@ type limitFlags struct {
 	streams, headerBytes, inflight        int
 	idle                                  time.Duration
 	queueBytes, queueBytesTotal           int64
+	quicRetryAbove                        int
 }
 
 func init() {
@@ -45,6 +46,7 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.inflight, "stream-inflight", 0, "QoS 0 frames of one publish stream the store may hold uncommitted (0 = 64); then the stream waits")
 	fs.Int64Var(&f.queueBytes, "queue-bytes", 0, "bytes one HTTP subscriber's queue holds, the batch being written included (0 = 4MiB); beyond it the queue is full, as beyond --queue")
 	fs.Int64Var(&f.queueBytesTotal, "queue-bytes-total", 0, "bytes all HTTP subscribers' queues hold together (0 = 64MiB); beyond it a subscriber's queue is full")
+	fs.IntVar(&f.quicRetryAbove, "quic-retry-above", 0, "QUIC handshakes in progress from unvalidated addresses from which new HTTP/3 connections must first prove their address (a Retry, one round trip) before they count per address (0 = 64; -1 = always)")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "close a TCP (HTTP/1.1, HTTP/2) connection idle this long (0 = 2m)")
 }
 
@@ -59,6 +61,9 @@ func (f *limitFlags) apply(l *broker.Limits) error {
 	if f.queueBytes < 0 || f.queueBytesTotal < 0 {
 		return fmt.Errorf("%w: --queue-bytes and --queue-bytes-total want a positive size, or 0 for the default", errUsage)
 	}
+	if f.quicRetryAbove < -1 {
+		return fmt.Errorf("%w: --quic-retry-above %d (want a positive number, 0 for the default or -1 for always)", errUsage, f.quicRetryAbove)
+	}
 	if f.idle < 0 {
 		return fmt.Errorf("%w: --idle-timeout %v is negative", errUsage, f.idle)
 	}
@@ -66,5 +71,6 @@ func (f *limitFlags) apply(l *broker.Limits) error {
 	l.MaxSubscriptionsPerIdentity, l.MaxSubscriptions = f.subsPerIdentity, f.subsTotal
 	l.MaxStreamsPerConn, l.MaxHeaderBytes, l.IdleTimeout, l.StreamInflight = f.streams, f.headerBytes, f.idle, f.inflight
 	l.QueueBytes, l.QueueBytesTotal = f.queueBytes, f.queueBytesTotal
+	l.QUICRetryAbove = f.quicRetryAbove
 	return nil
 }

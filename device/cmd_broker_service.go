@@ -10,6 +10,7 @@ import (
 	"net"
 
 	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/mqttquic"
 	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/sdnotify"
@@ -107,6 +108,16 @@ func (f *serviceFlags) configure(opts *broker.Options, stdout io.Writer) error {
 	return nil
 }
 
+// warnMetricsListen warns when the metrics endpoint (plain HTTP, no
+// authentication) listens beyond loopback, as the MQTT side warns for
+// plain MQTT/TCP (the same loopback test: mqttquic.IsLoopbackAddr).
+func warnMetricsListen(log *slog.Logger, addr string) {
+	if mqttquic.IsLoopbackAddr(addr) {
+		return
+	}
+	log.Warn("the metrics endpoint listens on a non-loopback address: anyone who reaches it reads the broker's metrics (plain HTTP, no authentication); listen on 127.0.0.1 (the default) or keep it behind a firewall (docs/security.md)", "address", addr)
+}
+
 // start serves the metrics and tells systemd the broker is ready.
 func (f *serviceFlags) start(ctx context.Context, b *broker.Broker, _ *broker.Options, log *slog.Logger, stdout io.Writer) (func(context.Context) error, error) {
 	var shutdown func(context.Context) error
@@ -123,6 +134,7 @@ func (f *serviceFlags) start(ctx context.Context, b *broker.Broker, _ *broker.Op
 		if err != nil {
 			return nil, err
 		}
+		warnMetricsListen(log, f.metricsListen)
 		shutdown = stop
 		fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", addr)
 	}

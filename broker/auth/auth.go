@@ -41,9 +41,10 @@
 //
 // Patterns are MQTT filters. A publish is allowed when a publish pattern
 // matches the topic; a subscription when a subscribe pattern covers every
-// topic the requested filter can match. A client authenticated by a
-// certificate whose CN has no [[user]] entry gets the anonymous rules if
-// [anonymous] exists, otherwise nothing. An identity must be one topic
+// topic the requested filter can match. A client certificate whose CN has
+// no [[user]] entry is refused (CertificateIdentity): removing the entry
+// revokes the certificate, even when [anonymous] exists; an identity
+// without an entry is allowed nothing. An identity must be one topic
 // level (certs.ValidateName): one holding '+', '#', '/', NUL or a leading
 // '$' is refused at authentication and never matches a pattern.
 //
@@ -118,6 +119,8 @@ type Authenticator struct {
 	changed chan struct{} // closed by the next reload; guarded by mu
 
 	verify verifier
+	// thr throttles wrong passwords per source address (BasicFrom).
+	thr atomic.Pointer[throttle]
 }
 
 // Open returns an authenticator that lets everyone, from any address,
@@ -133,6 +136,7 @@ func newMode(m mode) *Authenticator {
 	a := &Authenticator{mode: m, changed: make(chan struct{})}
 	a.st.Store(&state{users: map[string]*user{}, tokens: map[[32]byte]*credential{}})
 	a.verify.init()
+	a.thr.Store(newThrottle(DefaultThrottle))
 	return a
 }
 
@@ -260,14 +264,29 @@ func (a *Authenticator) LoopbackOnlyMode() bool { return a.modeOf() == modeLoopb
 func ValidIdentity(id string) error { return certs.ValidateName(id) }
 
 // Certificate returns the identity of a client that presented a verified
-// certificate with common name cn, or ok false when cn cannot be an
-// identity (ValidIdentity): such a client must be refused, never treated
-// as anonymous.
+// certificate with common name cn, or ok false when the client must be
+// refused (CertificateIdentity says why).
 func (a *Authenticator) Certificate(cn string) (id string, ok bool) {
-	if ValidIdentity(cn) != nil {
-		return "", false
+	id, err := a.CertificateIdentity(cn)
+	return id, err == nil
+}
+
+// CertificateIdentity returns the identity of a client that presented a
+// verified certificate with common name cn, or an error wrapping ErrDenied
+// when the client must be refused, never treated as anonymous:
+//
+//   - cn cannot be an identity (ValidIdentity: a wildcard, '/', NUL...);
+//   - with an ACL, cn has no [[user]] entry. Removing a certificate's
+//     entry revokes it (docs/security.md): it neither keeps the name's
+//     %u rights and client ids nor falls back to [anonymous].
+func (a *Authenticator) CertificateIdentity(cn string) (string, error) {
+	if err := ValidIdentity(cn); err != nil {
+		return "", fmt.Errorf("%w: client certificate: %w", ErrDenied, err)
 	}
-	return cn, true
+	if a.modeOf() == modeACL && a.state().users[cn] == nil {
+		return "", fmt.Errorf("%w: client certificate: %q has no [[user]] entry in the ACL (revoked or never added)", ErrDenied, cn)
+	}
+	return cn, nil
 }
 
 // Token returns the identity owning a bearer token that has not expired.
@@ -315,6 +334,23 @@ func (a *Authenticator) Known(id string) bool {
 	}
 	_, ok := a.state().users[id]
 	return ok
+}
+
+// ClientIDOwner returns the identity an MQTT client id belongs to: with an
+// ACL, a client id equal to the name of a [[user]] entry (the value %u
+// takes for that identity) is that user's, and only it may connect with
+// it; owned is false for every other client id and without an ACL. An
+// identity name is also the natural client id of a device, so another
+// identity (anonymous included) connecting first with it would lock the
+// device out (docs/security.md).
+func (a *Authenticator) ClientIDOwner(cid string) (owner string, owned bool) {
+	if a.modeOf() != modeACL || cid == "" {
+		return "", false
+	}
+	if u := a.state().users[cid]; u != nil {
+		return u.name, true
+	}
+	return "", false
 }
 
 // Warnings returns the problems of the loaded ACL that do not stop it from

@@ -70,7 +70,7 @@ func TestParseAndAllow(t *testing.T) {
 		{"", Publish, "private/x", false},
 		{"", Subscribe, "public/+", true},
 		{"", Subscribe, "+/x", false},
-		{"unknown-cn", Subscribe, "public/#", true},
+		{"unknown-cn", Subscribe, "public/#", false}, // no [[user]] entry: no rights (issue 27 finding 7)
 		{"unknown-cn", Publish, "x", false},
 	}
 	for _, tt := range tests {
@@ -190,6 +190,10 @@ func TestBadIdentityNeverReachesPattern(t *testing.T) {
 [anonymous]
 publish = ["public/%u/#"]
 subscribe = ["devices/%u/#"]
+
+[[user]]
+name = "dev-1"
+subscribe = ["devices/%u/#"]
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -220,6 +224,85 @@ subscribe = ["devices/%u/#"]
 	}
 	if _, err := Parse([]byte("[[user]]\nname = \"#\"\n")); err == nil {
 		t.Fatal("user named # accepted")
+	}
+}
+
+// TestCertificateNeedsUser is the decision half of issue 27 finding 7: a
+// certificate CN without a [[user]] entry is refused even when
+// [anonymous] exists (it used to get the anonymous rules under its own
+// name, %u included), an identity without an entry is allowed nothing,
+// and a reload that removes the entry ends the identity.
+func TestCertificateNeedsUser(t *testing.T) {
+	anon := "[anonymous]\npublish = [\"public/#\", \"devices/%u/#\"]\n"
+	user := "[[user]]\nname = \"dev-1\"\npublish = [\"devices/%u/#\"]\n"
+	p := filepath.Join(t.TempDir(), "acl.toml")
+	if err := os.WriteFile(p, []byte(anon+user), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := a.CertificateIdentity("dev-1"); err != nil || id != "dev-1" || !a.Allow(id, Publish, "devices/dev-1/x") {
+		t.Fatalf("dev-1 with an entry: %q %v", id, err)
+	}
+	if _, err := a.CertificateIdentity("dev-2"); !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "no [[user]] entry") {
+		t.Errorf("CN without an entry: %v, want ErrDenied naming the missing entry", err)
+	}
+	for _, topic := range []string{"public/x", "devices/dev-2/x"} {
+		if a.Allow("dev-2", Publish, topic) {
+			t.Errorf("identity without an entry may publish %q", topic)
+		}
+	}
+	if !a.Allow("", Publish, "public/x") || a.Allow("", Publish, "devices//x") {
+		t.Error("anonymous rules changed")
+	}
+	gen := a.Generation()
+	if err := os.WriteFile(p, []byte(anon), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if a.StillValid("dev-1", gen) {
+		t.Error("connection of the removed certificate identity stays valid")
+	}
+	if _, ok := a.Certificate("dev-1"); ok {
+		t.Error("removed certificate still authenticates")
+	}
+	if a.Allow("dev-1", Publish, "devices/dev-1/x") || a.Allow("dev-1", Publish, "public/x") {
+		t.Error("removed identity keeps rights")
+	}
+	if id, ok := Open().Certificate("dev-2"); !ok || id != "dev-2" {
+		t.Error("without an ACL a certificate is its CN")
+	}
+}
+
+// TestClientIDOwner is the decision half of issue 27 finding 8: with an
+// ACL a client id equal to a [[user]] name belongs to that identity; other
+// ids, and every id without an ACL, belong to nobody.
+func TestClientIDOwner(t *testing.T) {
+	acl, err := Parse([]byte("[anonymous]\n[[user]]\nname = \"sensor-1\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		a     *Authenticator
+		cid   string
+		owner string
+		owned bool
+	}{
+		{acl, "sensor-1", "sensor-1", true},
+		{acl, "sensor-2", "", false},
+		{acl, "", "", false},
+		{acl, "Sensor-1", "", false},
+		{Open(), "sensor-1", "", false},
+		{LoopbackOnly(), "sensor-1", "", false},
+		{nil, "sensor-1", "", false},
+	} {
+		if owner, owned := c.a.ClientIDOwner(c.cid); owner != c.owner || owned != c.owned {
+			t.Errorf("ClientIDOwner(%q) = %q, %v; want %q, %v", c.cid, owner, owned, c.owner, c.owned)
+		}
 	}
 }
 
@@ -457,8 +540,8 @@ func TestReload(t *testing.T) {
 		t.Fatal("Watch disagrees with Generation and Changed")
 	}
 	// a gains a pattern (stays), b loses its token (closed), c is removed
-	// (closed), d is new (a certificate CN "d" had the anonymous rules:
-	// closed), anonymous unchanged (stays).
+	// (closed), d is new (closed), e has no entry (no rights: closed),
+	// anonymous unchanged (stays).
 	next := "[anonymous]\nsubscribe = [\"public/#\"]\n" +
 		"[[user]]\nname = \"a\"\npublish = [\"a/#\", \"x/#\"]\nsubscribe = [\"a/#\"]\n" +
 		"[[user]]\nname = \"b\"\npublish = [\"b/#\"]\n" +
@@ -481,11 +564,11 @@ func TestReload(t *testing.T) {
 	for _, c := range []struct {
 		id   string
 		want bool
-	}{{"a", true}, {"b", false}, {"c", false}, {"d", false}, {"", true}, {"e", true}, {"#", false}} {
+	}{{"a", true}, {"b", false}, {"c", false}, {"d", false}, {"", true}, {"e", false}, {"#", false}} {
 		if got := a.StillValid(c.id, g0); got != c.want {
 			t.Errorf("StillValid(%q) = %v, want %v", c.id, got, c.want)
 		}
-		if !a.StillValid(c.id, a.Generation()) && c.id != "#" {
+		if !a.StillValid(c.id, a.Generation()) && c.id != "#" && c.id != "e" {
 			t.Errorf("StillValid(%q) at the current generation = false", c.id)
 		}
 	}

@@ -112,9 +112,13 @@ func tokenKey(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }
 
 func (s *state) rules(id string) *Rules {
 	if id != "" {
+		// An identity without a [[user]] entry (a removed user, a
+		// certificate CN never added) has no rules: never [anonymous]'s,
+		// which would keep it its %u rights.
 		if u, ok := s.users[id]; ok {
 			return &u.rules
 		}
+		return nil
 	}
 	return s.anonymous
 }

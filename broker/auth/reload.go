@@ -103,9 +103,8 @@ func (a *Authenticator) Watch() (gen uint64, changed <-chan struct{}) {
 // authenticated at generation since may stay connected under the current
 // rules. It is false when, in a reload after since, the identity lost a
 // publish or subscribe pattern or a credential (removed or expired), its
-// [[user]] was removed or added, or, for anonymous clients and certificate
-// identities without a [[user]] entry, [anonymous] lost a pattern or was
-// removed. Connections whose rights only grew or stayed stay up. Without
+// [[user]] was removed or added (an identity without one has no rights),
+// or, for anonymous clients, [anonymous] lost a pattern or was removed. Connections whose rights only grew or stayed stay up. Without
 // an ACL it is always true.
 func (a *Authenticator) StillValid(id string, since uint64) bool {
 	if a.modeOf() != modeACL {
@@ -121,8 +120,9 @@ func (a *Authenticator) StillValid(id string, since uint64) bool {
 	if g, ok := st.restricted[id]; ok && g > since {
 		return false
 	}
-	if id != "" && st.users[id] != nil {
-		return true
+	if id != "" {
+		// An identity without a [[user]] entry has no rights (rules).
+		return st.users[id] != nil
 	}
 	return st.restricted[""] <= since
 }

@@ -2,6 +2,7 @@ package mqttquic
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -122,42 +123,55 @@ type tlsState interface {
 	ConnectionState() tls.ConnectionState
 }
 
-// authenticate returns the identity of a CONNECT, or ok false.
-func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id string, ok bool) {
+// authenticate returns the identity of a CONNECT, or ok false; throttled
+// (wrapping auth.ErrThrottled) when the password was not checked because
+// the client's address sent too many wrong ones (auth.BasicFrom).
+func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id string, ok bool, throttled error) {
 	if a.Admit(cl.Net.Remote) != nil {
-		return "", false // no ACL: loopback clients only
+		return "", false, nil // no ACL: loopback clients only
 	}
 	user, pass := string(pk.Connect.Username), string(pk.Connect.Password)
 	if pk.Connect.PasswordFlag && pass != "" {
 		if id, ok = a.Token(pass); !ok {
-			id, ok = a.Basic(user, pass)
+			var err error
+			id, err = a.BasicFrom(cl.Net.Remote, user, pass)
+			if errors.Is(err, auth.ErrThrottled) {
+				return "", false, err
+			}
+			ok = err == nil
 		}
 		if !ok && !a.IsOpen() {
-			return "", false
+			return "", false, nil
 		}
-		return id, true
+		return id, true, nil
 	}
 	if ts, isTLS := cl.Net.Conn.(tlsState); isTLS {
 		cs := ts.ConnectionState()
 		if len(cs.PeerCertificates) > 0 && len(cs.VerifiedChains) > 0 {
-			// A CN that is no identity (a wildcard, '/', NUL) is refused.
-			return a.Certificate(cs.PeerCertificates[0].Subject.CommonName)
+			// A CN that is no identity (a wildcard, '/', NUL) or has no
+			// [[user]] entry is refused.
+			id, ok = a.Certificate(cs.PeerCertificates[0].Subject.CommonName)
+			return id, ok, nil
 		}
 	}
 	if a.Anonymous() {
-		return "", true
+		return "", true, nil
 	}
-	return "", false
+	return "", false, nil
 }
 
-// OnConnect authenticates a client, checks its will against the ACL, its
+// OnConnect authenticates a client, checks its client id against the
+// identity it names (auth.ClientIDOwner), its will against the ACL, its
 // client id against the owner of an existing session, and the session
 // limits, and records the session's identity. A refusal is answered here
-// with a CONNACK (mochi would not send one for an OnConnect error): Not
-// authorized (0x87; 3.1.1: 5) for a will or a client id the identity may
-// not use, Topic Name invalid (0x90; 3.1.1: 5) for a will topic beyond the
-// topic limits (h.topics), Quota exceeded (0x97; 3.1.1: 3 Server
-// unavailable) for a limit. Bad credentials are left to
+// with a CONNACK (mochi would not send one for an OnConnect error): Client
+// Identifier not valid (0x85; 3.1.1: 2) for a client id that is another
+// identity's name, Not authorized (0x87; 3.1.1: 5) for a will or a client
+// id whose session another identity holds, Topic Name invalid (0x90;
+// 3.1.1: 5) for a will topic beyond the topic limits (h.topics), Quota
+// exceeded (0x97; 3.1.1: 3 Server unavailable) for a limit, Connection
+// rate exceeded (0x9F; 3.1.1: 3) for a password from an address that sent
+// too many wrong ones (auth.BasicFrom). Bad credentials are left to
 // OnConnectAuthenticate (mochi's answer).
 func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	a := h.core.Auth()
@@ -165,11 +179,23 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		h.noteRefusal("mqtt connect refused", broker.ReasonForbidden, "client", cl.ID, "remote", cl.Net.Remote, "why", err.Error())
 		return h.refuse(cl, packets.ErrNotAuthorized, packets.Err3NotAuthorized)
 	}
-	id, ok := authenticate(a, cl, pk)
+	id, ok, throttled := authenticate(a, cl, pk)
+	if throttled != nil {
+		h.noteRefusal("mqtt connect refused", broker.ReasonThrottled, "client", cl.ID, "remote", cl.Net.Remote, "why", throttled.Error())
+		return h.refuse(cl, packets.ErrConnectionRateExceeded, packets.Err3ServerUnavailable)
+	}
 	if !ok {
 		// mochi answers Bad user name or password (OnConnectAuthenticate).
 		h.noteRefusal("mqtt connect refused", broker.ReasonUnauthenticated, "client", cl.ID, "remote", cl.Net.Remote, "why", "no valid credentials or client certificate")
 		return nil
+	}
+	if owner, owned := a.ClientIDOwner(cl.ID); owned && owner != id {
+		// The client id is another identity's name (%u): only that
+		// identity may use it, so nobody can squat a device's id.
+		h.stats.refusedClientIDs.Add(1)
+		h.noteRefusal("mqtt connect refused", broker.ReasonForbidden, "client", cl.ID, "identity", id, "remote", cl.Net.Remote,
+			"why", "client id is the name of another identity")
+		return h.refuse(cl, packets.ErrClientIdentifierNotValid, packets.Err3ClientIdentifierNotValid)
 	}
 	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 && !allow(a, id, auth.Publish, cl.Properties.Will.TopicName) {
 		h.stats.refusedWills.Add(1)
@@ -483,18 +509,30 @@ func (h *authHook) sweeper() {
 }
 
 // revoke disconnects the clients whose identity lost rights in a reload
-// of the ACL after generation since (auth.StillValid): MQTT 5 clients get
-// a DISCONNECT Not authorized (0x87). Offline sessions stay; every
-// delivery to them passes the ACL again (OnACLCheck).
+// of the ACL after generation since (auth.StillValid), and those whose
+// client id the reload made another identity's (auth.ClientIDOwner):
+// MQTT 5 clients get a DISCONNECT Not authorized (0x87). Offline sessions
+// stay; every delivery to them passes the ACL again (OnACLCheck), and the
+// owner of a client id ends another identity's offline session of it when
+// it connects (claimLocked).
 func (h *authHook) revoke(since uint64) {
 	a := h.core.Auth()
 	h.ids.Range(func(_, v any) bool {
 		ident := v.(*identity)
 		cl := ident.cl
-		if cl == nil || cl.Net.Inline || cl.Closed() || a.StillValid(ident.id, since) {
+		if cl == nil || cl.Net.Inline || cl.Closed() {
 			return true
 		}
-		h.log.Info("mqtt client disconnected: the reloaded ACL removed its rights", "client", cl.ID, "identity", ident.id)
+		owner, owned := a.ClientIDOwner(cl.ID)
+		switch {
+		case owned && owner != ident.id:
+			// The reload named an identity after this client id.
+			h.log.Info("mqtt client disconnected: the reloaded ACL gave its client id to another identity", "client", cl.ID, "identity", ident.id, "owner", owner)
+		case a.StillValid(ident.id, since):
+			return true
+		default:
+			h.log.Info("mqtt client disconnected: the reloaded ACL removed its rights", "client", cl.ID, "identity", ident.id)
+		}
 		if cl.Properties.ProtocolVersion >= 5 {
 			_ = h.mq.DisconnectClient(cl, packets.ErrNotAuthorized)
 		} else {

@@ -11,6 +11,11 @@ package mqttquic
 //     checks for MQTT -> HTTP/3; bridge.inject for HTTP/3 -> MQTT).
 //   - `$` topics belong to the broker: no client publishes to them, wills
 //     included, over either protocol; the bridge drops them.
+//   - With an ACL, a client id equal to the name of a [[user]] belongs to
+//     that identity (auth.Authenticator.ClientIDOwner): any other identity,
+//     anonymous included, is refused with Client Identifier not valid
+//     (MQTT 5 0x85, 3.1.1 return code 2), so nobody can squat a device's
+//     id.
 //   - A client id belongs to the identity holding its session (connected
 //     or offline). A CONNECT by another identity with that id is refused
 //     with Not authorized (MQTT 5 0x87, 3.1.1 return code 5); the session
@@ -56,6 +61,9 @@ type SecurityStats struct {
 	// RefusedTakeovers counts CONNECTs refused because the client id's
 	// session belongs to another identity.
 	RefusedTakeovers uint64
+	// RefusedClientIDs counts CONNECTs refused because the client id is
+	// the name of another identity (auth.Authenticator.ClientIDOwner).
+	RefusedClientIDs uint64
 	// RefusedWills counts CONNECTs refused because the identity may not
 	// publish to the will topic, or the will topic is beyond the topic
 	// limits.
@@ -102,6 +110,7 @@ type SecurityStats struct {
 
 type securityCounters struct {
 	refusedClients, refusedSessions, refusedTakeovers, refusedWills atomic.Uint64
+	refusedClientIDs                                                atomic.Uint64
 	droppedWills, droppedResends, droppedQueueFull, expiredSessions atomic.Uint64
 }
 
@@ -120,6 +129,7 @@ func (s *Server) Security() SecurityStats {
 	st.RefusedClients = h.stats.refusedClients.Load()
 	st.RefusedSessions = h.stats.refusedSessions.Load()
 	st.RefusedTakeovers = h.stats.refusedTakeovers.Load()
+	st.RefusedClientIDs = h.stats.refusedClientIDs.Load()
 	st.RefusedWills = h.stats.refusedWills.Load()
 	st.DroppedWills = h.stats.droppedWills.Load()
 	st.DroppedResends = h.stats.droppedResends.Load()
@@ -177,6 +187,17 @@ func (h *authHook) claimLocked(cl *mqtt.Client, id string) (code, v3 packets.Cod
 	}
 	if existing, ok := h.mq.Clients.Get(cl.ID); ok && prev == nil {
 		prev = h.adoptLocked(existing)
+	}
+	if prev != nil && prev.id != id && prev.cl.Closed() {
+		if owner, owned := h.core.Auth().ClientIDOwner(cl.ID); owned && owner == id {
+			// The client id is the connecting identity's name, and an
+			// offline session of another identity holds it (kept from
+			// before the ACL named the identity): it ends, and the owner
+			// starts a new session rather than inheriting it.
+			h.log.Info("mqtt session of another identity ended: the client id is the connecting identity's name", "client", cl.ID, "identity", id, "previous", prev.id)
+			h.endOfflineLocked(cl.ID, prev)
+			prev = nil
+		}
 	}
 	if prev != nil && prev.id != id {
 		h.stats.refusedTakeovers.Add(1)
@@ -264,6 +285,17 @@ func (h *authHook) dropLocked(cid string, ident *identity) {
 		delete(h.perID, ident.key)
 	}
 	h.sessions--
+}
+
+// endOfflineLocked ends the offline session ident of client id cid, as
+// sweep ends an expired one. h.mu is held.
+func (h *authHook) endOfflineLocked(cid string, ident *identity) {
+	if cl, ok := h.mq.Clients.Get(cid); ok && cl == ident.cl {
+		h.mq.UnsubscribeClient(cl)
+		cl.ClearInflights()
+		h.mq.Clients.Delete(cid)
+	}
+	h.dropLocked(cid, ident)
 }
 
 // endSession forgets the session of cl unless a newer connection of the

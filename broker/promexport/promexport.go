@@ -101,6 +101,8 @@ func (c *BrokerCollector) WritePrometheus(w io.Writer) {
 	e.single("history_bytes", gauge, "Payload bytes held for resume.", strconv.FormatInt(s.HistoryBytes, 10))
 	e.single("last_sequence", gauge, "Last sequence number assigned.", u(s.LastSeq))
 	e.single("stream_inflight_waits_total", counter, "Times a publish stream waited for its QoS 0 frames to be stored (Limits.StreamInflight).", u(s.StreamInflightWaits))
+	e.single("quic_retries_total", counter, "HTTP/3 connection attempts asked to prove their source address with a Retry (Limits.QUICRetryAbove).", u(s.QUICRetries))
+	e.single("quic_half_open", gauge, "HTTP/3 handshakes in progress from addresses not yet validated.", strconv.FormatInt(s.QUICHalfOpen, 10))
 	e.single("http_requests", gauge, "HTTP requests being handled (subscriptions and publish streams included).", i(s.Requests))
 	e.single("retained_messages", gauge, "Retained messages held.", i(s.Retained))
 	e.single("retained_bytes", gauge, "Bytes of the retained messages held (as Limits.RetainedBytes counts them).", strconv.FormatInt(s.RetainedBytes, 10))

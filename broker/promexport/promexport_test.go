@@ -92,6 +92,12 @@ quiot_broker_last_sequence 16777216
 # HELP quiot_broker_stream_inflight_waits_total Times a publish stream waited for its QoS 0 frames to be stored (Limits.StreamInflight).
 # TYPE quiot_broker_stream_inflight_waits_total counter
 quiot_broker_stream_inflight_waits_total 3
+# HELP quiot_broker_quic_retries_total HTTP/3 connection attempts asked to prove their source address with a Retry (Limits.QUICRetryAbove).
+# TYPE quiot_broker_quic_retries_total counter
+quiot_broker_quic_retries_total 0
+# HELP quiot_broker_quic_half_open HTTP/3 handshakes in progress from addresses not yet validated.
+# TYPE quiot_broker_quic_half_open gauge
+quiot_broker_quic_half_open 0
 # HELP quiot_broker_http_requests HTTP requests being handled (subscriptions and publish streams included).
 # TYPE quiot_broker_http_requests gauge
 quiot_broker_http_requests 2
@@ -110,6 +116,7 @@ quiot_broker_refused_total{proto="h3",reason="bad_topic"} 0
 quiot_broker_refused_total{proto="h3",reason="too_many"} 6
 quiot_broker_refused_total{proto="h3",reason="shutting_down"} 0
 quiot_broker_refused_total{proto="h3",reason="storage_full"} 0
+quiot_broker_refused_total{proto="h3",reason="throttled"} 0
 quiot_broker_refused_total{proto="mqtt",reason="unauthenticated"} 1
 quiot_broker_refused_total{proto="mqtt",reason="forbidden"} 2
 quiot_broker_refused_total{proto="mqtt",reason="payload_too_large"} 0
@@ -117,6 +124,7 @@ quiot_broker_refused_total{proto="mqtt",reason="bad_topic"} 0
 quiot_broker_refused_total{proto="mqtt",reason="too_many"} 0
 quiot_broker_refused_total{proto="mqtt",reason="shutting_down"} 0
 quiot_broker_refused_total{proto="mqtt",reason="storage_full"} 0
+quiot_broker_refused_total{proto="mqtt",reason="throttled"} 0
 # HELP quiot_broker_limit_refused_total Connections and subscriptions of the HTTP side refused by a limit (broker.Limits), by limit.
 # TYPE quiot_broker_limit_refused_total counter
 quiot_broker_limit_refused_total{limit="conns"} 1
@@ -137,8 +145,8 @@ func TestBrokerCollectorNoProtocols(t *testing.T) {
 	if strings.Contains(got, "{proto=") || strings.Contains(got, "quiot_broker_connections ") {
 		t.Errorf("per-protocol families without protocols:\n%s", got)
 	}
-	if n := samples(got); n != 13 {
-		t.Errorf("%d samples, want 13:\n%s", n, got)
+	if n := samples(got); n != 15 {
+		t.Errorf("%d samples, want 15:\n%s", n, got)
 	}
 	if err := checkExposition(got); err != nil {
 		t.Error(err)

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMetricsListenWarning is issue 27 finding 10 (a): --metrics-listen
+// beyond loopback warns at start, as plain MQTT/TCP does.
+func TestMetricsListenWarning(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		warn bool
+	}{
+		{"127.0.0.1:9464", false},
+		{"localhost:9464", false},
+		{"[::1]:9464", false},
+		{":9464", true},
+		{"0.0.0.0:9464", true},
+		{"192.0.2.10:9464", true},
+		{"[::]:9464", true},
+	} {
+		log, logs := testLogger()
+		warnMetricsListen(log, tc.addr)
+		if got := strings.Contains(logs.String(), "level=WARN") && strings.Contains(logs.String(), "metrics endpoint listens on a non-loopback address"); got != tc.warn {
+			t.Errorf("--metrics-listen %s: warned %v, want %v (log %q)", tc.addr, got, tc.warn, logs.String())
+		}
+	}
+}
+
+// TestMetricsListenWarningAtStart: `quiot broker --metrics-listen
+// 0.0.0.0:0` logs the warning by the time it tells systemd it is ready.
+func TestMetricsListenWarningAtStart(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify.sock")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	t.Setenv("NOTIFY_SOCKET", sock)
+	t.Setenv("WATCHDOG_USEC", "")
+	t.Setenv("WATCHDOG_PID", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runBroker(ctx, []string{"--config", "", "--dev", "--dev-cert-out=", "--listen", "127.0.0.1:0", "--mqtt-quic", "",
+			"--metrics-listen", "0.0.0.0:0", "--log-level", "warn"}, &stdout, &stderr)
+	}()
+	ready := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		n, err := nc.Read(buf)
+		if err == nil {
+			ready <- string(buf[:n])
+		}
+	}()
+	select {
+	case got := <-ready:
+		if !strings.HasPrefix(got, "READY=1") {
+			t.Fatalf("first notification %q", got)
+		}
+	case err := <-done:
+		t.Fatalf("broker ended: %v (stderr %q)", err, stderr.String())
+	case <-time.After(60 * time.Second): // only catches a hang
+		t.Fatal("broker not ready within 60 s")
+	}
+	if !strings.Contains(stderr.String(), "metrics endpoint listens on a non-loopback address") {
+		t.Errorf("no warning for --metrics-listen 0.0.0.0:0 in %q", stderr.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
