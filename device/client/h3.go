@@ -121,6 +121,7 @@ type h3Client struct {
 	mu        sync.Mutex
 	tr        *quic.Transport
 	ownPC     net.PacketConn // the socket we created; nil when Options.PacketConn is used
+	outage    *outageUDP     // the socket as quic-go sees it (netdown.go); nil for a wrapped Options.PacketConn
 	cur       *h3Conn
 	conns     int
 	handshake time.Duration
@@ -217,6 +218,10 @@ func (c *h3Client) transport() (*quic.Transport, error) {
 		pc = udp
 		c.ownPC = udp
 	}
+	if u, ok := pc.(*net.UDPConn); ok {
+		c.outage = newOutageUDP(u, c.opts.Logger)
+		pc = c.outage
+	}
 	hold := c.opts.HandshakeRTT
 	if hold == 0 {
 		hold = time.Duration(c.opts.Profile.HandshakeRTT)
@@ -275,6 +280,9 @@ func (c *h3Client) conn(ctx context.Context) (*h3Conn, error) {
 		return nil, &dialError{addr: c.hostport, err: err}
 	}
 	hs := time.Since(start)
+	if c.outage != nil {
+		c.outage.arm()
+	}
 	hc := &h3Conn{qc: qc, cc: c.h3.NewClientConn(qc)}
 	if !handshakeDone(qc) {
 		c.mu.Lock()

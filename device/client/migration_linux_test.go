@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net"
 	"os/exec"
 	"strconv"
@@ -167,6 +168,26 @@ func (l *natLab) changeAddress(t *testing.T) {
 	}
 }
 
+// dropAddress removes the device's only address (and with it its routes):
+// break before make, a handover whose new address comes later.
+func (l *natLab) dropAddress(t *testing.T) {
+	t.Helper()
+	if err := netns.IP("-n", l.devNS, "addr", "del", labDevAddr+"/24", "dev", l.devIf); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newAddress gives the device its new address and default route back.
+func (l *natLab) newAddress(t *testing.T) {
+	t.Helper()
+	if err := netns.IP("-n", l.devNS, "addr", "add", labDevAddr2+"/24", "dev", l.devIf); err != nil {
+		t.Fatal(err)
+	}
+	if err := netns.IP("-n", l.devNS, "route", "replace", "default", "via", labNATInside); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // flows returns the NAT's UDP conntrack entries, one a line.
 func (l *natLab) flows(t *testing.T) string {
 	t.Helper()
@@ -240,6 +261,37 @@ func labProfile() *quictune.Profile {
 	return p
 }
 
+// logWatch is a slog handler that signals the first record whose message
+// starts with one of its prefixes.
+type logWatch struct {
+	prefixes []string
+	seen     chan struct{}
+	once     *sync.Once
+	mu       *sync.Mutex
+	first    *string
+}
+
+func newLogWatch(prefixes ...string) *logWatch {
+	return &logWatch{prefixes: prefixes, seen: make(chan struct{}), once: &sync.Once{}, mu: &sync.Mutex{}, first: new(string)}
+}
+
+func (w *logWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (w *logWatch) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *logWatch) WithGroup(string) slog.Handler            { return w }
+func (w *logWatch) Handle(_ context.Context, r slog.Record) error {
+	for _, p := range w.prefixes {
+		if strings.HasPrefix(r.Message, p) {
+			w.once.Do(func() {
+				w.mu.Lock()
+				*w.first = r.Message
+				w.mu.Unlock()
+				close(w.seen)
+			})
+		}
+	}
+	return nil
+}
+
 // recorder collects a subscriber's numbered messages.
 type recorder struct {
 	mu     sync.Mutex
@@ -296,8 +348,10 @@ func TestMigrationBehindNAT(t *testing.T) {
 	}{
 		{"h3", "rebind"},
 		{"h3", "address"},
+		{"h3", "address-gap"},
 		{"mqtt", "rebind"},
 		{"mqtt", "address"},
+		{"mqtt", "address-gap"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.proto+"-"+tt.event, func(t *testing.T) {
@@ -307,7 +361,11 @@ func TestMigrationBehindNAT(t *testing.T) {
 			if tt.proto == "mqtt" {
 				url = mqttURL
 			}
-			newClient := func(name string) client.Client {
+			// The publisher's first word on a send that found no
+			// route: "network down" (netdown.go) while it keeps its
+			// connection, or the lines of a lost connection.
+			pubDown := newLogWatch("network down", "retrying", "mqtt connection lost", "broker request failed")
+			newClient := func(name string, log *slog.Logger) client.Client {
 				c, err := client.New(client.Options{
 					Broker:     url,
 					RootCAs:    l.pki.Pool(),
@@ -315,7 +373,7 @@ func TestMigrationBehindNAT(t *testing.T) {
 					PacketConn: udpIn(t, l.devNS, "0.0.0.0:0"),
 					Reconnect:  true,
 					ClientID:   name,
-					Logger:     testutil.DiscardLogger(),
+					Logger:     log,
 				})
 				if err != nil {
 					t.Fatal(err)
@@ -323,7 +381,7 @@ func TestMigrationBehindNAT(t *testing.T) {
 				t.Cleanup(func() { _ = c.Close() })
 				return c
 			}
-			sub, pub := newClient("lab-sub"), newClient("lab-pub")
+			sub, pub := newClient("lab-sub", testutil.DiscardLogger()), newClient("lab-pub", slog.New(pubDown))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 
@@ -393,14 +451,30 @@ func TestMigrationBehindNAT(t *testing.T) {
 				l.rebind(t)
 			case "address":
 				l.changeAddress(t)
+			case "address-gap":
+				// The publisher sends into the gap (20 messages a
+				// second) and finds no route; then the new address
+				// comes.
+				l.dropAddress(t)
+				select {
+				case <-pubDown.seen:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the publisher logged no failed send within 10 s of the address's removal")
+				}
+				l.newAddress(t)
+				pubDown.mu.Lock()
+				t.Logf("publisher during the gap: %q", *pubDown.first)
+				pubDown.mu.Unlock()
 			}
+			evAt := time.Now()
 			pubMu.Lock()
 			atEvent := pubbed
 			pubMu.Unlock()
-			rec.wait(t, "40 messages after the event", 30*time.Second, func() bool {
+			rec.wait(t, "40 messages after the event", 60*time.Second, func() bool {
 				return len(rec.got) >= atEvent+40
 			})
 			after := l.flows(t)
+			t.Logf("recovered in %v", time.Since(evAt))
 			close(stopPub)
 			<-pubDone
 			pubMu.Lock()
@@ -417,7 +491,7 @@ func TestMigrationBehindNAT(t *testing.T) {
 				if !strings.Contains(after, "dport=21") {
 					t.Errorf("no NAT mapping in %s after the rebinding:\n%s", labPorts2, after)
 				}
-			case "address":
+			case "address", "address-gap":
 				if !strings.Contains(after, "src="+labDevAddr2) {
 					t.Errorf("no NAT mapping from %s after the address change:\n%s", labDevAddr2, after)
 				}
