@@ -76,6 +76,8 @@ type mqttClient struct {
 	tr      *quic.Transport // every QUIC connection of the client runs on it
 	ownPC   net.PacketConn  // the socket we created; nil when Options.PacketConn is used
 	outage  *outageUDP      // the socket as quic-go sees it (netdown.go); nil for a wrapped Options.PacketConn
+	qc      *quic.Conn      // the last QUIC connection dialled (migrate.go)
+	mig     *migrator       // nil without an address watch
 	subs    map[int]*mqttSub
 	nextSub int
 	fatal   error // a refusal that ends all attempts
@@ -220,7 +222,10 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 	if c.outage != nil {
 		c.outage.arm()
 	}
+	c.qc = qc
+	mig := c.mig
 	c.mu.Unlock()
+	mig.connected(qc)
 	s, err := qc.OpenStreamSync(ctx)
 	if err != nil {
 		_ = qc.CloseWithError(streamconn.CodeNoError, "")
@@ -247,12 +252,25 @@ func (c *mqttClient) transport() (*quic.Transport, error) {
 		pc = udp
 		c.ownPC = udp
 	}
-	if u, ok := pc.(*net.UDPConn); ok {
+	var u *net.UDPConn
+	if uc, ok := pc.(*net.UDPConn); ok {
+		u = uc
 		c.outage = newOutageUDP(u, c.opts.Logger)
 		pc = c.outage
 	}
 	c.tr = &quic.Transport{Conn: pc}
+	if u != nil {
+		c.mig = startMigrator(c.ctx, c.opts.Logger, u, c.tr, c.currentQUIC)
+	}
 	return c.tr, nil
+}
+
+// currentQUIC returns the QUIC connection of the last MQTT over QUIC dial
+// while it is alive, nil otherwise.
+func (c *mqttClient) currentQUIC() *quic.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.qc
 }
 
 // fatalConnectError reports errors that retrying cannot cure.
