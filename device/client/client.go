@@ -168,8 +168,11 @@ type Options struct {
 	// docs/TUNING.md, "NAT bindings and connection migration"). On the
 	// client's own socket and on a *net.UDPConn, a send that finds no route
 	// or address once a connection is up counts as a lost datagram, so a
-	// handover keeps the connection; other wrappers pass such errors to
-	// quic-go, which closes the connection.
+	// handover keeps the connection, and on Linux a change of the source
+	// address towards the broker (in the socket's network namespace) makes
+	// the client probe the broker from the new address at once; other
+	// wrappers pass such errors to quic-go, which closes the connection,
+	// and are not watched.
 	PacketConn net.PacketConn
 	// SessionCache, when set, is the TLS session cache, shared by clients
 	// of one process so that a new client resumes the session of an

@@ -357,9 +357,13 @@ func (r *recorder) wait(t *testing.T, what string, d time.Duration, cond func() 
 // TestMigrationBehindNAT runs a publisher and a subscriber (each with its
 // own socket) in the device's namespace, behind the NAT, sending a steady 20
 // messages a second through the broker; mid-stream the NAT's mappings are
-// flushed onto new source ports, or the device's address changes. Both
-// clients must keep their QUIC connection (zero reconnects), and the
-// subscriber must receive every message once, in order.
+// flushed onto new source ports (rebind), the device gets a new address
+// before losing the old one (address), or loses it before the new one
+// comes (address-gap). Both clients must keep their QUIC connection (zero
+// reconnects), and the subscriber must receive every message once, in
+// order; on an address change the subscriber must probe the broker from
+// its new address by itself (migrate.go) rather than wait for its
+// keep-alive.
 func TestMigrationBehindNAT(t *testing.T) {
 	tests := []struct {
 		proto, event string
