@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -17,24 +16,25 @@ import (
 // only when it comes from an address other than the connection's current
 // one, so when the broker has already moved the connection to the new
 // address (the device sent something from it first) the probe goes
-// unanswered; the path is then closed and the connection stays where it is,
-// which is where it should be.
+// unanswered, and the connection is already where it should be.
 func probeTimeout(qc *quic.Conn) time.Duration {
 	return max(time.Second, 4*qc.ConnectionStats().SmoothedRTT)
 }
 
-// migrator moves the client's current QUIC connection to a freshly
-// validated path when the source address the device would send from to
-// the broker changes (connection migration, RFC 9000 §9; docs/TUNING.md,
-// "NAT bindings and connection migration"). The client's socket is not
-// bound to an address, so after a change the kernel already sends from the
-// device's new address, and the broker would follow at the connection's
-// next datagram; but a device that only receives sends nothing until its
-// next acknowledgement or keep-alive (up to the keep-alive period), and the
-// broker's messages meanwhile go to the old address. The migrator sends at
-// once: quic-go's Conn.AddPath on the same socket, Path.Probe (a
-// PATH_CHALLENGE under a new connection ID, from the new address) and
-// Path.Switch, so the broker validates the new address and moves there.
+// migrator makes the broker follow the client's current QUIC connection
+// to the device's new address as soon as the source address the device
+// would send from to the broker changes (connection migration, RFC 9000 §9;
+// docs/TUNING.md, "NAT bindings and connection migration"). The client's
+// socket is not bound to an address, so after a change the kernel already
+// sends from the new address, and the broker would follow at the
+// connection's next datagram; but a device that only receives sends
+// nothing until its next acknowledgement or keep-alive (up to the
+// keep-alive period), and the broker's messages meanwhile go to the old
+// address. The migrator sends at once: quic-go's Conn.AddPath on the same
+// socket and Path.Probe, a PATH_CHALLENGE under a new connection ID from
+// the new address, which the broker answers and validates; it moves the
+// connection at the client's next packet (the acknowledgement of its
+// answer).
 type migrator struct {
 	log     *slog.Logger
 	tr      *quic.Transport
@@ -42,10 +42,10 @@ type migrator struct {
 	current func() *quic.Conn // the live connection, nil if none
 	kick    chan struct{}
 
-	mu   sync.Mutex
-	conn *quic.Conn // the connection src belongs to
-	src  netip.Addr // the source address towards the broker; invalid: no route
-	path *quic.Path // the path of conn's last migration (closed at the next)
+	mu     sync.Mutex
+	conn   *quic.Conn   // the connection src belongs to
+	remote *net.UDPAddr // its broker address, read once
+	src    netip.Addr   // the source address towards the broker; invalid: no route
 }
 
 // startMigrator watches the addresses of the namespace of u's socket and
@@ -69,18 +69,14 @@ func (m *migrator) connected(qc *quic.Conn) {
 	if m == nil {
 		return
 	}
-	src, _ := m.source(qc)
-	m.mu.Lock()
-	m.conn, m.src, m.path = qc, src, nil
-	m.mu.Unlock()
-}
-
-func (m *migrator) source(qc *quic.Conn) (netip.Addr, error) {
-	ra, ok := qc.RemoteAddr().(*net.UDPAddr)
-	if !ok {
-		return netip.Addr{}, errors.New("remote address is not UDP")
+	ra, _ := qc.RemoteAddr().(*net.UDPAddr)
+	var src netip.Addr
+	if ra != nil {
+		src, _ = m.watch.source(ra)
 	}
-	return m.watch.source(ra)
+	m.mu.Lock()
+	m.conn, m.remote, m.src = qc, ra, src
+	m.mu.Unlock()
 }
 
 // changed is the address watch's callback: it coalesces changes.
@@ -102,22 +98,28 @@ func (m *migrator) run(ctx context.Context) {
 		if qc == nil || qc.Context().Err() != nil {
 			continue
 		}
-		src, err := m.source(qc)
 		m.mu.Lock()
-		from, same := m.src, m.conn == qc
-		if same {
+		ra, same := m.remote, m.conn == qc
+		m.mu.Unlock()
+		if !same || ra == nil {
+			continue
+		}
+		src, err := m.watch.source(ra)
+		m.mu.Lock()
+		from := m.src
+		if m.conn == qc {
 			m.src = src // invalid while there is no route
 		}
 		m.mu.Unlock()
-		if !same || err != nil || src == from {
+		if err != nil || src == from {
 			continue
 		}
-		m.migrate(ctx, qc, from, src)
+		m.migrate(ctx, qc, ra, from, src)
 	}
 }
 
-// migrate probes a new path for qc on the same socket and switches to it.
-func (m *migrator) migrate(ctx context.Context, qc *quic.Conn, from, to netip.Addr) {
+// migrate probes a new path for qc on the same socket, then closes it.
+func (m *migrator) migrate(ctx context.Context, qc *quic.Conn, broker *net.UDPAddr, from, to netip.Addr) {
 	select {
 	case <-qc.HandshakeComplete():
 	default:
@@ -136,21 +138,14 @@ func (m *migrator) migrate(ctx context.Context, qc *quic.Conn, from, to netip.Ad
 		m.log.Debug("new path not validated: the broker already follows the new address, or it is not reachable yet", "to", to, "error", err)
 		return
 	}
-	if err := p.Switch(); err != nil {
-		_ = p.Close()
-		m.log.Info("local address changed; could not switch to the new path", "from", from, "to", to, "error", err)
-		return
-	}
-	m.mu.Lock()
-	old := m.path
-	if m.conn == qc {
-		m.path = p
-	}
-	m.mu.Unlock()
-	if old != nil {
-		if err := old.Close(); err != nil && !errors.Is(err, quic.ErrPathClosed) {
-			m.log.Debug("closing the previous path", "error", err)
-		}
-	}
-	m.log.Info("local address changed; connection migrated", "from", from, "to", to, "broker", qc.RemoteAddr().String())
+	// The probe has done its work: the broker saw the connection at the
+	// new address and validated it, and moves the connection there at the
+	// client's next packet, which goes out from that address anyway (the
+	// socket is unbound). quic-go's Path.Switch would move the client to
+	// the path's connection ID too, but in v0.65 it replaces the
+	// connection's socket without synchronisation against Conn.RemoteAddr,
+	// LocalAddr and ConnectionState, which http3 reads on every request (a
+	// data race), so the path is closed instead.
+	_ = p.Close()
+	m.log.Info("local address changed; the broker validated the new address", "from", from, "to", to, "broker", broker.String())
 }
