@@ -92,10 +92,3 @@ func networkDown(err error) bool {
 	}
 	return false
 }
-
-// armSocket arms pc when it is the client's outage-tolerant socket.
-func armSocket(pc net.PacketConn) {
-	if o, ok := pc.(*outageUDP); ok {
-		o.arm()
-	}
-}
