@@ -549,3 +549,94 @@ func TestMigrationBehindNAT(t *testing.T) {
 		})
 	}
 }
+
+// probeLog counts a client's probe outcomes after an address change
+// (migrate.go) and signals each.
+type probeLog struct {
+	mu        sync.Mutex
+	validated int
+	outcome   chan string
+}
+
+func (h *probeLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *probeLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *probeLog) WithGroup(string) slog.Handler            { return h }
+func (h *probeLog) Handle(_ context.Context, r slog.Record) error {
+	switch {
+	case strings.HasPrefix(r.Message, "local address changed; the broker validated"):
+		h.mu.Lock()
+		h.validated++
+		h.mu.Unlock()
+	case strings.HasPrefix(r.Message, "new path not validated"), strings.HasPrefix(r.Message, "local address changed; no migration"):
+	default:
+		return nil
+	}
+	h.outcome <- r.Message
+	return nil
+}
+
+// TestMigrationRepeated: six address changes in a row on one connection,
+// each probed and validated by the broker (every probe takes one of the
+// broker's connection IDs, which closing the path gives back), and the
+// connection still publishes after each.
+func TestMigrationRepeated(t *testing.T) {
+	for _, proto := range []string{"h3", "mqtt"} {
+		t.Run(proto, func(t *testing.T) {
+			l := newNATLab(t)
+			h3URL, mqttURL := l.startBrokers(t)
+			url := h3URL
+			if proto == "mqtt" {
+				url = mqttURL
+			}
+			h := &probeLog{outcome: make(chan string, 16)}
+			c, err := client.New(client.Options{
+				Broker:     url,
+				RootCAs:    l.pki.Pool(),
+				Profile:    labProfile("address"),
+				PacketConn: udpIn(t, l.devNS, "0.0.0.0:0"),
+				Reconnect:  true,
+				Logger:     slog.New(h),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+			defer cancel()
+			if _, err := c.Publish(ctx, "lab/r", []byte("0"), client.PublishOptions{QoS: 1}); err != nil {
+				t.Fatal(err)
+			}
+			addrs := []string{labDevAddr, labDevAddr2}
+			const changes = 6
+			for i := range changes {
+				from, to := addrs[i%2], addrs[(i+1)%2]
+				for _, args := range [][]string{
+					{"addr", "add", to + "/24", "dev", l.devIf},
+					{"addr", "del", from + "/24", "dev", l.devIf},
+					{"route", "replace", "default", "via", labNATInside},
+				} {
+					if err := netns.IP(append([]string{"-n", l.devNS}, args...)...); err != nil {
+						t.Fatal(err)
+					}
+				}
+				select {
+				case m := <-h.outcome:
+					if !strings.Contains(m, "validated the new address") {
+						t.Fatalf("address change %d (%s -> %s): %s", i+1, from, to, m)
+					}
+				case <-ctx.Done():
+					t.Fatalf("address change %d (%s -> %s): no probe outcome", i+1, from, to)
+				}
+				if _, err := c.Publish(ctx, "lab/r", []byte(strconv.Itoa(i+1)), client.PublishOptions{QoS: 1}); err != nil {
+					t.Fatalf("publish after address change %d: %v", i+1, err)
+				}
+			}
+			h.mu.Lock()
+			v := h.validated
+			h.mu.Unlock()
+			if r := c.Stats().Reconnects; r != 0 || v != changes {
+				t.Fatalf("%d of %d probes validated, %d reconnects; want all, none", v, changes, r)
+			}
+		})
+	}
+}
