@@ -19,7 +19,7 @@ What a device sees (quic-go v0.65 on both ends):
 Keep-alive against carrier NATs:
 
 - RFC 4787 (REQ-5) asks NATs to keep an idle UDP mapping for at least 2 minutes, but carrier and home NATs often expire idle UDP mappings after 30–120 s, some after 30 s. A device that must stay reachable while idle (a subscriber) needs a keep-alive shorter than the shortest expiry on its path: **lean's 25 s** (below 30 s; with a broker's 30 s idle timeout quic-go pings every 15 s). Each keep-alive is a PING and its acknowledgement, a few tens of bytes each way, and wakes the radio.
-- A device that sleeps between publishes (PSM/eDRX) should not keep alive at all: set ` + "`keep_alive_period = \"0s\"`" + ` and let each wake-up resume the session (0-RTT over HTTP/3) instead of holding a mapping open.
+- A device that sleeps between publishes (PSM/eDRX) should not hold its connection across the sleep: close it and let each wake-up resume the session (0-RTT over HTTP/3). A connection held open keeps alive and wakes the radio each time: QUIC PINGs at the profile's keep-alive, and over MQTT PINGREQs at the profile's keep-alive or, when it has none, every two thirds of the idle timeout.
 - The default profile (quic-go's configuration) has no keep-alive. An HTTP/3 subscriber is still heard every 15 s, because it acknowledges the broker's heartbeat (15 s by default), and the MQTT client sends PINGREQ every two thirds of the idle timeout (20 s); an idle HTTP/3 publisher ends at quic-go's 30 s idle timeout and connects again (with 0-RTT when allowed) at its next message.
 `
 
