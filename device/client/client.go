@@ -163,7 +163,16 @@ type Options struct {
 	// or "stream" (one long-lived request carrying frames). Ignored for MQTT.
 	PublishMode string
 	// PacketConn, when set, is the UDP socket under quic-go's Transport, e.g.
-	// a counting wrapper; nil means a new socket on an ephemeral port.
+	// a counting wrapper; nil means a new socket on an ephemeral port, not
+	// bound to an address (the connection follows the device's address:
+	// docs/TUNING.md, "NAT bindings and connection migration"). On the
+	// client's own socket and on a *net.UDPConn, a send that finds no route
+	// or address once a connection is up counts as a lost datagram, so a
+	// handover keeps the connection, and on Linux a change of the source
+	// address towards the broker (in the socket's network namespace) makes
+	// the client probe the broker from the new address at once; other
+	// wrappers pass such errors to quic-go, which closes the connection,
+	// and are not watched.
 	PacketConn net.PacketConn
 	// SessionCache, when set, is the TLS session cache, shared by clients
 	// of one process so that a new client resumes the session of an

@@ -121,6 +121,9 @@ type h3Client struct {
 	mu        sync.Mutex
 	tr        *quic.Transport
 	ownPC     net.PacketConn // the socket we created; nil when Options.PacketConn is used
+	outage    *outageUDP     // the socket as quic-go sees it (netdown.go); nil for a wrapped Options.PacketConn
+	stopWatch func()         // ends the address watch (migrate.go); nil without one
+	mig       *migrator      // nil without an address watch
 	cur       *h3Conn
 	conns     int
 	handshake time.Duration
@@ -217,6 +220,12 @@ func (c *h3Client) transport() (*quic.Transport, error) {
 		pc = udp
 		c.ownPC = udp
 	}
+	var u *net.UDPConn
+	if uc, ok := pc.(*net.UDPConn); ok {
+		u = uc
+		c.outage = newOutageUDP(u, c.opts.Logger)
+		pc = c.outage
+	}
 	hold := c.opts.HandshakeRTT
 	if hold == 0 {
 		hold = time.Duration(c.opts.Profile.HandshakeRTT)
@@ -225,7 +234,22 @@ func (c *h3Client) transport() (*quic.Transport, error) {
 		pc = newProbeGovernor(pc, hold*3/2)
 	}
 	c.tr = &quic.Transport{Conn: pc}
+	if u != nil {
+		var ctx context.Context
+		ctx, c.stopWatch = context.WithCancel(context.Background())
+		c.mig = startMigrator(ctx, c.opts.Logger, u, c.tr, c.currentQUIC)
+	}
 	return c.tr, nil
+}
+
+// currentQUIC returns the live QUIC connection, nil if none.
+func (c *h3Client) currentQUIC() *quic.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		return nil
+	}
+	return c.cur.qc
 }
 
 // conn returns the live connection, dialling a new one if there is none.
@@ -275,6 +299,10 @@ func (c *h3Client) conn(ctx context.Context) (*h3Conn, error) {
 		return nil, &dialError{addr: c.hostport, err: err}
 	}
 	hs := time.Since(start)
+	if c.outage != nil {
+		c.outage.arm()
+	}
+	c.mig.connected(qc)
 	hc := &h3Conn{qc: qc, cc: c.h3.NewClientConn(qc)}
 	if !handshakeDone(qc) {
 		c.mu.Lock()
@@ -849,6 +877,9 @@ func (c *h3Client) Close() error {
 	c.closed = true
 	cur, tr, own, sp := c.cur, c.tr, c.ownPC, c.sp
 	c.cur, c.sp = nil, nil
+	if c.stopWatch != nil {
+		c.stopWatch()
+	}
 	c.mu.Unlock()
 	if sp != nil {
 		sp.finish()

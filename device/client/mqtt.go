@@ -73,7 +73,11 @@ type mqttClient struct {
 
 	mu      sync.Mutex
 	cm      *autopaho.ConnectionManager
-	tr      *quic.Transport // shared when Options.PacketConn is set
+	tr      *quic.Transport // every QUIC connection of the client runs on it
+	ownPC   net.PacketConn  // the socket we created; nil when Options.PacketConn is used
+	outage  *outageUDP      // the socket as quic-go sees it (netdown.go); nil for a wrapped Options.PacketConn
+	qc      *quic.Conn      // the last QUIC connection dialled (migrate.go)
+	mig     *migrator       // nil without an address watch
 	subs    map[int]*mqttSub
 	nextSub int
 	fatal   error // a refusal that ends all attempts
@@ -196,25 +200,15 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 		hctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
-	var (
-		qc  *quic.Conn
-		err error
-	)
-	if c.opts.PacketConn != nil {
-		ua, rerr := net.ResolveUDPAddr("udp", c.addr)
-		if rerr != nil {
-			return nil, fmt.Errorf("mqtt-quic resolve %s: %w", c.addr, rerr)
-		}
-		c.mu.Lock()
-		if c.tr == nil {
-			c.tr = &quic.Transport{Conn: c.opts.PacketConn}
-		}
-		tr := c.tr
-		c.mu.Unlock()
-		qc, err = tr.Dial(hctx, ua, c.tlsConfig(), qconf)
-	} else {
-		qc, err = quic.DialAddr(hctx, c.addr, c.tlsConfig(), qconf)
+	ua, err := net.ResolveUDPAddr("udp", c.addr)
+	if err != nil {
+		return nil, &dialError{addr: c.addr, err: fmt.Errorf("mqtt-quic resolve: %w", err)}
 	}
+	tr, err := c.transport()
+	if err != nil {
+		return nil, err
+	}
+	qc, err := tr.Dial(hctx, ua, c.tlsConfig(), qconf)
 	if err != nil {
 		if ctx.Err() == nil && hctx.Err() != nil {
 			err = errors.New("no answer over UDP in time")
@@ -224,12 +218,59 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 	if c.handshake.Load() == 0 {
 		c.handshake.CompareAndSwap(0, int64(time.Since(start)))
 	}
+	c.mu.Lock()
+	if c.outage != nil {
+		c.outage.arm()
+	}
+	c.qc = qc
+	mig := c.mig
+	c.mu.Unlock()
+	mig.connected(qc)
 	s, err := qc.OpenStreamSync(ctx)
 	if err != nil {
 		_ = qc.CloseWithError(streamconn.CodeNoError, "")
 		return nil, fmt.Errorf("mqtt-quic open stream: %w", err)
 	}
 	return streamconn.New(qc, s, true), nil
+}
+
+// transport returns the quic.Transport of the client's MQTT over QUIC
+// connections, creating it (and the socket, unless Options.PacketConn is
+// set) once: reconnects keep the socket, as HTTP/3's do.
+func (c *mqttClient) transport() (*quic.Transport, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tr != nil {
+		return c.tr, nil
+	}
+	pc := c.opts.PacketConn
+	if pc == nil {
+		udp, err := net.ListenUDP("udp", nil)
+		if err != nil {
+			return nil, &dialError{addr: c.addr, err: fmt.Errorf("couldn't open a UDP socket: %w", err)}
+		}
+		pc = udp
+		c.ownPC = udp
+	}
+	var u *net.UDPConn
+	if uc, ok := pc.(*net.UDPConn); ok {
+		u = uc
+		c.outage = newOutageUDP(u, c.opts.Logger)
+		pc = c.outage
+	}
+	c.tr = &quic.Transport{Conn: pc}
+	if u != nil {
+		c.mig = startMigrator(c.ctx, c.opts.Logger, u, c.tr, c.currentQUIC)
+	}
+	return c.tr, nil
+}
+
+// currentQUIC returns the QUIC connection of the last MQTT over QUIC dial
+// while it is alive, nil otherwise.
+func (c *mqttClient) currentQUIC() *quic.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.qc
 }
 
 // fatalConnectError reports errors that retrying cannot cure.
@@ -660,7 +701,7 @@ func (c *mqttClient) Close() error {
 	}
 	c.closed = true
 	cm := c.cm
-	tr := c.tr
+	tr, own := c.tr, c.ownPC
 	c.mu.Unlock()
 	if cm != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -670,6 +711,9 @@ func (c *mqttClient) Close() error {
 	c.cancel()
 	if tr != nil {
 		_ = tr.Close() // does not close Options.PacketConn
+	}
+	if own != nil {
+		_ = own.Close()
 	}
 	return nil
 }
