@@ -7,6 +7,7 @@
 #   scripts/mqtt-vs-mosquitto.sh [BIN]        # BIN default dist/quiot
 #   STEPS="1000 10000" RATE=100 DURATION=30 scripts/mqtt-vs-mosquitto.sh dist/quiot
 #   flock /tmp/quiot-heavy.lock scripts/mqtt-vs-mosquitto.sh dist/quiot
+#   BASE=/tmp/quiot-old BROKERS="base quiot mosquitto" scripts/mqtt-vs-mosquitto.sh dist/quiot
 #
 # Per step of N subscribers (10 topic groups, QoS 1) and one publisher at
 # RATE msg/s of SIZE bytes for DURATION s, each broker is started fresh and
@@ -26,6 +27,9 @@
 # all from 127.0.0.1; quiot then refuses the 257th, as it counts anonymous
 # clients per source address).
 #
+# BASE names a second quiot binary (e.g. one built before a change) run as
+# broker "base" with the same flags, for before/after rows from one run.
+#
 # Environment: STEPS ("1000"), RATE (100), DURATION (30 seconds), SIZE (110),
 # PER_ADDR (4), SPREAD (1), QUIOT_ARGS, QUIOT_ENV (e.g. GOGC=100),
 # BROKERS ("quiot mosquitto"), MOSQUITTO (/usr/sbin/mosquitto),
@@ -44,6 +48,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export RATE=${RATE:-100} DURATION=${DURATION:-30} SIZE=${SIZE:-110} PER_ADDR=${PER_ADDR:-4} SPREAD=${SPREAD:-1}
 
 case " $BROKERS " in *" quiot "*) [ -x "$BIN" ] || { echo "mqtt-vs-mosquitto: no executable $BIN (make quiot)" >&2; exit 1; } ;; esac
+case " $BROKERS " in *" base "*) [ -x "${BASE:-}" ] || { echo "mqtt-vs-mosquitto: BROKERS has base: BASE must name a quiot binary" >&2; exit 1; } ;; esac
 case " $BROKERS " in *" mosquitto "*) [ -x "$MOSQUITTO" ] || { echo "mqtt-vs-mosquitto: no $MOSQUITTO (apt-get install mosquitto)" >&2; exit 1; } ;; esac
 [ -f "$npm_dir/node_modules/mqtt/package.json" ] || { echo "mqtt-vs-mosquitto: no MQTT.js in $npm_dir (scripts/deps.sh)" >&2; exit 1; }
 
@@ -62,15 +67,15 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# start_quiot N: starts the broker, sets broker_pid and port.
+# start_quiot N [BIN]: starts the broker, sets broker_pid and port.
 start_quiot() {
-	local n=$1 extra=$QUIOT_ARGS
+	local n=$1 bin=${2:-$BIN} extra=$QUIOT_ARGS
 	if [ "$n" -gt 1000 ]; then
 		extra="--mqtt-max-clients $((n + 16)) --mqtt-max-sessions $((n + 16)) $extra"
 	fi
 	echo "quiot flags beyond the defaults: ${extra:-none}" >&2
 	# shellcheck disable=SC2086
-	env $QUIOT_ENV "$BIN" broker --config "" --dev --dev-cert-out "" --listen 127.0.0.1:0 --mqtt-tcp 127.0.0.1:0 \
+	env $QUIOT_ENV "$bin" broker --config "" --dev --dev-cert-out "" --listen 127.0.0.1:0 --mqtt-tcp 127.0.0.1:0 \
 		--mqtt-quic 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level warn $extra \
 		>"$out/quiot-$n.out" 2>"$out/quiot-$n.err" &
 	broker_pid=$!
@@ -84,6 +89,8 @@ start_quiot() {
 	cat "$out/quiot-$n.err" >&2
 	exit 1
 }
+
+start_base() { start_quiot "$1" "$BASE"; }
 
 start_mosquitto() {
 	local n=$1
@@ -117,6 +124,13 @@ console.log(`| ${a.n} | ${name} | ${a.cpu_s}${x("cpu_s")} | ${a.cpu_load_s}${x("
 }
 
 echo "host: $(nproc) cores, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r); $(date -u +%FT%TZ)"
+for b in $BROKERS; do
+	case $b in
+	quiot) echo "quiot: $BIN, $("$BIN" version 2>&1 | head -1)" ;;
+	base) echo "base: $BASE, $("$BASE" version 2>&1 | head -1)" ;;
+	mosquitto) echo "mosquitto: $("$MOSQUITTO" -h 2>&1 | head -1)" ;;
+	esac
+done
 echo "load: subscribers over MQTT/TCP in 10 groups, QoS 1; 1 publisher, $RATE msg/s of $SIZE B for $DURATION s; MQTT.js $(node -p "require('$npm_dir/node_modules/mqtt/package.json').version"), Node $(node --version)"
 echo
 echo "| N | broker | CPU s | CPU s (load) | RSS idle MB | RSS connected MB | RSS end MB | RSS peak MB | KB/conn | deliveries | p50 / p99 ms | connected |"
@@ -132,8 +146,8 @@ for n in $STEPS; do
 		stop_broker
 	done
 	for b in $BROKERS; do
-		if [ "$b" = quiot ] && [ -n "${res[mosquitto]:-}" ]; then
-			row "quiot $QUIOT_ARGS" "${res[quiot]}" "${res[mosquitto]}"
+		if [ "$b" != mosquitto ] && [ -n "${res[mosquitto]:-}" ]; then
+			row "$b $QUIOT_ARGS" "${res[$b]}" "${res[mosquitto]}"
 		else
 			row "$b" "${res[$b]}"
 		fi
