@@ -30,7 +30,11 @@
 # BASE names a second quiot binary (e.g. one built before a change) run as
 # broker "base" with the same flags, for before/after rows from one run.
 #
-# Environment: STEPS ("1000"), RATE (100), DURATION (30 seconds), SIZE (110),
+# PROTO=tls runs MQTT over TLS 1.3 instead (quiot --mqtt-tls with its --dev
+# certificate; mosquitto with a throwaway self-signed P-256 certificate;
+# the client does not verify either).
+#
+# Environment: PROTO (tcp), STEPS ("1000"), RATE (100), DURATION (30 seconds), SIZE (110),
 # PER_ADDR (4), SPREAD (1), QUIOT_ARGS, QUIOT_ENV (e.g. GOGC=100),
 # BROKERS ("quiot mosquitto"), MOSQUITTO (/usr/sbin/mosquitto),
 # QUIOT_NPM_DIR (MQTT.js prefix, as scripts/deps.sh installs it),
@@ -45,6 +49,11 @@ QUIOT_ARGS=${QUIOT_ARGS:-}
 QUIOT_ENV=${QUIOT_ENV:-}
 npm_dir=${QUIOT_NPM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/quiot/npm}
 here=$(cd "$(dirname "$0")" && pwd)
+export PROTO=${PROTO:-tcp}
+[ "$PROTO" = tcp ] || [ "$PROTO" = tls ] || { echo "mqtt-vs-mosquitto: PROTO is tcp or tls" >&2; exit 1; }
+TLS=0
+[ "$PROTO" = tls ] && TLS=1
+export TLS
 export RATE=${RATE:-100} DURATION=${DURATION:-30} SIZE=${SIZE:-110} PER_ADDR=${PER_ADDR:-4} SPREAD=${SPREAD:-1}
 
 case " $BROKERS " in *" quiot "*) [ -x "$BIN" ] || { echo "mqtt-vs-mosquitto: no executable $BIN (make quiot)" >&2; exit 1; } ;; esac
@@ -75,13 +84,16 @@ start_quiot() {
 	fi
 	echo "quiot flags beyond the defaults: ${extra:-none}" >&2
 	# shellcheck disable=SC2086
-	env $QUIOT_ENV "$bin" broker --config "" --dev --dev-cert-out "" --listen 127.0.0.1:0 --mqtt-tcp 127.0.0.1:0 \
+	local l="--mqtt-tcp 127.0.0.1:0" scheme=mqtt
+	if [ "$PROTO" = tls ]; then l="--mqtt-tls 127.0.0.1:0" scheme=mqtts; fi
+	# shellcheck disable=SC2086
+	env $QUIOT_ENV "$bin" broker --config "" --dev --dev-cert-out "" --listen 127.0.0.1:0 $l \
 		--mqtt-quic 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level warn $extra \
 		>"$out/quiot-$n.out" 2>"$out/quiot-$n.err" &
 	broker_pid=$!
 	port=
 	for _ in $(seq 100); do
-		port=$(grep -o 'mqtt://127.0.0.1:[0-9]*' "$out/quiot-$n.out" | head -1 | sed 's/.*://' || true)
+		port=$(grep -o "$scheme://127.0.0.1:[0-9]*" "$out/quiot-$n.out" | head -1 | sed 's/.*://' || true)
 		[ -n "$port" ] && return 0
 		sleep 0.1
 	done
@@ -96,6 +108,17 @@ start_mosquitto() {
 	local n=$1
 	port=$(free_port)
 	printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\nlog_type error\nlog_type warning\n' "$port" >"$out/mosquitto-$n.conf"
+	if [ "$PROTO" = tls ]; then
+		# mosquitto started as root reads them as user mosquitto: a
+		# throwaway key, readable by all.
+		if [ ! -f "$tmp/key.pem" ]; then
+			openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=localhost \
+				-keyout "$tmp/key.pem" -out "$tmp/cert.pem" 2>/dev/null
+			chmod 755 "$tmp"
+			chmod 644 "$tmp/key.pem" "$tmp/cert.pem"
+		fi
+		printf 'certfile %s\nkeyfile %s\ntls_version tlsv1.3\n' "$tmp/cert.pem" "$tmp/key.pem" >>"$out/mosquitto-$n.conf"
+	fi
 	"$MOSQUITTO" -c "$out/mosquitto-$n.conf" >"$out/mosquitto-$n.out" 2>"$out/mosquitto-$n.err" &
 	broker_pid=$!
 	for _ in $(seq 100); do
@@ -131,7 +154,7 @@ for b in $BROKERS; do
 	mosquitto) echo "mosquitto: $("$MOSQUITTO" -h 2>&1 | head -1)" ;;
 	esac
 done
-echo "load: subscribers over MQTT/TCP in 10 groups, QoS 1; 1 publisher, $RATE msg/s of $SIZE B for $DURATION s; MQTT.js $(node -p "require('$npm_dir/node_modules/mqtt/package.json').version"), Node $(node --version)"
+echo "load: subscribers over MQTT/$PROTO in 10 groups, QoS 1; 1 publisher, $RATE msg/s of $SIZE B for $DURATION s; MQTT.js $(node -p "require('$npm_dir/node_modules/mqtt/package.json').version"), Node $(node --version)"
 echo
 echo "| N | broker | CPU s | CPU s (load) | RSS idle MB | RSS connected MB | RSS end MB | RSS peak MB | KB/conn | deliveries | p50 / p99 ms | connected |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"

@@ -12,10 +12,12 @@
 // Environment: MQTTJS_DIR (npm prefix holding node_modules/mqtt), HOST,
 // PORT, BROKER_PID, N, GROUPS, RATE, DURATION (seconds), SIZE, SPREAD (1: subscriber i
 // connects from source address 127.0.x.y, 4 subscribers an address, as
-// devices behind distinct addresses do; 0: all from 127.0.0.1), DRAIN_MS.
+// devices behind distinct addresses do; 0: all from 127.0.0.1), TLS (1: MQTT
+// over TLS 1.3, the server's certificate not verified), DRAIN_MS.
 import { createRequire } from 'node:module'
 import { readFileSync } from 'node:fs'
 import net from 'node:net'
+import tls from 'node:tls'
 import { performance } from 'node:perf_hooks'
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads'
 
@@ -32,6 +34,7 @@ const rate = Number(env('RATE', '100'))
 const seconds = Number(env('DURATION', '30'))
 const size = Number(env('SIZE', '110'))
 const spread = env('SPREAD', '1') === '1'
+const useTLS = env('TLS', '0') === '1'
 const perAddr = Number(env('PER_ADDR', '4'))
 const settleMs = Number(env('SETTLE_MS', '2000'))
 const drainMs = Number(env('DRAIN_MS', '15000'))
@@ -59,7 +62,10 @@ function srcAddr (i) {
 
 function connect (id, local) {
   return new Promise((resolve, reject) => {
-    const c = new mqtt.MqttClient(() => net.createConnection({ host, port, localAddress: local }), {
+    const dial = useTLS
+      ? () => tls.connect({ host, port, localAddress: local, servername: 'localhost', rejectUnauthorized: false, minVersion: 'TLSv1.3' })
+      : () => net.createConnection({ host, port, localAddress: local })
+    const c = new mqtt.MqttClient(dial, {
       protocolVersion: 4, clientId: id, clean: true, reconnectPeriod: 0, keepalive: 60, connectTimeout: 60000
     })
     c.once('connect', () => resolve(c))
