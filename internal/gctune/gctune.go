@@ -7,7 +7,7 @@
 // collections instead of 155 in the MQTT/TCP benchmark) but lets the heap
 // grow to five times the live heap: with 1000 MQTT/TCP subscribers at
 // 10,000 deliveries/s the broker's RSS reached 165-233 MB at 400 % and
-// 75-83 MB at 100 %, for about 10 % more CPU (docs/BENCH.md, "quiot
+// 70-83 MB at 100 %, for up to 20 % more CPU (docs/BENCH.md, "quiot
 // beside mosquitto"). On a Pi Zero's 512 MB the memory is the budget that
 // binds; --gc-percent 400 buys the CPU back where memory is plentiful.
 package gctune
