@@ -93,11 +93,17 @@ type Options struct {
 	// MaxSessionExpiry caps the session expiry a client may ask for, in
 	// seconds; zero means one day.
 	MaxSessionExpiry uint32
-	// MaxPendingWrites bounds the packets queued for one client before
-	// further QoS 0 deliveries to it are dropped (counted by mochi); zero
-	// means 1024, the HTTP/3 broker's subscriber queue length (mochi's own
-	// default, 8192, costs 64 KiB per client).
+	// MaxPendingWrites bounds the packets queued for one client, beyond
+	// what its connection's send buffer holds, before further deliveries
+	// to it are dropped (counted by mochi); zero means 256. mochi
+	// allocates the whole queue with the client, 8 bytes a slot, whether
+	// or not it is ever used: its own default, 8192, costs 64 KiB per
+	// client, 1024 cost 8 KiB (docs/BENCH.md, "quiot beside mosquitto").
 	MaxPendingWrites int32
+	// ReadBufferSize is the size of each client's read buffer; zero means
+	// 1 KiB (mochi's default is 2 KiB). A packet larger than the buffer
+	// is read in more pieces, not refused.
+	ReadBufferSize int
 	// WriteBufferSize is the size up to which packets queued for one
 	// client are gathered into a single write; zero (the default) writes
 	// each packet at once. mochi (v2.7.9) strands what it has gathered
@@ -138,7 +144,10 @@ func (o *Options) ensureDefaults() {
 		o.MaxPacketSize = 320 << 10
 	}
 	if o.MaxPendingWrites == 0 {
-		o.MaxPendingWrites = 1024
+		o.MaxPendingWrites = 256
+	}
+	if o.ReadBufferSize == 0 {
+		o.ReadBufferSize = 1 << 10
 	}
 	if o.MaxSessionExpiry == 0 {
 		o.MaxSessionExpiry = 24 * 3600
@@ -197,6 +206,7 @@ func New(opts Options) (*Server, error) {
 	mq := mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
 		ClientNetWriteBufferSize: max(opts.WriteBufferSize, 1), // 1: every packet is at least as large, so none is gathered
+		ClientNetReadBufferSize:  opts.ReadBufferSize,
 		Logger:                   slog.New(quietHandler{opts.Logger.Handler()}).With("component", "mqtt"),
 		// $SYS topics are refreshed once a minute (mochi's default is 1 s,
 		// wasteful on a Pi).

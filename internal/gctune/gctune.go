@@ -1,15 +1,15 @@
 // Package gctune sets the Go garbage collector of a long-running service
-// (quiot broker) for small devices: a larger heap target than Go's default
-// (GOGC=100) to spend less CPU on collections, bounded by a soft memory
-// limit sized from the machine's RAM.
+// (quiot broker) for small devices: Go's own heap target (GOGC=100) by
+// default, bounded by a soft memory limit sized from the machine's RAM.
 //
-// Why: the MQTT broker (mochi) allocates about 2.3 KiB per delivered
-// message while its live heap is a few MiB, so with GOGC=100 it collected
-// about every 1 600 deliveries in the MQTT/TCP benchmark (background
-// marking alone 11 % of its CPU). A heap allowed to grow to five times the
-// live heap collects several times less often (20 collections instead of
-// 155 there); the memory limit keeps the total bounded when the live heap
-// is large. See docs/mqtt.md.
+// Why not more: the MQTT broker (mochi) allocates about 2 KiB per
+// delivered message, so a larger target collects less often (400 % made 20
+// collections instead of 155 in the MQTT/TCP benchmark) but lets the heap
+// grow to five times the live heap: with 1000 MQTT/TCP subscribers at
+// 10,000 deliveries/s the broker's RSS reached 165-233 MB at 400 % and
+// 70-83 MB at 100 %, for up to 20 % more CPU (docs/BENCH.md, "quiot
+// beside mosquitto"). On a Pi Zero's 512 MB the memory is the budget that
+// binds; --gc-percent 400 buys the CPU back where memory is plentiful.
 package gctune
 
 import (
@@ -26,7 +26,7 @@ import (
 
 const (
 	// DefaultPercent is the GC percent (GOGC) applied when none is given.
-	DefaultPercent = 400
+	DefaultPercent = 100
 	// MinAutoLimit and MaxAutoLimit bound the automatic memory limit
 	// (a quarter of the physical memory).
 	MinAutoLimit = 64 << 20
@@ -38,7 +38,7 @@ const (
 type Options struct {
 	// Percent is the GC percent (as GOGC): a collection starts when the
 	// heap has grown by this percentage over the live heap; zero means
-	// DefaultPercent (400), a negative value turns the proportional
+	// DefaultPercent (100), a negative value turns the proportional
 	// trigger off (collections then start only at MemoryLimit).
 	Percent int
 	// MemoryLimit is the soft limit on the Go runtime's memory in bytes
@@ -61,7 +61,7 @@ type Applied struct {
 	MemoryLimit int64
 }
 
-// String describes the settings, e.g. "gc-percent=400 memory-limit=128MiB".
+// String describes the settings, e.g. "gc-percent=100 memory-limit=128MiB".
 func (a Applied) String() string {
 	p := strconv.Itoa(a.Percent)
 	if a.Percent < 0 {

@@ -90,7 +90,7 @@ func TestResolve(t *testing.T) {
 		o    Options
 		want Applied
 	}{
-		{"defaults", Options{Env: env(nil)}, Applied{DefaultPercent, 256 << 20}},
+		{"defaults", Options{Env: env(nil)}, Applied{100, 256 << 20}},
 		{"given", Options{Percent: 150, MemoryLimit: 96 << 20, Env: env(nil)}, Applied{150, 96 << 20}},
 		{"off and no limit", Options{Percent: -1, MemoryLimit: -1, Env: env(nil)}, Applied{-1, math.MaxInt64}},
 		{"environment wins over defaults", Options{Env: env(map[string]string{"GOGC": "50", "GOMEMLIMIT": "1GiB"})}, Applied{0, 0}},
