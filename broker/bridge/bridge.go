@@ -1,5 +1,7 @@
 // Package bridge joins the broker's topic space to an upstream MQTT broker
-// (mosquitto, EMQX, HiveMQ, another quiot) over mqtt:// or mqtts://, MQTT 5.
+// (mosquitto, EMQX, HiveMQ, another quiot) over mqtt://, mqtts:// or
+// mqtt-quic:// (MQTT over QUIC, single stream, with a QUIC tuning
+// profile), MQTT 5.
 //
 // Messages the broker accepts on a topic matching one of the bridge's out
 // filters are forwarded up under RemotePrefix+topic; messages the upstream
@@ -43,6 +45,7 @@ import (
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/device/spool"
+	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/topic"
 )
 
@@ -104,6 +107,8 @@ type Bridge struct {
 	origin string
 	tlsCfg *tls.Config
 	u      *url.URL
+	// quic is set for an mqtt-quic:// upstream: its tuning profile.
+	quic *quictune.Profile
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -152,7 +157,12 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 		return nil, fail("url", err)
 	}
 	br := &Bridge{cfg: cfg, b: b, log: log.With("bridge", cfg.Name), origin: Origin(cfg.Name), u: u, wake: make(chan struct{}, 1), done: make(chan struct{}), changed: make(chan struct{})}
-	if strings.EqualFold(u.Scheme, "mqtts") {
+	if strings.EqualFold(u.Scheme, "mqtt-quic") {
+		if br.quic, err = quictune.Load(cfg.Tuning); err != nil {
+			return nil, fail("tuning", err)
+		}
+	}
+	if strings.EqualFold(u.Scheme, "mqtts") || br.quic != nil {
 		tc := &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
 		if cfg.CAFile != "" {
 			pem, err := os.ReadFile(cfg.CAFile)
@@ -171,6 +181,10 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 				return nil, fail("cert_file", err)
 			}
 			tc.Certificates = []tls.Certificate{cert}
+		}
+		if br.quic != nil {
+			tc.NextProtos = []string{mqttALPN}
+			br.quic.ApplyClientTLS(tc)
 		}
 		br.tlsCfg = tc
 	}
@@ -241,6 +255,15 @@ func (br *Bridge) Start() error {
 				func(pr paho.PublishReceived) (bool, error) { br.inbound(pr.Packet); return true, nil },
 			},
 		},
+	}
+	if br.quic != nil {
+		cc.TlsCfg = nil
+		cc.AttemptConnection = br.dialQUIC
+		if ka := time.Duration(br.quic.MaxIdleTimeout); ka > 0 && br.cfg.KeepAlive >= ka {
+			// PINGREQs must come before QUIC's idle timer closes a
+			// quiet connection (the profile's keep-alive usually does).
+			cc.KeepAlive = uint16(max(ka*2/3/time.Second, 1))
+		}
 	}
 	cm, err := autopaho.NewConnection(br.ctx, cc)
 	if err != nil {
