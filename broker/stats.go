@@ -132,6 +132,9 @@ type Stats struct {
 	// StreamInflightWaits counts the times a publish stream waited for its
 	// QoS 0 frames to be stored before reading more (Limits.StreamInflight).
 	StreamInflightWaits uint64
+	// Bridges are the states of the bridges to upstream brokers
+	// (AddBridge), by name; absent without bridges.
+	Bridges []BridgeStatus `json:",omitempty"`
 }
 
 type protoCounters struct {
@@ -150,6 +153,8 @@ type counters struct {
 	inflightWaits atomic.Uint64
 	dropped       atomic.Uint64
 	cutOff        atomic.Uint64
+	// bridges report their state (bridgestatus.go).
+	bridges bridgeSet
 }
 
 func (c *counters) proto(name string) *protoCounters {
@@ -215,6 +220,7 @@ func (b *Broker) Stats() Stats {
 	s.StreamInflightWaits = b.stats.inflightWaits.Load()
 	s.Dropped = b.stats.dropped.Load()
 	s.CutOff = b.stats.cutOff.Load()
+	s.Bridges = b.bridgeStatuses()
 	h := b.hub
 	h.mu.Lock()
 	s.Subscriptions = h.nsubs

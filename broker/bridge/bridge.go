@@ -114,6 +114,8 @@ type Bridge struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	closed atomic.Bool
+	// unreport removes the bridge from the broker's /v1/stats and /healthz.
+	unreport func()
 
 	// sp is the on-disk queue (Config.StoreDir; nil: memory only):
 	// spoolIn moves the memory queue's messages into it and closes
@@ -151,6 +153,9 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 	}
 	if err := CheckAuth(cfg, b.Auth()); err != nil {
 		return nil, err
+	}
+	if cfg.DownAlert <= 0 {
+		cfg.DownAlert = DefaultDownAlert
 	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
@@ -222,6 +227,10 @@ func (br *Bridge) Name() string { return br.cfg.Name }
 // connects in the background; it does not wait for the upstream.
 func (br *Bridge) Start() error {
 	br.ctx, br.cancel = context.WithCancel(context.Background())
+	br.mu.Lock()
+	br.downAt = time.Now() // down until the first connection
+	br.mu.Unlock()
+	br.unreport = br.b.AddBridge(br)
 	if len(br.cfg.Out) > 0 {
 		br.b.AddTap(br.tap)
 	}
@@ -292,6 +301,9 @@ func (br *Bridge) Close(ctx context.Context) error {
 	if br.closed.Swap(true) {
 		return nil
 	}
+	if br.unreport != nil {
+		br.unreport()
+	}
 	if br.cancel == nil { // never started
 		if br.sp != nil {
 			return br.sp.Close()
@@ -351,6 +363,28 @@ func (br *Bridge) Stats() Stats {
 		s.Stored, s.StoreBytes = st.Pending, st.Bytes
 	}
 	return s
+}
+
+// BridgeStatus is the bridge's state for the broker's /v1/stats and
+// /healthz (broker.BridgeReporter): degraded once it has been without an
+// upstream connection for Config.DownAlert.
+func (br *Bridge) BridgeStatus() broker.BridgeStatus {
+	s := br.Stats()
+	br.mu.Lock()
+	downAt := br.downAt
+	br.mu.Unlock()
+	bs := broker.BridgeStatus{Name: br.cfg.Name, URL: br.cfg.URL, Connected: s.Connected, ConnectedSince: s.ConnectedSince,
+		Queued: s.Queued, QueuedBytes: s.QueuedBytes, Sent: s.Sent, Dropped: s.Dropped, LastError: s.LastError}
+	if !s.Connected && !downAt.IsZero() {
+		bs.DownSince = downAt
+		if d := time.Since(downAt); d >= br.cfg.DownAlert {
+			bs.Degraded = fmt.Sprintf("no upstream connection for %s (down_alert %s)", d.Round(time.Second), br.cfg.DownAlert)
+			if s.LastError != "" {
+				bs.Degraded += "; last error: " + s.LastError
+			}
+		}
+	}
+	return bs
 }
 
 // WaitFor returns once cond holds for the bridge's Stats, re-checking on

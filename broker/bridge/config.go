@@ -25,6 +25,7 @@ const (
 	DefaultReconnectMax  = time.Minute
 	DefaultQueueMessages = 10000
 	DefaultQueueBytes    = 16 << 20
+	DefaultDownAlert     = 5 * time.Minute
 )
 
 // Config is one bridge: a [[bridge]] table of the broker's configuration
@@ -91,6 +92,9 @@ type Config struct {
 	// beyond them the oldest messages are dropped and counted.
 	StoreMaxBytes int64
 	StoreMaxAge   time.Duration
+	// DownAlert is how long the bridge may be without an upstream
+	// connection before /healthz reports the broker degraded.
+	DownAlert time.Duration
 }
 
 // Error is a configuration error of one bridge: it names the bridge (or
@@ -155,13 +159,14 @@ func Parse(data []byte) ([]Config, error) {
 
 var keys = []string{"name", "url", "out", "in", "remote_prefix", "qos", "username", "password", "password_file",
 	"client_id", "ca_file", "cert_file", "key_file", "mqtt_version", "keepalive", "clean_start", "session_expiry",
-	"reconnect_min", "reconnect_max", "identity", "queue_messages", "queue_bytes", "store_dir", "store_max_bytes", "store_max_age", "tuning"}
+	"reconnect_min", "reconnect_max", "identity", "queue_messages", "queue_bytes", "store_dir", "store_max_bytes", "store_max_age", "tuning", "down_alert"}
 
 func parseOne(i int, t map[string]any) (Config, error) {
 	c := Config{
 		QoS: 1, MQTTVersion: "5", Tuning: "lean", KeepAlive: DefaultKeepAlive, CleanStart: true,
 		ReconnectMin: DefaultReconnectMin, ReconnectMax: DefaultReconnectMax,
 		QueueMessages: DefaultQueueMessages, QueueBytes: DefaultQueueBytes,
+		DownAlert: DefaultDownAlert,
 	}
 	who := fmt.Sprintf("#%d", i+1)
 	if n, ok := t["name"].(string); ok && n != "" {
@@ -257,6 +262,11 @@ func parseOne(i int, t map[string]any) (Config, error) {
 			c.StoreDir, err = str(v)
 		case "tuning":
 			c.Tuning, err = str(v)
+		case "down_alert":
+			c.DownAlert, err = duration(v)
+			if err == nil && c.DownAlert <= 0 {
+				return c, fail(k, "must be positive")
+			}
 		case "store_max_bytes":
 			var n int64
 			if n, err = integer(v); err == nil {
