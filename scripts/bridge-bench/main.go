@@ -127,7 +127,7 @@ func main() {
 			continue
 		}
 		per := func(b uint64) float64 { return float64(b) / float64(r.published) }
-		rec := fmt.Sprintf("%.1f", r.recovery.Seconds())
+		rec := fmt.Sprintf("%.2f", r.recovery.Seconds())
 		if r.recovery < 0 {
 			rec = "never (lost)"
 		}
