@@ -190,7 +190,20 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok\n")
+		// A bridge down too long makes the first line "degraded" (still
+		// 200: restarting the edge broker cures no upstream outage), with
+		// one line per such bridge (bridgestatus.go).
+		var degraded []string
+		for _, bs := range b.bridgeStatuses() {
+			if bs.Degraded != "" {
+				degraded = append(degraded, "bridge "+bs.Name+": "+bs.Degraded+"\n")
+			}
+		}
+		if len(degraded) > 0 {
+			_, _ = io.WriteString(w, "degraded\n"+strings.Join(degraded, ""))
+		} else {
+			_, _ = io.WriteString(w, "ok\n")
+		}
 		if st := b.clusterStatus(); st != "" { // federation.go
 			_, _ = io.WriteString(w, "cluster: "+st+"\n")
 		}

@@ -142,6 +142,9 @@ type Stats struct {
 	// StreamInflightWaits counts the times a publish stream waited for its
 	// QoS 0 frames to be stored before reading more (Limits.StreamInflight).
 	StreamInflightWaits uint64
+	// Bridges are the states of the bridges to upstream brokers
+	// (AddBridge), by name; absent without bridges.
+	Bridges []BridgeStatus `json:",omitempty"`
 }
 
 type protoCounters struct {
@@ -160,6 +163,8 @@ type counters struct {
 	inflightWaits atomic.Uint64
 	dropped       atomic.Uint64
 	cutOff        atomic.Uint64
+	// bridges report their state (bridgestatus.go).
+	bridges bridgeSet
 }
 
 func (c *counters) proto(name string) *protoCounters {
@@ -228,6 +233,7 @@ func (b *Broker) Stats() Stats {
 	}
 	s.Dropped = b.stats.dropped.Load()
 	s.CutOff = b.stats.cutOff.Load()
+	s.Bridges = b.bridgeStatuses()
 	h := b.hub
 	h.mu.Lock()
 	s.Subscriptions = h.nsubs

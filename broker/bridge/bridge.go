@@ -1,5 +1,7 @@
 // Package bridge joins the broker's topic space to an upstream MQTT broker
-// (mosquitto, EMQX, HiveMQ, another quiot) over mqtt:// or mqtts://, MQTT 5.
+// (mosquitto, EMQX, HiveMQ, another quiot) over mqtt://, mqtts:// or
+// mqtt-quic:// (MQTT over QUIC, single stream, with a QUIC tuning
+// profile), MQTT 5.
 //
 // Messages the broker accepts on a topic matching one of the bridge's out
 // filters are forwarded up under RemotePrefix+topic; messages the upstream
@@ -43,6 +45,7 @@ import (
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/device/spool"
+	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/topic"
 )
 
@@ -104,11 +107,15 @@ type Bridge struct {
 	origin string
 	tlsCfg *tls.Config
 	u      *url.URL
+	// quic is set for an mqtt-quic:// upstream: its tuning profile.
+	quic *quictune.Profile
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 	closed atomic.Bool
+	// unreport removes the bridge from the broker's /v1/stats and /healthz.
+	unreport func()
 
 	// sp is the on-disk queue (Config.StoreDir; nil: memory only):
 	// spoolIn moves the memory queue's messages into it and closes
@@ -147,12 +154,20 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 	if err := CheckAuth(cfg, b.Auth()); err != nil {
 		return nil, err
 	}
+	if cfg.DownAlert <= 0 {
+		cfg.DownAlert = DefaultDownAlert
+	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		return nil, fail("url", err)
 	}
 	br := &Bridge{cfg: cfg, b: b, log: log.With("bridge", cfg.Name), origin: Origin(cfg.Name), u: u, wake: make(chan struct{}, 1), done: make(chan struct{}), changed: make(chan struct{})}
-	if strings.EqualFold(u.Scheme, "mqtts") {
+	if strings.EqualFold(u.Scheme, "mqtt-quic") {
+		if br.quic, err = quictune.Load(cfg.Tuning); err != nil {
+			return nil, fail("tuning", err)
+		}
+	}
+	if strings.EqualFold(u.Scheme, "mqtts") || br.quic != nil {
 		tc := &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
 		if cfg.CAFile != "" {
 			pem, err := os.ReadFile(cfg.CAFile)
@@ -171,6 +186,10 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 				return nil, fail("cert_file", err)
 			}
 			tc.Certificates = []tls.Certificate{cert}
+		}
+		if br.quic != nil {
+			tc.NextProtos = []string{mqttALPN}
+			br.quic.ApplyClientTLS(tc)
 		}
 		br.tlsCfg = tc
 	}
@@ -208,6 +227,10 @@ func (br *Bridge) Name() string { return br.cfg.Name }
 // connects in the background; it does not wait for the upstream.
 func (br *Bridge) Start() error {
 	br.ctx, br.cancel = context.WithCancel(context.Background())
+	br.mu.Lock()
+	br.downAt = time.Now() // down until the first connection
+	br.mu.Unlock()
+	br.unreport = br.b.AddBridge(br)
 	if len(br.cfg.Out) > 0 {
 		br.b.AddTap(br.tap)
 	}
@@ -242,6 +265,15 @@ func (br *Bridge) Start() error {
 			},
 		},
 	}
+	if br.quic != nil {
+		cc.TlsCfg = nil
+		cc.AttemptConnection = br.dialQUIC
+		if ka := time.Duration(br.quic.MaxIdleTimeout); ka > 0 && br.cfg.KeepAlive >= ka {
+			// PINGREQs must come before QUIC's idle timer closes a
+			// quiet connection (the profile's keep-alive usually does).
+			cc.KeepAlive = uint16(max(ka*2/3/time.Second, 1))
+		}
+	}
 	cm, err := autopaho.NewConnection(br.ctx, cc)
 	if err != nil {
 		br.cancel()
@@ -268,6 +300,9 @@ func (br *Bridge) Start() error {
 func (br *Bridge) Close(ctx context.Context) error {
 	if br.closed.Swap(true) {
 		return nil
+	}
+	if br.unreport != nil {
+		br.unreport()
 	}
 	if br.cancel == nil { // never started
 		if br.sp != nil {
@@ -328,6 +363,28 @@ func (br *Bridge) Stats() Stats {
 		s.Stored, s.StoreBytes = st.Pending, st.Bytes
 	}
 	return s
+}
+
+// BridgeStatus is the bridge's state for the broker's /v1/stats and
+// /healthz (broker.BridgeReporter): degraded once it has been without an
+// upstream connection for Config.DownAlert.
+func (br *Bridge) BridgeStatus() broker.BridgeStatus {
+	s := br.Stats()
+	br.mu.Lock()
+	downAt := br.downAt
+	br.mu.Unlock()
+	bs := broker.BridgeStatus{Name: br.cfg.Name, URL: br.cfg.URL, Connected: s.Connected, ConnectedSince: s.ConnectedSince,
+		Queued: s.Queued, QueuedBytes: s.QueuedBytes, Sent: s.Sent, Dropped: s.Dropped, LastError: s.LastError}
+	if !s.Connected && !downAt.IsZero() {
+		bs.DownSince = downAt
+		if d := time.Since(downAt); d >= br.cfg.DownAlert {
+			bs.Degraded = fmt.Sprintf("no upstream connection for %s (down_alert %s)", d.Round(time.Second), br.cfg.DownAlert)
+			if s.LastError != "" {
+				bs.Degraded += "; last error: " + s.LastError
+			}
+		}
+	}
+	return bs
 }
 
 // WaitFor returns once cond holds for the bridge's Stats, re-checking on

@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/topic"
 )
 
@@ -24,6 +25,7 @@ const (
 	DefaultReconnectMax  = time.Minute
 	DefaultQueueMessages = 10000
 	DefaultQueueBytes    = 16 << 20
+	DefaultDownAlert     = 5 * time.Minute
 )
 
 // Config is one bridge: a [[bridge]] table of the broker's configuration
@@ -32,7 +34,9 @@ type Config struct {
 	// Name names the bridge in logs, errors and the origin of the
 	// messages it brings in ("bridge:NAME").
 	Name string
-	// URL is the upstream broker: mqtt://host[:1883] or mqtts://host[:8883].
+	// URL is the upstream broker: mqtt://host[:1883], mqtts://host[:8883]
+	// or mqtt-quic://host[:14567] (MQTT over QUIC, as quiot, EMQX and
+	// NanoMQ speak it).
 	URL string
 	// Out are the local filters whose messages are forwarded up.
 	Out []string
@@ -55,6 +59,9 @@ type Config struct {
 	CAFile string
 	// CertFile and KeyFile are a client certificate for mutual TLS.
 	CertFile, KeyFile string
+	// Tuning names the QUIC tuning profile of an mqtt-quic:// upstream
+	// (internal/quictune: "lean", "default" or a TOML file); default lean.
+	Tuning string
 	// MQTTVersion is "5" (the only one built yet).
 	MQTTVersion string
 	// KeepAlive is the MQTT keep-alive.
@@ -85,6 +92,9 @@ type Config struct {
 	// beyond them the oldest messages are dropped and counted.
 	StoreMaxBytes int64
 	StoreMaxAge   time.Duration
+	// DownAlert is how long the bridge may be without an upstream
+	// connection before /healthz reports the broker degraded.
+	DownAlert time.Duration
 }
 
 // Error is a configuration error of one bridge: it names the bridge (or
@@ -149,13 +159,14 @@ func Parse(data []byte) ([]Config, error) {
 
 var keys = []string{"name", "url", "out", "in", "remote_prefix", "qos", "username", "password", "password_file",
 	"client_id", "ca_file", "cert_file", "key_file", "mqtt_version", "keepalive", "clean_start", "session_expiry",
-	"reconnect_min", "reconnect_max", "identity", "queue_messages", "queue_bytes", "store_dir", "store_max_bytes", "store_max_age"}
+	"reconnect_min", "reconnect_max", "identity", "queue_messages", "queue_bytes", "store_dir", "store_max_bytes", "store_max_age", "tuning", "down_alert"}
 
 func parseOne(i int, t map[string]any) (Config, error) {
 	c := Config{
-		QoS: 1, MQTTVersion: "5", KeepAlive: DefaultKeepAlive, CleanStart: true,
+		QoS: 1, MQTTVersion: "5", Tuning: "lean", KeepAlive: DefaultKeepAlive, CleanStart: true,
 		ReconnectMin: DefaultReconnectMin, ReconnectMax: DefaultReconnectMax,
 		QueueMessages: DefaultQueueMessages, QueueBytes: DefaultQueueBytes,
+		DownAlert: DefaultDownAlert,
 	}
 	who := fmt.Sprintf("#%d", i+1)
 	if n, ok := t["name"].(string); ok && n != "" {
@@ -249,6 +260,13 @@ func parseOne(i int, t map[string]any) (Config, error) {
 			}
 		case "store_dir":
 			c.StoreDir, err = str(v)
+		case "tuning":
+			c.Tuning, err = str(v)
+		case "down_alert":
+			c.DownAlert, err = duration(v)
+			if err == nil && c.DownAlert <= 0 {
+				return c, fail(k, "must be positive")
+			}
 		case "store_max_bytes":
 			var n int64
 			if n, err = integer(v); err == nil {
@@ -302,18 +320,18 @@ func (c *Config) check(fail func(key, format string, args ...any) error) error {
 		}
 	}
 	if c.URL == "" {
-		return fail("url", "required (mqtt://host:1883 or mqtts://host:8883)")
+		return fail("url", "required (mqtt://host:1883, mqtts://host:8883 or mqtt-quic://host:14567)")
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil {
 		return fail("url", "%v", err)
 	}
 	switch strings.ToLower(u.Scheme) {
-	case "mqtt", "mqtts":
-	case "mqtt-quic", "https":
-		return fail("url", "scheme %s:// is not built yet (mqtt:// and mqtts:// are)", u.Scheme)
+	case "mqtt", "mqtts", "mqtt-quic":
+	case "https":
+		return fail("url", "scheme %s:// is not built yet (mqtt://, mqtts:// and mqtt-quic:// are)", u.Scheme)
 	default:
-		return fail("url", "scheme %q: want mqtt:// or mqtts://", u.Scheme)
+		return fail("url", "scheme %q: want mqtt://, mqtts:// or mqtt-quic://", u.Scheme)
 	}
 	if u.Hostname() == "" {
 		return fail("url", "%q has no host", c.URL)
@@ -351,11 +369,14 @@ func (c *Config) check(fail func(key, format string, args ...any) error) error {
 	default:
 		return fail("mqtt_version", "%q: want \"5\"", c.MQTTVersion)
 	}
+	if _, err := quictune.Load(c.Tuning); err != nil {
+		return fail("tuning", "%v", err)
+	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		return fail("cert_file", "cert_file and key_file go together")
 	}
 	if strings.EqualFold(u.Scheme, "mqtt") && (c.CAFile != "" || c.CertFile != "") {
-		return fail("ca_file", "ca_file, cert_file and key_file need an mqtts:// url")
+		return fail("ca_file", "ca_file, cert_file and key_file need an mqtts:// or mqtt-quic:// url")
 	}
 	for _, f := range []struct{ key, path string }{{"ca_file", c.CAFile}, {"cert_file", c.CertFile}, {"key_file", c.KeyFile}} {
 		if f.path == "" {

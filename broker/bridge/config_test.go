@@ -45,6 +45,7 @@ queue_bytes   = 65536
 store_dir     = "/var/lib/quiot/bridge-cloud"
 store_max_bytes = 1048576
 store_max_age = "24h"
+down_alert    = "90s"
 
 [[bridge]]
 name = "second"
@@ -61,11 +62,13 @@ out  = "a/#"
 	if c.Name != "cloud" || c.Password != "from-file" || c.CleanStart || c.SessionExpiry != bridge.DefaultSessionExpiry ||
 		c.KeepAlive != 30*time.Second || c.ReconnectMax != 5*time.Minute || c.QueueMessages != 100 || c.QueueBytes != 65536 ||
 		c.ClientID != "quiot-bridge-cloud" || c.RemotePrefix != "site-1/" || c.Identity != "cloud" ||
-		c.StoreDir != "/var/lib/quiot/bridge-cloud" || c.StoreMaxBytes != 1<<20 || c.StoreMaxAge != 24*time.Hour {
+		c.StoreDir != "/var/lib/quiot/bridge-cloud" || c.StoreMaxBytes != 1<<20 || c.StoreMaxAge != 24*time.Hour ||
+		c.DownAlert != 90*time.Second {
 		t.Fatalf("parsed %+v", c)
 	}
 	d := cs[1]
-	if d.QoS != 1 || !d.CleanStart || d.SessionExpiry != 0 || len(d.Out) != 1 || d.Out[0] != "a/#" || d.QueueMessages != bridge.DefaultQueueMessages {
+	if d.QoS != 1 || !d.CleanStart || d.SessionExpiry != 0 || len(d.Out) != 1 || d.Out[0] != "a/#" || d.QueueMessages != bridge.DefaultQueueMessages ||
+		d.DownAlert != bridge.DefaultDownAlert || d.Tuning != "lean" {
 		t.Fatalf("defaults %+v", d)
 	}
 }
@@ -80,7 +83,9 @@ func TestParseErrors(t *testing.T) {
 		{"bad name", "name = \"a b\"\n" + ok, `"a b"`, "name", "only letters"},
 		{"no url", "name = \"x\"\nout = [\"a\"]\n", `"x"`, "url", "required"},
 		{"bad scheme", "name = \"x\"\nurl = \"http://h\"\nout = [\"a\"]\n", `"x"`, "url", "want mqtt://"},
-		{"quic later", "name = \"x\"\nurl = \"mqtt-quic://h\"\nout = [\"a\"]\n", `"x"`, "url", "not built yet"},
+		{"https later", "name = \"x\"\nurl = \"https://h\"\nout = [\"a\"]\n", `"x"`, "url", "not built yet"},
+		{"down_alert 0", "name = \"x\"\n" + ok + "down_alert = \"0s\"\n", `"x"`, "down_alert", "must be positive"},
+		{"unknown tuning", "name = \"x\"\nurl = \"mqtt-quic://h\"\nout = [\"a\"]\ntuning = \"fast\"\n", `"x"`, "tuning", "unknown tuning profile"},
 		{"no filters", "name = \"x\"\nurl = \"mqtt://h\"\n", `"x"`, "out", "needs out or in"},
 		{"bad filter", "name = \"x\"\nurl = \"mqtt://h\"\nout = [\"a/#/b\"]\n", `"x"`, "out", "a/#/b"},
 		{"dollar filter", "name = \"x\"\nurl = \"mqtt://h\"\nin = [\"$SYS/#\"]\n", `"x"`, "in", "$ topics never cross"},

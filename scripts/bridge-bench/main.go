@@ -1,0 +1,750 @@
+// Command bridge-bench compares quiot's bridge with mosquitto's own
+// bridge under the same load and the same upstream outage
+// (docs/bridge.md, results in docs/results/bridge/README.md).
+//
+// Each variant runs its own edge broker, upstream broker and a link
+// between them that counts the bytes crossing it (a TCP relay, or
+// internal/netimpair's UDP relay for MQTT over QUIC). A mosquitto_pub -l
+// publishes QoS 1 messages of -size bytes on the edge at -rate; a
+// mosquitto_sub (QoS 1) on the upstream records what arrives. In the
+// middle of the run the link is cut for -outage: the TCP relay closes its
+// connections and refuses new ones (the upstream is gone), the UDP relay
+// drops every datagram (a silent blackout).
+//
+//	go build -o /tmp/quiot ./device
+//	go run ./scripts/bridge-bench -quiot /tmp/quiot -duration 2m -outage 30s
+//
+// It needs mosquitto, mosquitto_pub and mosquitto_sub (Debian's
+// mosquitto and mosquitto-clients) and openssl-free Go only.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/quiot/quiot/internal/netimpair"
+)
+
+var (
+	quiotBin = flag.String("quiot", "quiot", "the quiot binary")
+	duration = flag.Duration("duration", 2*time.Minute, "publishing time")
+	outage   = flag.Duration("outage", 30*time.Second, "link outage in the middle of the run")
+	rate     = flag.Float64("rate", 1, "messages per second")
+	size     = flag.Int("size", 256, "payload bytes")
+	grace    = flag.Duration("grace", 60*time.Second, "wait after the last publish for the last messages")
+	only     = flag.String("only", "", "comma-separated variants to run, by number from 1 (default all)")
+	keep     = flag.Bool("keep", false, "keep the working directory (configurations, logs) and print its path")
+)
+
+const (
+	upUser = "bridge"
+	upPass = "bridge-pw"
+)
+
+type result struct {
+	name                      string
+	published, received, dups int
+	lost                      int
+	wireUp, wireDown          uint64
+	recovery                  time.Duration
+	rssKB, maxRSSKB           int64
+	cpu                       time.Duration
+	err                       error
+}
+
+func main() {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "bridge-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if *keep {
+		fmt.Println("working directory:", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	ca := newPKI(dir)
+	variants := []struct {
+		name string
+		run  func(v *variant) error
+	}{
+		{"quiot -> mosquitto, MQTT/TLS", func(v *variant) error { return v.quiotToMosquitto(true) }},
+		{"quiot -> mosquitto, MQTT/TCP", func(v *variant) error { return v.quiotToMosquitto(false) }},
+		{"quiot -> quiot, MQTT over QUIC", func(v *variant) error { return v.quiotToQuiot() }},
+		{"mosquitto -> mosquitto (bridge), MQTT/TLS", func(v *variant) error { return v.mosquittoToMosquitto(true) }},
+		{"mosquitto -> mosquitto (bridge), MQTT/TCP", func(v *variant) error { return v.mosquittoToMosquitto(false) }},
+	}
+	var wg sync.WaitGroup
+	results := make([]result, len(variants))
+	for i, vr := range variants {
+		if *only != "" && !strings.Contains(","+*only+",", ","+strconv.Itoa(i+1)+",") {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := &variant{name: vr.name, dir: filepath.Join(dir, strconv.Itoa(i)), pki: ca}
+			_ = os.MkdirAll(v.dir, 0o700)
+			err := vr.run(v)
+			v.res.err = err
+			v.res.name = vr.name
+			v.stopAll()
+			results[i] = v.res
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("load: %.3g msg/s of %d B QoS 1 for %v, link cut for %v from %v\n\n", *rate, *size, *duration, *outage, (*duration-*outage)/2)
+	fmt.Println("| variant | published | lost | duplicates | wire bytes/msg (up + down) | recovery (s) | edge RSS end / max (kB) | edge CPU (s) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		if r.name == "" {
+			continue
+		}
+		if r.err != nil {
+			fmt.Printf("| %s | error: %v |\n", r.name, r.err)
+			continue
+		}
+		per := func(b uint64) float64 { return float64(b) / float64(r.published) }
+		rec := fmt.Sprintf("%.2f", r.recovery.Seconds())
+		if r.recovery < 0 {
+			rec = "never (lost)"
+		}
+		fmt.Printf("| %s | %d | %d | %d | %.0f (%.0f + %.0f) | %s | %d / %d | %.2f |\n", r.name, r.published, r.lost, r.dups,
+			per(r.wireUp+r.wireDown), per(r.wireUp), per(r.wireDown), rec, r.rssKB, r.maxRSSKB, r.cpu.Seconds())
+	}
+}
+
+// variant is one edge, upstream and link.
+type variant struct {
+	name  string
+	dir   string
+	pki   *pki
+	procs []*exec.Cmd
+	edge  *exec.Cmd
+	link  link
+	res   result
+}
+
+// link is the edge -> upstream path with a byte count and a cut.
+type link interface {
+	addr() string
+	cut(on bool)
+	bytes() (up, down uint64)
+	close()
+}
+
+func (v *variant) start(name string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(name, args...)
+	f, err := os.Create(filepath.Join(v.dir, filepath.Base(name)+"-"+strconv.Itoa(len(v.procs))+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	v.procs = append(v.procs, cmd)
+	return cmd, nil
+}
+
+func (v *variant) stopAll() {
+	for i := len(v.procs) - 1; i >= 0; i-- {
+		_ = v.procs[i].Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = v.procs[i].Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = v.procs[i].Process.Kill()
+		}
+	}
+	if v.link != nil {
+		v.link.close()
+	}
+}
+
+// mosquittoUpstream starts a mosquitto with a password, persistence and a
+// plain and a TLS listener; it returns their ports.
+func (v *variant) mosquittoUpstream() (plain, tlsPort int, err error) {
+	plain, tlsPort = freeTCP(), freeTCP()
+	pw := filepath.Join(v.dir, "passwd")
+	if err := os.WriteFile(pw, nil, 0o600); err != nil {
+		return 0, 0, err
+	}
+	if out, err := exec.Command("mosquitto_passwd", "-b", pw, upUser, upPass).CombinedOutput(); err != nil {
+		return 0, 0, fmt.Errorf("mosquitto_passwd: %v %s", err, out)
+	}
+	conf := fmt.Sprintf(`user %s
+log_dest stderr
+per_listener_settings false
+allow_anonymous true
+password_file %s
+persistence true
+persistence_location %s/
+listener %d 127.0.0.1
+listener %d 127.0.0.1
+cafile %s
+certfile %s
+keyfile %s
+`, username(), pw, v.dir, plain, tlsPort, v.pki.caFile, v.pki.certFile, v.pki.keyFile)
+	cf := filepath.Join(v.dir, "upstream.conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
+		return 0, 0, err
+	}
+	if _, err := v.start("mosquitto", "-c", cf); err != nil {
+		return 0, 0, err
+	}
+	return plain, tlsPort, waitTCP(plain)
+}
+
+func (v *variant) quiotToMosquitto(useTLS bool) error {
+	plain, tlsPort, err := v.mosquittoUpstream()
+	if err != nil {
+		return err
+	}
+	target := plain
+	if useTLS {
+		target = tlsPort
+	}
+	tl, err := newTCPLink(target)
+	if err != nil {
+		return err
+	}
+	v.link = tl
+	url, extra := "mqtt://"+tl.addr(), ""
+	if useTLS {
+		url, extra = "mqtts://localhost:"+strings.Split(tl.addr(), ":")[1], fmt.Sprintf("ca_file = %q\n", v.pki.caFile)
+	}
+	edgePort, err := v.quiotEdge(url, extra)
+	if err != nil {
+		return err
+	}
+	return v.measure(edgePort, plain, []string{"-u", upUser, "-P", upPass})
+}
+
+func (v *variant) quiotToQuiot() error {
+	quicPort, tcpPort := freeUDP(), freeTCP()
+	if _, err := v.start(*quiotBin, "broker", "--cert", v.pki.certFile, "--key", v.pki.keyFile, "--listen", "127.0.0.1:0",
+		"--mqtt-quic", fmt.Sprintf("127.0.0.1:%d", quicPort), "--mqtt-tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort), "--metrics-listen", "", "--log-level", "warn"); err != nil {
+		return err
+	}
+	if err := waitTCP(tcpPort); err != nil {
+		return err
+	}
+	r, err := netimpair.New(netimpair.Options{Upstream: fmt.Sprintf("127.0.0.1:%d", quicPort)})
+	if err != nil {
+		return err
+	}
+	v.link = udpLink{r}
+	edgePort, err := v.quiotEdge(fmt.Sprintf("mqtt-quic://localhost:%d", r.Addr().Port), fmt.Sprintf("ca_file = %q\ntuning = \"lean\"\n", v.pki.caFile))
+	if err != nil {
+		return err
+	}
+	return v.measure(edgePort, tcpPort, nil)
+}
+
+// quiotEdge starts `quiot broker` with one bridge to url; it returns its
+// MQTT/TCP port.
+func (v *variant) quiotEdge(url, extra string) (int, error) {
+	port := freeTCP()
+	cfg := fmt.Sprintf(`[broker]
+dev = true
+dev-cert-out = ""
+listen = "127.0.0.1:0"
+mqtt-quic = ""
+mqtt-tcp = "127.0.0.1:%d"
+metrics-listen = ""
+
+[[bridge]]
+name          = "bench"
+url           = %q
+out           = ["sensors/#"]
+remote_prefix = "site-1/"
+qos           = 1
+username      = %q
+password      = %q
+reconnect_min = "1s"
+reconnect_max = "5s"
+store_dir     = %q
+%s`, port, url, upUser, upPass, filepath.Join(v.dir, "store"), extra)
+	path := filepath.Join(v.dir, "edge.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return 0, err
+	}
+	cmd, err := v.start(*quiotBin, "broker", "--config", path, "--log-level", "info")
+	if err != nil {
+		return 0, err
+	}
+	v.edge = cmd
+	return port, waitTCP(port)
+}
+
+// mosquittoToMosquitto: mosquitto's own bridge (connection section,
+// cleansession false, persistence on) from a mosquitto edge.
+func (v *variant) mosquittoToMosquitto(useTLS bool) error {
+	plain, tlsPort, err := v.mosquittoUpstream()
+	if err != nil {
+		return err
+	}
+	target := plain
+	if useTLS {
+		target = tlsPort
+	}
+	tl, err := newTCPLink(target)
+	if err != nil {
+		return err
+	}
+	v.link = tl
+	port := freeTCP()
+	edgeDir := filepath.Join(v.dir, "edge")
+	_ = os.MkdirAll(edgeDir, 0o700)
+	tlsConf := ""
+	address := tl.addr()
+	if useTLS {
+		tlsConf = fmt.Sprintf("bridge_cafile %s\n", v.pki.caFile)
+		address = "localhost:" + strings.Split(tl.addr(), ":")[1]
+	}
+	conf := fmt.Sprintf(`user %s
+log_dest stderr
+per_listener_settings false
+allow_anonymous true
+persistence true
+persistence_location %s/
+autosave_interval 1
+listener %d 127.0.0.1
+
+connection bench
+address %s
+topic sensors/# out 1 "" site-1/
+cleansession false
+clientid mosquitto-bridge-bench
+remote_username %s
+remote_password %s
+restart_timeout 1 5
+%s`, username(), edgeDir, port, address, upUser, upPass, tlsConf)
+	cf := filepath.Join(v.dir, "edge.conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
+		return err
+	}
+	cmd, err := v.start("mosquitto", "-c", cf)
+	if err != nil {
+		return err
+	}
+	v.edge = cmd
+	if err := waitTCP(port); err != nil {
+		return err
+	}
+	return v.measure(port, plain, []string{"-u", upUser, "-P", upPass})
+}
+
+// measure publishes on the edge's MQTT port and counts on the upstream's.
+func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
+	type arrival struct {
+		seq int
+		at  time.Time
+	}
+	arrivals := make(chan arrival, 4096)
+	subArgs := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(upPort), "-q", "1", "-t", "site-1/sensors/#", "-v", "-c", "-i", "bench-sub"}, upAuth...)
+	sub := exec.Command("mosquitto_sub", subArgs...)
+	out, err := sub.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := sub.Start(); err != nil {
+		return err
+	}
+	v.procs = append(v.procs, sub)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			_, payload, _ := strings.Cut(sc.Text(), " ")
+			if strings.HasPrefix(payload, "warm") {
+				arrivals <- arrival{seq: -1, at: time.Now()}
+				continue
+			}
+			n, err := strconv.Atoi(strings.TrimSpace(payload[:min(8, len(payload))]))
+			if err == nil {
+				arrivals <- arrival{seq: n, at: time.Now()}
+			}
+		}
+		close(arrivals)
+	}()
+	pub := exec.Command("mosquitto_pub", "-h", "127.0.0.1", "-p", strconv.Itoa(edgePort), "-q", "1", "-t", "sensors/bench", "-l")
+	in, err := pub.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := pub.Start(); err != nil {
+		return err
+	}
+	v.procs = append(v.procs, pub)
+	line := func(s string) string {
+		if len(s) < *size {
+			s += strings.Repeat("x", *size-len(s))
+		}
+		return s + "\n"
+	}
+	// Warm up: the bridge is connected once a message goes through.
+	warm := time.NewTicker(time.Second)
+	deadline := time.After(60 * time.Second)
+warming:
+	for {
+		if _, err := io.WriteString(in, line("warm ")); err != nil {
+			return err
+		}
+		select {
+		case a := <-arrivals:
+			if a.seq == -1 {
+				break warming
+			}
+		case <-warm.C:
+		case <-deadline:
+			return fmt.Errorf("no message through the bridge in 60s")
+		}
+	}
+	warm.Stop()
+	// Drain the remaining warm-ups.
+	time.Sleep(2 * time.Second)
+	for len(arrivals) > 0 {
+		<-arrivals
+	}
+	up0, down0 := v.link.bytes()
+	cpu0 := cpuTime(v.edge.Process.Pid)
+
+	var maxRSS atomic.Int64
+	stopRSS := make(chan struct{})
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if r := rssKB(v.edge.Process.Pid); r > maxRSS.Load() {
+				maxRSS.Store(r)
+			}
+			select {
+			case <-t.C:
+			case <-stopRSS:
+				return
+			}
+		}
+	}()
+
+	seen := map[int]int{}
+	var lastAt = map[int]time.Time{}
+	var distinct atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		for a := range arrivals {
+			if a.seq < 0 {
+				continue
+			}
+			if seen[a.seq] == 0 {
+				distinct.Add(1)
+			}
+			seen[a.seq]++
+			lastAt[a.seq] = a.at
+		}
+		close(done)
+	}()
+
+	interval := time.Duration(float64(time.Second) / *rate)
+	start := time.Now()
+	cutAt := start.Add((*duration - *outage) / 2)
+	backAt := cutAt.Add(*outage)
+	n := int(duration.Seconds() * *rate)
+	cutDone, backDone := false, false
+	lastBeforeBack := -1
+	for i := 0; i < n; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		for {
+			now := time.Now()
+			if !cutDone && !now.Before(cutAt) {
+				v.link.cut(true)
+				cutDone = true
+			}
+			if cutDone && !backDone && !now.Before(backAt) {
+				v.link.cut(false)
+				backDone = true
+				backAt = now
+			}
+			if !now.Before(at) {
+				break
+			}
+			next := at
+			if !cutDone && cutAt.Before(next) {
+				next = cutAt
+			} else if cutDone && !backDone && backAt.Before(next) {
+				next = backAt
+			}
+			time.Sleep(time.Until(next))
+		}
+		if !backDone {
+			lastBeforeBack = i
+		}
+		if _, err := io.WriteString(in, line(fmt.Sprintf("%08d ", i))); err != nil {
+			return err
+		}
+	}
+	// Wait for everything (or the grace time).
+	end := time.After(*grace)
+	for waiting := true; waiting && distinct.Load() < int64(n); {
+		select {
+		case <-end:
+			waiting = false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	// Late duplicates: one more second.
+	time.Sleep(time.Second)
+	v.res.rssKB = rssKB(v.edge.Process.Pid)
+	v.res.cpu = cpuTime(v.edge.Process.Pid) - cpu0
+	close(stopRSS)
+	v.res.maxRSSKB = maxRSS.Load()
+	up1, down1 := v.link.bytes()
+	_ = in.Close()
+	_ = sub.Process.Signal(syscall.SIGTERM)
+	<-done
+	v.res.published = n
+	v.res.wireUp, v.res.wireDown = up1-up0, down1-down0
+	for i := 0; i < n; i++ {
+		c := seen[i]
+		if c == 0 {
+			v.res.lost++
+		} else {
+			v.res.received++
+			v.res.dups += c - 1
+		}
+	}
+	var last time.Time
+	for i := 0; i <= lastBeforeBack; i++ {
+		t, ok := lastAt[i]
+		if !ok { // a message queued during the outage never arrived
+			v.res.recovery = -1
+			return nil
+		}
+		if t.After(last) {
+			last = t
+		}
+	}
+	if last.After(backAt) {
+		v.res.recovery = last.Sub(backAt)
+	}
+	return nil
+}
+
+// tcpLink relays TCP connections to the upstream and counts their bytes.
+type tcpLink struct {
+	l        net.Listener
+	target   string
+	up, down atomic.Uint64
+	down_    atomic.Bool
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newTCPLink(port int) (*tcpLink, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	t := &tcpLink{l: l, target: fmt.Sprintf("127.0.0.1:%d", port)}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if t.down_.Load() {
+				_ = c.Close()
+				continue
+			}
+			u, err := net.Dial("tcp", t.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			t.mu.Lock()
+			t.conns = append(t.conns, c, u)
+			t.mu.Unlock()
+			go func() { copyCount(c, u, &t.down); _ = c.Close(); _ = u.Close() }()
+			go func() { copyCount(u, c, &t.up); _ = c.Close(); _ = u.Close() }()
+		}
+	}()
+	return t, nil
+}
+
+// copyCount relays src to dst, counting the bytes as they cross.
+func copyCount(dst, src net.Conn, n *atomic.Uint64) {
+	buf := make([]byte, 32<<10)
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			n.Add(uint64(k))
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (t *tcpLink) addr() string { return t.l.Addr().String() }
+
+func (t *tcpLink) cut(on bool) {
+	t.down_.Store(on)
+	if !on {
+		return
+	}
+	t.mu.Lock()
+	for _, c := range t.conns {
+		_ = c.Close()
+	}
+	t.conns = nil
+	t.mu.Unlock()
+}
+
+// bytes counts the TCP payload bytes that crossed each way.
+func (t *tcpLink) bytes() (uint64, uint64) { return t.up.Load(), t.down.Load() }
+
+func (t *tcpLink) close() { _ = t.l.Close(); t.cut(true) }
+
+type udpLink struct{ r *netimpair.Relay }
+
+func (u udpLink) addr() string { return u.r.Addr().String() }
+func (u udpLink) cut(on bool)  { u.r.SetBlackout(on) }
+func (u udpLink) close()       { _ = u.r.Close() }
+func (u udpLink) bytes() (uint64, uint64) {
+	s := u.r.Stats()
+	return s.Up.ForwardedBytes, s.Down.ForwardedBytes
+}
+
+func username() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return "mosquitto"
+}
+
+func freeTCP() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func freeUDP() int {
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
+
+func waitTCP(port int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("port %d never opened", port)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// rssKB is VmRSS of pid, from /proc.
+func rssKB(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// cpuTime is utime+stime of pid, from /proc (USER_HZ 100).
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// pki is a CA and a server certificate for localhost and 127.0.0.1.
+type pki struct{ caFile, certFile, keyFile string }
+
+func newPKI(dir string) *pki {
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench CA"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTpl, caTpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(24 * time.Hour), DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	p := &pki{caFile: filepath.Join(dir, "ca.pem"), certFile: filepath.Join(dir, "cert.pem"), keyFile: filepath.Join(dir, "key.pem")}
+	for f, b := range map[string][]byte{
+		p.caFile:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		p.certFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		p.keyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}),
+	} {
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+	return p
+}
