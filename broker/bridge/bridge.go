@@ -92,11 +92,10 @@ type Stats struct {
 
 // item is a message waiting to go up.
 type item struct {
-	id     uint64
-	topic  string // remote topic
-	msg    *broker.Message
-	cost   int64
-	failed int // attempts cut by a lost connection
+	id    uint64
+	topic string // remote topic
+	msg   *broker.Message
+	cost  int64
 }
 
 // Bridge is one running bridge.

@@ -30,19 +30,18 @@ const (
 )
 
 type mosquitto struct {
-	t        *testing.T
-	bin      string
-	dir      string
-	conf     string
-	port     string // plain MQTT
-	tlsPort  string // MQTT over TLS
-	caFile   string
-	persist  bool
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	stderr   *testutil.SyncBuffer
-	restarts int
+	t       *testing.T
+	bin     string
+	dir     string
+	conf    string
+	port    string // plain MQTT
+	tlsPort string // MQTT over TLS
+	caFile  string
+	persist bool
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	stderr  *testutil.SyncBuffer
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
