@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X $(PKG)/internal/version.Version=$(VERSION)
 GOFLAGS_STATIC := -trimpath -tags netgo,osusergo
 DIST     := dist
 # Packages with concurrency run under the race detector in `make test`.
-RACE_PKGS ?= ./broker/... ./device/bench/... ./device/client/... ./device/spool/... ./internal/netimpair/... ./internal/wire/... ./probe/capture/... ./probe/measure/... ./probe/watch/... ./internal/qmetrics/... ./internal/sysstat/... ./internal/streamconn/... ./probe/ovs/...
+RACE_PKGS ?= ./broker/... ./device/bench/... ./device/client/... ./internal/spool/... ./internal/netimpair/... ./internal/wire/... ./probe/capture/... ./probe/measure/... ./probe/watch/... ./internal/qmetrics/... ./internal/sysstat/... ./internal/streamconn/... ./probe/ovs/...
 
 .PHONY: all build quiot pi arm64 test unit race lint fuzz demo deps deb lab bench clean
 

@@ -36,8 +36,10 @@ func TestListenPair(t *testing.T) {
 	up, tp := udp.LocalAddr().(*net.UDPAddr).Port, tln.Addr().(*net.TCPAddr).Port
 	_ = udp.Close()
 	_ = tln.Close()
-	if calls != 2 || up != tp || up == port {
-		t.Fatalf("%d attempts, udp %d tcp %d (taken %d): want a second pair on one port", calls, up, tp, port)
+	// At least a second attempt: on a busy host other sockets may hold the
+	// TCP twins of later UDP ports too, and each costs one more attempt.
+	if calls < 2 || up != tp || up == port {
+		t.Fatalf("%d attempts, udp %d tcp %d (taken %d): want a later pair on one port", calls, up, tp, port)
 	}
 
 	calls = 1 // no more redirection

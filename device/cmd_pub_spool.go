@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/quiot/quiot/device/client"
-	"github.com/quiot/quiot/device/spool"
+	"github.com/quiot/quiot/internal/spool"
 )
 
-// `quiot pub --spool DIR` (store and forward through device/spool) and
+// `quiot pub --spool DIR` (store and forward through internal/spool) and
 // `quiot pub --stdin` (one message a line, as mosquitto_pub -l).
 
 // stdinReader is what --stdin reads; tests replace it.

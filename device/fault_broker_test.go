@@ -16,9 +16,9 @@ import (
 
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/device/client/inorder"
-	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/quictune"
+	"github.com/quiot/quiot/internal/spool"
 )
 
 // freePort returns a port free on 127.0.0.1 for both UDP and TCP now.
@@ -172,7 +172,7 @@ func TestBrokerKill9(t *testing.T) {
 			}
 		})
 	}
-	// A third publisher goes through the on-disk spool (device/spool):
+	// A third publisher goes through the on-disk spool (internal/spool):
 	// Publish returns once a message is spooled; the spool delivers in
 	// order and retries across the kill.
 	sp, err := client.NewSpooled(client.Options{Broker: h3URL, RootCAs: ca.Pool(), MaxBackoff: 250 * time.Millisecond, Logger: clientLog(t, "fault-pub-spool")},

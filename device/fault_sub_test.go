@@ -17,8 +17,8 @@ import (
 	"github.com/quiot/quiot/broker/mqttquic"
 	"github.com/quiot/quiot/broker/mqttquic/mqtttest"
 	"github.com/quiot/quiot/device/client"
-	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/quictune"
+	"github.com/quiot/quiot/internal/spool"
 	"github.com/quiot/quiot/internal/testutil"
 )
 

@@ -43,10 +43,11 @@ import (
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
-	"github.com/quiot/quiot/device/client"
-	"github.com/quiot/quiot/device/spool"
+	"github.com/quiot/quiot/internal/backoff"
 	"github.com/quiot/quiot/internal/quictune"
+	"github.com/quiot/quiot/internal/spool"
 	"github.com/quiot/quiot/internal/topic"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // OriginPrefix starts the Message.Origin of messages a bridge brought in:
@@ -233,7 +234,7 @@ func (br *Bridge) Start() error {
 	if len(br.cfg.Out) > 0 {
 		br.b.AddTap(br.tap)
 	}
-	back := client.Backoff{Base: br.cfg.ReconnectMin, Max: br.cfg.ReconnectMax}
+	back := backoff.Backoff{Base: br.cfg.ReconnectMin, Max: br.cfg.ReconnectMax}
 	var password []byte
 	if br.cfg.Password != "" {
 		password = []byte(br.cfg.Password)
@@ -569,7 +570,7 @@ func (br *Bridge) publishUp(topic string, payload []byte, retain bool, sent int6
 	stop := context.AfterFunc(conn, cancel)
 	p := &paho.Publish{Topic: topic, Payload: payload, QoS: br.cfg.QoS, Retain: retain}
 	if sent > 0 { // the publisher's send time, as quiot's MQTT clients carry it
-		p.Properties = &paho.PublishProperties{User: paho.UserProperties{{Key: client.MQTTTimeProperty, Value: strconv.FormatInt(sent, 10)}}}
+		p.Properties = &paho.PublishProperties{User: paho.UserProperties{{Key: wire.MQTTTimeProperty, Value: strconv.FormatInt(sent, 10)}}}
 	}
 	pr, err := br.cm.Publish(ctx, p)
 	stop()
@@ -794,7 +795,7 @@ func (br *Bridge) inbound(p *paho.Publish) {
 	}
 	sent := time.Now().UnixNano()
 	if p.Properties != nil {
-		if v := p.Properties.User.Get(client.MQTTTimeProperty); v != "" {
+		if v := p.Properties.User.Get(wire.MQTTTimeProperty); v != "" {
 			if ns, err := strconv.ParseInt(v, 10, 64); err == nil && ns > 0 {
 				sent = ns
 			}

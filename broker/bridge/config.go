@@ -85,7 +85,7 @@ type Config struct {
 	QueueMessages int
 	QueueBytes    int64
 	// StoreDir, when set, is a directory (one per bridge) where messages
-	// waiting to go up are kept on disk (device/spool's log): they survive
+	// waiting to go up are kept on disk (internal/spool's log): they survive
 	// a restart of the broker. Empty: memory only.
 	StoreDir string
 	// StoreMaxBytes and StoreMaxAge bound the store (0: 64 MiB, 7 days);

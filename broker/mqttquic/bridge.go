@@ -17,6 +17,7 @@ import (
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // Core is what the MQTT side needs of the HTTP/3 broker; *broker.Broker
@@ -44,7 +45,7 @@ const (
 	Origin = "mqtt"
 	// TimeProperty is the MQTT 5 user property carrying the publisher's
 	// send time in unix nanoseconds (decimal).
-	TimeProperty = "quiot-time"
+	TimeProperty = wire.MQTTTimeProperty
 	// bridgeClientID is the inline mochi client that injects HTTP/3
 	// publishes.
 	bridgeClientID = "quiot-bridge"

@@ -30,7 +30,7 @@ type dedupKey struct {
 }
 
 // dedupTable returns the CRC-32C table, made on first use (not at the start
-// of every quiot process: 9 KB of heap, device/spool's table is lazy too).
+// of every quiot process: 9 KB of heap, internal/spool's table is lazy too).
 var dedupTable = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
 
 // Duplicate reports whether m repeats a message seen before, and

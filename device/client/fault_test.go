@@ -14,9 +14,9 @@ import (
 
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/device/client/inorder"
-	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/netimpair"
 	"github.com/quiot/quiot/internal/quictune"
+	"github.com/quiot/quiot/internal/spool"
 	"github.com/quiot/quiot/internal/testutil"
 )
 

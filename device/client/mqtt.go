@@ -23,6 +23,7 @@ import (
 
 	"github.com/quiot/quiot/internal/streamconn"
 	"github.com/quiot/quiot/internal/topic"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // MQTT over QUIC (mqtt-quic://, single-stream mode as EMQX and NanoMQ
@@ -35,7 +36,7 @@ const (
 	// MQTTTimeProperty is the MQTT 5 user property carrying the publisher's
 	// send time (unix nanoseconds, decimal), the counterpart of HTTP/3's
 	// Quiot-Time header.
-	MQTTTimeProperty = "quiot-time"
+	MQTTTimeProperty = wire.MQTTTimeProperty
 	// mqttSessionExpiry keeps the broker-side session (subscriptions,
 	// unacknowledged QoS 1 messages) across short disconnects.
 	mqttSessionExpiry   = 600 // seconds

@@ -10,11 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quiot/quiot/device/spool"
+	"github.com/quiot/quiot/internal/spool"
 )
 
 // Store and forward: a Spooled client puts every publish into an on-disk
-// spool (device/spool) and returns at once; one goroutine delivers the
+// spool (internal/spool) and returns at once; one goroutine delivers the
 // spool's messages in order through the protocol client, retrying with
 // backoff while the broker is unreachable or slow, and acknowledges each
 // in the spool once the broker has (QoS 1) or once it is sent (QoS 0).

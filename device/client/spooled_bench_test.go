@@ -10,8 +10,8 @@ import (
 	"github.com/quiot/quiot/broker/brokertest"
 
 	"github.com/quiot/quiot/device/client"
-	"github.com/quiot/quiot/device/spool"
 	"github.com/quiot/quiot/internal/netimpair"
+	"github.com/quiot/quiot/internal/spool"
 	"github.com/quiot/quiot/internal/testutil"
 )
 

@@ -22,7 +22,6 @@ var rules = []struct {
 	{from: "broker", deny: []string{"device", "probe"}},
 	{from: "probe", deny: []string{"broker", "device"}, tests: true},
 	{from: "device/client", deny: []string{"broker", "probe"}},
-	{from: "device/spool", deny: []string{"broker", "probe"}},
 	{from: "device/hw", deny: []string{"broker", "probe"}},
 }
 

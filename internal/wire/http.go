@@ -35,6 +35,10 @@ const (
 	// HeaderTime, on a publish request, is the publisher's send time in
 	// Unix nanoseconds.
 	HeaderTime = "Quiot-Time"
+	// MQTTTimeProperty is the MQTT 5 user property carrying the
+	// publisher's send time (unix nanoseconds, decimal), HeaderTime's
+	// counterpart on the MQTT side.
+	MQTTTimeProperty = "quiot-time"
 	// HeaderMsgID, on a publish request, is the client's message id: a
 	// repeat of the id gets the first answer, which makes a replayed
 	// publish (0-RTT data) harmless.

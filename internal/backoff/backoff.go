@@ -1,7 +1,8 @@
-package client
+// Package backoff computes reconnect delays with exponential growth and
+// jitter, for quiot's clients and the broker's bridges.
+package backoff
 
 import (
-	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -63,17 +64,4 @@ func (b *Backoff) Delay(attempt int) time.Duration {
 		d = d*(1-jitter) + r()*d*jitter
 	}
 	return time.Duration(d)
-}
-
-// sleep waits for d or until ctx is done, whichever comes first, and
-// returns ctx.Err() in the second case.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -1,7 +1,6 @@
-package client
+package backoff
 
 import (
-	"context"
 	"testing"
 	"time"
 )
@@ -47,16 +46,5 @@ func TestBackoffNeverExceedsMax(t *testing.T) {
 		if d := b.Delay(i); d < 0 || d > 2*time.Second {
 			t.Fatalf("Delay(%d) = %v outside [0, 2s]", i, d)
 		}
-	}
-}
-
-func TestSleepCancelled(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := sleep(ctx, time.Hour); err == nil {
-		t.Fatal("sleep with a cancelled context returned nil")
-	}
-	if err := sleep(context.Background(), time.Millisecond); err != nil {
-		t.Fatalf("sleep: %v", err)
 	}
 }

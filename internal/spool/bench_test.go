@@ -36,7 +36,7 @@ func procWriteBytes() (uint64, bool) {
 // (group commit). It reports write(2) bytes, disk bytes (/proc/self/io
 // write_bytes; run it on a real disk, not tmpfs) and fsyncs per message.
 //
-//	go test -run '^$' -bench Append -benchtime 2000x ./device/spool/
+//	go test -run '^$' -bench Append -benchtime 2000x ./internal/spool/
 func BenchmarkAppend(b *testing.B) {
 	payload := bytes.Repeat([]byte("x"), 100)
 	for _, p := range []Fsync{FsyncAlways, FsyncInterval, FsyncNever} {
@@ -101,7 +101,7 @@ func BenchmarkAppend(b *testing.B) {
 // interval policies show what they cost at a real rate: each fsync writes
 // the partly filled last page again.
 //
-//	go test -run '^$' -bench AppendPaced -benchtime 400x ./device/spool/
+//	go test -run '^$' -bench AppendPaced -benchtime 400x ./internal/spool/
 func BenchmarkAppendPaced(b *testing.B) {
 	payload := bytes.Repeat([]byte("x"), 100)
 	policies := []struct {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/quiot/quiot/device/spool"
+	"github.com/quiot/quiot/internal/spool"
 )
 
 // A publisher appends; a deliverer takes messages in order and
