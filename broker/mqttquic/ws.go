@@ -221,6 +221,9 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// 1009) from its frame header, never read into memory.
 	c.SetReadLimit(l.limit)
 	wc := &wsConn{c: c}
+	if l.core != nil {
+		wc.sess = sessionOf(r, l.core.Auth()) // ws_session.go
+	}
 	var nc net.Conn = wc
 	if r.TLS != nil {
 		nc = &wssConn{wsConn: wc, cs: *r.TLS}
@@ -280,6 +283,9 @@ func offersSubprotocol(r *http.Request) bool {
 type wsConn struct {
 	c *websocket.Conn
 	r io.Reader // the current message, or nil
+	// sess is the browser session token that authenticated the upgrade
+	// (ws_session.go), or nil.
+	sess *wsSession
 
 	wmu       sync.Mutex   // one writer at a time (gorilla allows one)
 	wdl       atomic.Int64 // write deadline (Unix ns; 0: none), set on the Conn under wmu
