@@ -211,6 +211,8 @@ func (c *rawClient) read(d time.Duration) (packets.Packet, error) {
 		err = pk.PubackDecode(body)
 	case packets.Suback:
 		err = pk.SubackDecode(body)
+	case packets.Pubrec:
+		err = pk.PubrecDecode(body)
 	case packets.Disconnect:
 		err = pk.DisconnectDecode(body)
 	case packets.Pingresp:

@@ -220,7 +220,7 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A message larger than an MQTT packet may be is refused (close
 	// 1009) from its frame header, never read into memory.
 	c.SetReadLimit(l.limit)
-	wc := &wsConn{c: c}
+	wc := &wsConn{c: c, size: sizeWatch{max: uint32(l.limit)}}
 	if l.core != nil {
 		wc.sess = sessionOf(r, l.core.Auth()) // ws_session.go
 	}
@@ -286,6 +286,9 @@ type wsConn struct {
 	// sess is the browser session token that authenticated the upgrade
 	// (ws_session.go), or nil.
 	sess *wsSession
+	// size follows the MQTT packets for one larger than the Maximum
+	// Packet Size announced in messages that are not (disconnect.go).
+	size sizeWatch
 
 	wmu       sync.Mutex   // one writer at a time (gorilla allows one)
 	wdl       atomic.Int64 // write deadline (Unix ns; 0: none), set on the Conn under wmu
@@ -307,6 +310,9 @@ func (ws *wsConn) Read(p []byte) (int, error) {
 			ws.r = r
 		}
 		n, err := ws.r.Read(p)
+		if n, err2 := ws.size.refuse(p, n, nil, ws.Write); err2 != nil {
+			return n, err2
+		}
 		if errors.Is(err, io.EOF) {
 			ws.r = nil
 			if n == 0 {
