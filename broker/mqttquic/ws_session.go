@@ -2,6 +2,7 @@ package mqttquic
 
 import (
 	"net/http"
+	"strings"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -32,14 +33,30 @@ type wsSession struct {
 	gen uint64
 }
 
-// sessionOf returns the session token identity the browser part found on
-// the upgrade request r, or nil.
+// sessionOf returns the identity the upgrade request r authenticated, or
+// nil: the session token the browser part found on it, else HTTP
+// credentials on it (Authorization: Basic, or Bearer with an ACL token).
+// A browser sends the Basic credentials it holds for the broker (the
+// dashboard's log-in prompt) with the upgrade by itself, and then the
+// browser part leaves the session cookie alone. Bad credentials bind
+// nothing: the CONNECT is judged as every other.
 func sessionOf(r *http.Request, a *auth.Authenticator) *wsSession {
-	id, ok := web.IdentityFrom(r.Context())
-	if !ok {
+	gen := a.Generation() // before authenticating: a reload after it is noticed
+	if id, ok := web.IdentityFrom(r.Context()); ok {
+		return &wsSession{id: id, gen: gen}
+	}
+	if user, pass, ok := r.BasicAuth(); ok {
+		if id, ok := a.Basic(user, pass); ok {
+			return &wsSession{id: id, gen: gen}
+		}
 		return nil
 	}
-	return &wsSession{id: id, gen: a.Generation()}
+	if scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "bearer") {
+		if id, ok := a.Token(strings.TrimSpace(cred)); ok {
+			return &wsSession{id: id, gen: gen}
+		}
+	}
+	return nil
 }
 
 // sessionBound is a connection a session token authenticated (wsConn,

@@ -136,6 +136,14 @@ func wsConnect(t *testing.T, p *testPKI, wsURL string, h http.Header, o connectO
 	return connectOn(t, wc, o)
 }
 
+// basic is an upgrade request header with HTTP Basic credentials, as a
+// browser sends those it holds for the broker.
+func basic(user, pass string) http.Header {
+	r, _ := http.NewRequest(http.MethodGet, "/", nil)
+	r.SetBasicAuth(user, pass)
+	return r.Header
+}
+
 func cookieHeader(token, origin string) http.Header {
 	h := http.Header{}
 	h.Set("Cookie", (&http.Cookie{Name: web.CookieName, Value: token}).String())
@@ -148,9 +156,11 @@ func cookieHeader(token, origin string) http.Header {
 // TestWebSocketSessionToken: on the broker's port, MQTT over WebSocket
 // authenticated by the session token of POST /v1/session (the cookie a
 // page of the broker's origin sends, ?access_token=, or a Bearer header)
-// is bound to the token's identity: a CONNECT with no credentials or
-// with that user name is accepted and gets that identity's ACL; a user
-// name of another identity, no token, or a forged token is refused.
+// is bound to the token's identity, as one whose upgrade carried HTTP
+// Basic credentials (a browser's cached log-in) is to theirs: a CONNECT
+// with no credentials or with that user name is accepted and gets that
+// identity's ACL; a user name of another identity, no token, a wrong
+// password or a forged token is refused.
 func TestWebSocketSessionToken(t *testing.T) {
 	b := startSessionBroker(t, Limits{})
 	tok := b.login(t, "alice", "pw-alice")
@@ -170,6 +180,9 @@ func TestWebSocketSessionToken(t *testing.T) {
 		{"cookie other user", wsURL, cookieHeader(tok, b.origin()), connectOpts{id: "c4", user: "bob", pass: "pw-bob", clean: true}, packets.ErrBadUsernameOrPassword.Code},
 		{"query", wsURL + "?" + web.TokenParam + "=" + url.QueryEscape(tok), nil, connectOpts{id: "c5", clean: true}, 0},
 		{"bearer", wsURL, bearer, connectOpts{id: "c6", clean: true}, 0},
+		{"basic on the upgrade", wsURL, basic("alice", "pw-alice"), connectOpts{id: "c9", clean: true}, 0},
+		{"basic and another user", wsURL, basic("alice", "pw-alice"), connectOpts{id: "c10", user: "bob", pass: "pw-bob", clean: true}, packets.ErrBadUsernameOrPassword.Code},
+		{"wrong basic on the upgrade", wsURL, basic("alice", "wrong"), connectOpts{id: "c11", clean: true}, packets.ErrBadUsernameOrPassword.Code},
 		{"no token", wsURL, nil, connectOpts{id: "c7", clean: true}, packets.ErrBadUsernameOrPassword.Code},
 		{"forged cookie", wsURL, cookieHeader(strings.Replace(tok, "qs1.", "qs1.x", 1), b.origin()), connectOpts{id: "c8", clean: true}, packets.ErrBadUsernameOrPassword.Code},
 	}
