@@ -283,8 +283,8 @@ func offersSubprotocol(r *http.Request) bool {
 type wsConn struct {
 	c *websocket.Conn
 	r io.Reader // the current message, or nil
-	// sess is the browser session token that authenticated the upgrade
-	// (ws_session.go), or nil.
+	// sess is the identity the upgrade request authenticated (a browser
+	// session token, HTTP credentials; ws_session.go), or nil.
 	sess *wsSession
 	// size follows the MQTT packets for one larger than the Maximum
 	// Packet Size announced in messages that are not (disconnect.go).
