@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -122,6 +123,12 @@ func (b *sessionBroker) logout(t *testing.T, token string) {
 // and sends CONNECT; it returns the client and the CONNACK's code.
 func wsConnect(t *testing.T, p *testPKI, wsURL string, h http.Header, o connectOpts) (*rawClient, byte) {
 	t.Helper()
+	return connectOn(t, wsUpgrade(t, p, wsURL, h), o)
+}
+
+// wsUpgrade opens MQTT over WebSocket at wsURL with the request header h.
+func wsUpgrade(t *testing.T, p *testPKI, wsURL string, h http.Header) net.Conn {
+	t.Helper()
 	d := websocket.Dialer{Subprotocols: []string{"mqtt"}, TLSClientConfig: &tls.Config{RootCAs: p.Pool()}, HandshakeTimeout: rawTimeout}
 	c, resp, err := d.Dial(wsURL, h)
 	if err != nil {
@@ -133,7 +140,7 @@ func wsConnect(t *testing.T, p *testPKI, wsURL string, h http.Header, o connectO
 	}
 	wc := &wsConn{c: c}
 	t.Cleanup(func() { _ = wc.Close() })
-	return connectOn(t, wc, o)
+	return wc
 }
 
 // basic is an upgrade request header with HTTP Basic credentials, as a
@@ -222,7 +229,9 @@ func TestWebSocketSessionTokenLimits(t *testing.T) {
 // TestWebSocketSessionTokenEnded: a token ended by DELETE /v1/session
 // authenticates no new connection, and one open with it stays open (as an
 // EventSource does); an ACL reload that changes the identity's rights
-// disconnects its open connection (DISCONNECT 0x87) and ends the token.
+// disconnects its open connection (DISCONNECT 0x87) and ends the token,
+// also for a connection upgraded with it before the reload whose CONNECT
+// comes after.
 func TestWebSocketSessionTokenEnded(t *testing.T) {
 	b := startSessionBroker(t, Limits{})
 	wsURL := "wss://" + b.h3.Broker.TCPAddr().String() + broker.MQTTWebSocketPath
@@ -248,6 +257,8 @@ func TestWebSocketSessionTokenEnded(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("CONNACK 0x%02x", code)
 	}
+	// Upgraded with the token before the reload, its CONNECT after it.
+	upgraded := wsUpgrade(t, b.pki, wsURL, cookieHeader(tok, b.origin()))
 	if err := os.WriteFile(b.aclFile, []byte(strings.Replace(sessionACL, `publish   = ["b/#"]`, `publish   = ["b/x"]`, 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -271,5 +282,8 @@ func TestWebSocketSessionTokenEnded(t *testing.T) {
 	}
 	if _, code := wsConnect(t, b.pki, wsURL, cookieHeader(tok, b.origin()), connectOpts{id: "after-reload", clean: true}); code != packets.ErrBadUsernameOrPassword.Code {
 		t.Fatalf("cookie issued before the reload: CONNACK 0x%02x, want 0x86", code)
+	}
+	if _, code := connectOn(t, upgraded, connectOpts{id: "connect-after-reload", clean: true}); code != packets.ErrBadUsernameOrPassword.Code {
+		t.Fatalf("CONNECT after the reload on a connection upgraded before it: CONNACK 0x%02x, want 0x86", code)
 	}
 }
