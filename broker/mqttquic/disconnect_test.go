@@ -223,3 +223,28 @@ func TestSizeWatch(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSizeWatch feeds arbitrary bytes in pieces: no panic, and a packet
+// is reported too large at most once, at an offset within its piece.
+func FuzzSizeWatch(f *testing.F) {
+	f.Add([]byte{0x10, 0x0c, 0, 4, 'M', 'Q', 'T', 'T', 5, 2, 0, 30, 0, 0x30, 0xff, 0xff, 0x7f}, uint8(3), uint16(100))
+	f.Add([]byte{0x10, 0xff, 0xff, 0xff, 0xff, 0x01}, uint8(1), uint16(10))
+	f.Add([]byte{0x10, 0x02, 0xff, 0xff, 0x30, 0x00}, uint8(2), uint16(0))
+	f.Fuzz(func(t *testing.T, stream []byte, piece uint8, limit uint16) {
+		w := sizeWatch{max: uint32(limit)}
+		n := max(int(piece), 1)
+		found := 0
+		for off := 0; off < len(stream); off += n {
+			p := stream[off:min(off+n, len(stream))]
+			if big, at := w.feed(p); big {
+				found++
+				if at < 0 || at > len(p) {
+					t.Fatalf("offset %d outside a piece of %d bytes", at, len(p))
+				}
+			}
+		}
+		if found > 1 {
+			t.Fatalf("reported %d times", found)
+		}
+	})
+}
