@@ -130,6 +130,9 @@ func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id
 	if a.Admit(cl.Net.Remote) != nil {
 		return "", false, nil // no ACL: loopback clients only
 	}
+	if id, bound, ok := sessionIdentity(a, cl, pk); bound { // ws_session.go
+		return id, ok
+	}
 	user, pass := string(pk.Connect.Username), string(pk.Connect.Password)
 	if pk.Connect.PasswordFlag && pass != "" {
 		if id, ok = a.Token(pass); !ok {

@@ -144,6 +144,7 @@ func (h *compatHook) closeListenerClients(id string) {
 // Serve serves the wrapped listener, tracking each connection.
 func (l sessionEnds) Serve(establish listeners.EstablishFn) {
 	l.Listener.Serve(func(id string, c net.Conn) error {
+		c = watchPacketSize(c, l.h.maxPacketSize) // disconnect.go
 		release, err := l.h.pre.admit(c)
 		if err != nil {
 			_ = c.Close()

@@ -226,7 +226,9 @@ func classify(err error) (code quic.ApplicationErrorCode, reason string, gracefu
 		case pc.Code == packets.ErrMalformedPacket.Code || pc.Code == packets.ErrProtocolViolation.Code:
 			return streamconn.CodeProtocolError, "malformed mqtt: " + pc.Reason, false
 		case pc.Code == packets.ErrPacketTooLarge.Code:
-			return streamconn.CodeProtocolError, "mqtt packet too large", false
+			// An MQTT 5 client was sent DISCONNECT 0x95 (disconnect.go):
+			// drain so that it reads it.
+			return streamconn.CodeProtocolError, "mqtt packet too large", tooLargeSent(err)
 		default:
 			return streamconn.CodeRefused, "mqtt: " + pc.Reason, true
 		}

@@ -111,7 +111,17 @@ func connectRaw(t testing.TB, s *Server, p *testPKI, transport string, o connect
 	if o.version == 0 {
 		o.version = 5
 	}
-	c := &rawClient{t: t, nc: secDialFrom(t, s, p, transport, o.local, o.cert), v: o.version}
+	return connectOn(t, secDialFrom(t, s, p, transport, o.local, o.cert), o)
+}
+
+// connectOn sends CONNECT on nc; it returns the client and the CONNACK's
+// reason code (3.1.1: return code).
+func connectOn(t testing.TB, nc net.Conn, o connectOpts) (*rawClient, byte) {
+	t.Helper()
+	if o.version == 0 {
+		o.version = 5
+	}
+	c := &rawClient{t: t, nc: nc, v: o.version}
 	c.r = bufio.NewReader(c.nc)
 	pk := packets.Packet{
 		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
@@ -201,6 +211,8 @@ func (c *rawClient) read(d time.Duration) (packets.Packet, error) {
 		err = pk.PubackDecode(body)
 	case packets.Suback:
 		err = pk.SubackDecode(body)
+	case packets.Pubrec:
+		err = pk.PubrecDecode(body)
 	case packets.Disconnect:
 		err = pk.DisconnectDecode(body)
 	case packets.Pingresp:

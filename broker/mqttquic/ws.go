@@ -220,7 +220,10 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A message larger than an MQTT packet may be is refused (close
 	// 1009) from its frame header, never read into memory.
 	c.SetReadLimit(l.limit)
-	wc := &wsConn{c: c}
+	wc := &wsConn{c: c, size: sizeWatch{max: uint32(l.limit)}}
+	if l.core != nil {
+		wc.sess = sessionOf(r, l.core.Auth()) // ws_session.go
+	}
 	var nc net.Conn = wc
 	if r.TLS != nil {
 		nc = &wssConn{wsConn: wc, cs: *r.TLS}
@@ -280,6 +283,12 @@ func offersSubprotocol(r *http.Request) bool {
 type wsConn struct {
 	c *websocket.Conn
 	r io.Reader // the current message, or nil
+	// sess is the identity the upgrade request authenticated (a browser
+	// session token, HTTP credentials; ws_session.go), or nil.
+	sess *wsSession
+	// size follows the MQTT packets for one larger than the Maximum
+	// Packet Size announced in messages that are not (disconnect.go).
+	size sizeWatch
 
 	wmu       sync.Mutex   // one writer at a time (gorilla allows one)
 	wdl       atomic.Int64 // write deadline (Unix ns; 0: none), set on the Conn under wmu
@@ -301,6 +310,9 @@ func (ws *wsConn) Read(p []byte) (int, error) {
 			ws.r = r
 		}
 		n, err := ws.r.Read(p)
+		if n, err2 := ws.size.refuse(p, n, nil, ws.Write); err2 != nil {
+			return n, err2
+		}
 		if errors.Is(err, io.EOF) {
 			ws.r = nil
 			if n == 0 {

@@ -1,0 +1,191 @@
+package mqttquic
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// DISCONNECT Packet too large (docs/mqtt.md). mochi refuses a packet
+// larger than the Maximum Packet Size from its fixed header and closes the
+// connection before any hook runs, without the DISCONNECT 0x95 MQTT 5
+// allows (4.13); Receive Maximum exceeded (0x93) it sends itself. So each
+// connection's byte stream is followed here, packet by packet, with the
+// rule mochi applies (remaining length + 1 > the maximum): an MQTT 5
+// client whose next packet is too large gets DISCONNECT 0x95 before mochi
+// reads that packet's header, and the read ends with errTooLargeSent
+// (after the bytes before that header) instead of mochi's own refusal, so
+// that MQTT over QUIC lets the client read the DISCONNECT before the
+// connection closes (listener.go, classify). An MQTT 3.1.1 client has no
+// DISCONNECT from the server and only sees the close, as before.
+
+// disconnectTooLarge is an MQTT 5 DISCONNECT with reason code 0x95
+// (Packet too large) and an empty property block (mochi's own decoder,
+// as some clients', reads the reason code only when a property length
+// follows it).
+var disconnectTooLarge = []byte{0xe0, 0x02, 0x95, 0x00}
+
+// errTooLargeSent ends a connection whose MQTT 5 client was sent
+// DISCONNECT 0x95.
+var errTooLargeSent = fmt.Errorf("%w: DISCONNECT 0x95 sent", packets.ErrPacketTooLarge)
+
+// tooLargeSent reports whether err ended a connection whose client was
+// sent DISCONNECT 0x95.
+func tooLargeSent(err error) bool { return errors.Is(err, errTooLargeSent) }
+
+// Stream states of sizeWatch.
+const (
+	swHeader = iota // the first byte of a fixed header is next
+	swLength        // a byte of the remaining length is next
+	swBody          // body bytes are next
+	swDone          // nothing more to watch (a refusal, or a malformed length)
+)
+
+// sizeWatch follows an MQTT byte stream from the client: it learns the
+// protocol version from the CONNECT and reports the first packet whose
+// fixed header announces more than max bytes.
+type sizeWatch struct {
+	max     uint32 // the Maximum Packet Size; zero: watch nothing
+	st      int
+	rem     uint64 // remaining length read so far, then body bytes left
+	mult    uint64
+	nlen    int    // remaining-length bytes read
+	start   int    // where the current packet began in the bytes fed last (-1: before them)
+	packets int    // complete packets seen
+	connect []byte // the CONNECT's first body bytes (protocol name, level)
+	v5      bool   // the CONNECT was MQTT 5
+}
+
+// connectPrefix is how much of the CONNECT body names the version: a
+// two-byte length, the protocol name ("MQTT"; "MQIsdp" for 3.1) and the
+// level.
+const connectPrefix = 2 + 6 + 1
+
+// feed follows p (the next bytes from the client) and reports whether a
+// packet in it is too large, and where that packet begins; it reports
+// that once.
+func (w *sizeWatch) feed(p []byte) (tooLarge bool, at int) {
+	if w.max == 0 {
+		return false, 0
+	}
+	for i := 0; i < len(p) && w.st != swDone; {
+		switch w.st {
+		case swHeader:
+			w.st, w.rem, w.mult, w.nlen, w.start = swLength, 0, 1, 0, i
+			i++
+		case swLength:
+			b := p[i]
+			i++
+			w.rem += uint64(b&0x7f) * w.mult
+			w.mult *= 128
+			w.nlen++
+			if b&0x80 != 0 {
+				if w.nlen == 4 {
+					w.st = swDone // malformed: mochi refuses it
+				}
+				continue
+			}
+			if w.rem+1 > uint64(w.max) { // mochi's rule (Client.ReadFixedHeader)
+				w.st = swDone
+				return true, max(w.start, 0)
+			}
+			w.st = swBody
+			if w.rem == 0 {
+				w.ended()
+			}
+		case swBody:
+			n := min(uint64(len(p)-i), w.rem)
+			if w.packets == 0 && len(w.connect) < connectPrefix {
+				w.connect = append(w.connect, p[i:i+int(min(n, uint64(connectPrefix-len(w.connect))))]...)
+			}
+			i += int(n)
+			w.rem -= n
+			if w.rem == 0 {
+				w.ended()
+			}
+		}
+	}
+	w.start = -1 // a header begun in p goes on in the next bytes
+	return false, 0
+}
+
+// refuse answers the feed of p[:n]: when a packet in it is too large and
+// the client speaks MQTT 5, send writes DISCONNECT 0x95 and the read ends
+// with errTooLargeSent after the bytes before that packet.
+func (w *sizeWatch) refuse(p []byte, n int, err error, send func([]byte) (int, error)) (int, error) {
+	if tooLarge, at := w.feed(p[:n]); tooLarge && w.v5 {
+		_, _ = send(disconnectTooLarge)
+		return at, errTooLargeSent
+	}
+	return n, err
+}
+
+// ended notes the end of a packet's body.
+func (w *sizeWatch) ended() {
+	if w.packets == 0 {
+		c := w.connect
+		if len(c) >= 2 {
+			if at := 2 + (int(c[0])<<8 | int(c[1])); at < len(c) {
+				w.v5 = c[at] == 5
+			}
+		}
+		w.connect = nil
+	}
+	w.packets++
+	w.st = swHeader
+}
+
+// sizeConn is a connection whose client stream a sizeWatch follows; it
+// sends DISCONNECT 0x95 to an MQTT 5 client whose packet is too large.
+// Its writes are serialised (mochi writes whole packets, one Write each;
+// the DISCONNECT goes between two of them).
+type sizeConn struct {
+	net.Conn
+	w  sizeWatch // read by Read only (mochi's one reading goroutine)
+	mu sync.Mutex
+}
+
+// Read reads from the connection and follows what it read.
+func (c *sizeConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	return c.w.refuse(p, n, err, c.Write)
+}
+
+// Write writes p, one writer at a time.
+func (c *sizeConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+// sizeTLSConn is a sizeConn over TLS (or QUIC): its ConnectionState gives
+// the auth hook a verified client certificate.
+type sizeTLSConn struct {
+	*sizeConn
+	ts tlsState
+}
+
+// ConnectionState returns the TLS state of the connection.
+func (c *sizeTLSConn) ConnectionState() tls.ConnectionState { return c.ts.ConnectionState() }
+
+// watchPacketSize returns c with its client stream followed for packets
+// larger than max (sizeConn). MQTT over WebSocket connections follow
+// their own (wsConn.Read).
+func watchPacketSize(c net.Conn, max uint32) net.Conn {
+	if max == 0 {
+		return c
+	}
+	switch c.(type) {
+	case *wsConn, *wssConn:
+		return c
+	}
+	sc := &sizeConn{Conn: c, w: sizeWatch{max: max}}
+	if ts, ok := c.(tlsState); ok {
+		return &sizeTLSConn{sizeConn: sc, ts: ts}
+	}
+	return sc
+}
