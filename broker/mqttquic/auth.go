@@ -131,7 +131,7 @@ func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id
 		return "", false, nil // no ACL: loopback clients only
 	}
 	if id, bound, ok := sessionIdentity(a, cl, pk); bound { // ws_session.go
-		return id, ok
+		return id, ok, nil
 	}
 	user, pass := string(pk.Connect.Username), string(pk.Connect.Password)
 	if pk.Connect.PasswordFlag && pass != "" {
