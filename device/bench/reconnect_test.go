@@ -40,6 +40,12 @@ func testReconnect(t *testing.T, proto string) {
 		if w.Bytes <= 0 || w.Datagrams <= 0 || w.TTFDMs <= 0 {
 			t.Errorf("wake-up %d: %+v", i+1, w)
 		}
+		// The floor comes from the wake-up's own datagrams: the cold
+		// construction needs the broker's Initial/Handshake flight and the
+		// client's first 1-RTT datagram, classified from the wire.
+		if w.Floor == nil || len(w.Trace) != int(w.Datagrams) {
+			t.Errorf("wake-up %d: no floor from its %d datagrams: %+v", i+1, len(w.Trace), w.Trace)
+		}
 		if proto == ProtoH3 && i > 0 && !w.Used0RTT {
 			t.Errorf("wake-up %d did not use 0-RTT", i+1)
 		}
