@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -138,7 +140,16 @@ func Reconnect(ctx context.Context, o ReconnectOptions) ([]Wakeup, error) {
 	}
 	defer lk.Close()
 
-	cache := tls.NewLRUClientSessionCache(4)
+	// The session cache is a session file, as a PSM device's publisher
+	// keeps it (--session-file): with the tuning's
+	// handshake_rtt_from_session the next wake-up starts its probe hold
+	// from the RTT the last one recorded there.
+	dir, err := os.MkdirTemp("", "quiot-reconnect-")
+	if err != nil {
+		return nil, fmt.Errorf("reconnect: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	cache := client.NewFileSessionCache(filepath.Join(dir, "session.json"), o.Logger)
 	tokens := quic.NewLRUTokenStore(4, 2)
 	payload := make([]byte, o.Payload)
 	var out []Wakeup
@@ -205,7 +216,8 @@ func wakeOnce(ctx context.Context, url string, o ReconnectOptions, cache tls.Cli
 	// The CONNECTION_CLOSE is the wake-up's last datagram; the socket
 	// stays open a moment for stragglers of the broker.
 	w := pc.summary()
-	w.HoldMs = float64(rtt) / float64(time.Millisecond)
+	hold, fromSession := client.HandshakeHold(c)
+	w.HoldMs, w.HoldFromSession = float64(hold)/float64(time.Millisecond), fromSession
 	w.TTFDMs = float64(ttfd) / float64(time.Millisecond)
 	w.Used0RTT = used0RTT
 	return w, srtt, nil
@@ -293,8 +305,12 @@ type ReconnectVariant struct {
 	// ZeroRTT turns on allow_0rtt (broker and client).
 	ZeroRTT bool `json:"zero_rtt"`
 	// ProbeHold holds handshake probes back for 1.5 x the previous
-	// wake-up's RTT (ReconnectOptions.ProbeHold).
+	// wake-up's RTT, passed by hand (ReconnectOptions.ProbeHold).
 	ProbeHold bool `json:"probe_hold"`
+	// SessionRTT sets handshake_rtt_from_session (lean's default): each
+	// wake-up holds its handshake probes back for 1.5 x the RTT the last
+	// one recorded in the session file. False turns it off.
+	SessionRTT bool `json:"session_rtt"`
 
 	// The variant's results, filled in by Summarize: medians over the
 	// runs' first (cold) wake-ups, median and 90th percentile over the
@@ -314,15 +330,17 @@ type ReconnectVariant struct {
 	WarmP90XFloor float64 `json:"warm_p90_x_floor"`
 }
 
-// DefaultReconnectVariants compares HTTP/3 with and without 0-RTT and MQTT
-// over QUIC at its best (session resumption and the token's RTT; MQTT's
-// CONNECT is not sent in 0-RTT data).
+// DefaultReconnectVariants compares HTTP/3 with and without 0-RTT, with
+// the probe hold that lean sets by default (the RTT from the session file)
+// and without it, and MQTT over QUIC at its best (session resumption and
+// the token's RTT; MQTT's CONNECT is not sent in 0-RTT data, and its client
+// has no probe hold).
 func DefaultReconnectVariants() []ReconnectVariant {
 	return []ReconnectVariant{
-		{Name: "HTTP/3, 0-RTT, probe hold", Proto: ProtoH3, ZeroRTT: true, ProbeHold: true},
-		{Name: "HTTP/3, 0-RTT", Proto: ProtoH3, ZeroRTT: true},
-		{Name: "HTTP/3, no 0-RTT", Proto: ProtoH3},
-		{Name: "MQTT/QUIC", Proto: ProtoMQTT},
+		{Name: "HTTP/3, 0-RTT, hold from the session file (lean's default)", Proto: ProtoH3, ZeroRTT: true, SessionRTT: true},
+		{Name: "HTTP/3, 0-RTT, no hold", Proto: ProtoH3, ZeroRTT: true},
+		{Name: "HTTP/3, no 0-RTT, hold from the session file", Proto: ProtoH3, SessionRTT: true},
+		{Name: "MQTT/QUIC", Proto: ProtoMQTT, SessionRTT: true},
 	}
 }
 
@@ -428,6 +446,7 @@ func RunReconnectStudy(ctx context.Context, link Link, profile string, base *qui
 			tun := *base
 			tun.Allow0RTT = v.ZeroRTT
 			tun.SessionResumption = true
+			tun.HandshakeRTTFromSession = v.SessionRTT
 			ws, err := Reconnect(ctx, ReconnectOptions{Link: link, Profile: profile, Proto: v.Proto, Tuning: &tun,
 				Wakeups: wakeups, Sleep: sleep, Payload: payload, Logger: log, ProbeHold: v.ProbeHold})
 			if err != nil {
@@ -442,12 +461,12 @@ func RunReconnectStudy(ctx context.Context, link Link, profile string, base *qui
 // reconnectFigures are a variant's medians: cold (first wake-up of each
 // repeat) and warm (the others).
 type reconnectFigures struct {
-	coldTTFD, warmTTFD, warmP90TTFD, coldBytes, warmBytes, coldRadio, warmRadio, warm0RTT float64
-	n                                                                                     int
+	coldTTFD, warmTTFD, warmP90TTFD, coldBytes, warmBytes, coldRadio, warmRadio, warm0RTT, warmHold float64
+	n                                                                                               int
 }
 
 func (st *ReconnectStudy) figures(name string) reconnectFigures {
-	var ct, wt, cb, wb, cr, wr []float64
+	var ct, wt, cb, wb, cr, wr, wh []float64
 	used := 0
 	for _, ws := range st.Runs[name] {
 		for i, w := range ws {
@@ -455,14 +474,14 @@ func (st *ReconnectStudy) figures(name string) reconnectFigures {
 				ct, cb, cr = append(ct, w.TTFDMs), append(cb, float64(w.Bytes)), append(cr, w.RadioOnMs)
 				continue
 			}
-			wt, wb, wr = append(wt, w.TTFDMs), append(wb, float64(w.Bytes)), append(wr, w.RadioOnMs)
+			wt, wb, wr, wh = append(wt, w.TTFDMs), append(wb, float64(w.Bytes)), append(wr, w.RadioOnMs), append(wh, w.HoldMs)
 			if w.Used0RTT {
 				used++
 			}
 		}
 	}
 	f := reconnectFigures{coldTTFD: Median(ct), warmTTFD: Median(wt), warmP90TTFD: Quantile(wt, 0.9), coldBytes: Median(cb),
-		warmBytes: Median(wb), coldRadio: Median(cr), warmRadio: Median(wr), n: len(wt)}
+		warmBytes: Median(wb), coldRadio: Median(cr), warmRadio: Median(wr), warmHold: Median(wh), n: len(wt)}
 	if len(wt) > 0 {
 		f.warm0RTT = float64(used) / float64(len(wt))
 	}
@@ -502,7 +521,8 @@ func (st *ReconnectStudy) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "Each wake-up: a new connection, one %d B QoS 1 publish, close, sleep %.0f ms; %d wake-ups per run, %d runs per variant, tuning %s. "+
 		"The first wake-up of a run is cold (no session ticket, no token); the later ones resume the TLS session and present the broker's NEW_TOKEN "+
 		"(quic-go v0.65 restores the RTT from it, but its handshake PTO stays 2 x 100 ms until the connection has an RTT sample of its own; "+
-		"\"probe hold\" holds those probes back for 1.5 x the previous wake-up's RTT). TTFD: the application's publish call -> the broker's acknowledgement. "+
+		"the probe hold holds those probes back for 1.5 x the RTT the previous wake-up recorded in the session file: lean's handshake_rtt_from_session). "+
+		"Hold: the median RTT the warm wake-ups' hold started from. TTFD: the application's publish call -> the broker's acknowledgement. "+
 		"Radio on: first to last datagram of the wake-up on the device's socket. Bytes: both directions. Medians.\n\n",
 		st.Payload, st.SleepMs, st.Wakeups, st.Repeat, st.Tuning)
 	fmt.Fprintf(&b, "Host: %s, %s/%s, %d CPUs (%s), %s; quiot %s.\n\n", st.Host.Hostname, st.Host.OS, st.Host.Arch, st.Host.CPUs, st.Host.CPUModel, st.Host.Go, st.Version)
@@ -510,8 +530,8 @@ func (st *ReconnectStudy) WriteMarkdown(w io.Writer) error {
 		st.Link.RTTMs(), st.Link.RateKbps, st.Link.LossPct, st.ReconnectBoundMs())
 	fmt.Fprintf(&b, "Floors (the link model and the handshake's datagrams as this run sent them, IP/UDP headers included; no jitter, no loss): "+
 		"warm %s; cold %s. Each variant's own floors are in reconnect.json.\n\n", floorText(st.FloorWarm), floorText(st.FloorCold))
-	b.WriteString("| variant | cold TTFD ms | × cold floor | warm TTFD ms | × warm floor | warm TTFD p90 ms | p90 × warm floor | warm TTFD / RTT | cold bytes | warm bytes | cold radio-on ms | warm radio-on ms | warm in 0-RTT |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| variant | cold TTFD ms | × cold floor | warm TTFD ms | × warm floor | warm TTFD p90 ms | p90 × warm floor | warm TTFD / RTT | cold bytes | warm bytes | cold radio-on ms | warm radio-on ms | warm in 0-RTT | warm hold ms |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	rtt := st.Link.RTTMs()
 	for _, v := range st.Variants {
 		f := st.figures(v.Name)
@@ -519,9 +539,9 @@ func (st *ReconnectStudy) WriteMarkdown(w io.Writer) error {
 		if rtt > 0 {
 			ratio = fmt.Sprintf("%.2f", f.warmTTFD/rtt)
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %.0f | %s | %.0f | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f %% |\n", v.Name,
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %.0f | %s | %.0f | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f %% | %.0f |\n", v.Name,
 			f.coldTTFD, times(f.coldTTFD, st.FloorColdMs), f.warmTTFD, times(f.warmTTFD, st.FloorWarmMs), f.warmP90TTFD, times(f.warmP90TTFD, st.FloorWarmMs), ratio,
-			f.coldBytes, f.warmBytes, f.coldRadio, f.warmRadio, 100*f.warm0RTT)
+			f.coldBytes, f.warmBytes, f.coldRadio, f.warmRadio, 100*f.warm0RTT, f.warmHold)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
