@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // longPkt builds a QUIC v1 long-header packet of type bits typ (0 Initial,
@@ -231,5 +234,58 @@ func TestReconnectStudyJSON(t *testing.T) {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("reconnect.md lacks %q:\n%s", want, md.String())
 		}
+	}
+}
+
+// TestWriteFloors: quiot bench prints the floor and each configuration's
+// TTFD as a multiple of the first-connection floor.
+func TestWriteFloors(t *testing.T) {
+	sum, samples, _ := synthetic(3, false)
+	cold := Floor{Ms: 400, Legs: []Leg{{What: "client Initial", Dir: Up, Datagrams: 1, Bytes: 1200, SerializeMs: 100, DelayMs: 300}}}
+	var buf strings.Builder
+	if err := WriteFloors(&buf, []Floors{{Profile: "nbiot", ColdMs: 400, Cold: &cold}}, sum, samples); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	ix := newIndex(samples)
+	for _, p := range comparisonPairs(sum) {
+		if p.profile != "nbiot" || p.tuning != "lean" {
+			continue
+		}
+		want := fmt.Sprintf("lean, MQTT/QUIC: TTFD %.0f ms = %.2f× the first-connection floor", Median(ix.values(p.mqtt, "ttfd_ms")), Median(ix.values(p.mqtt, "ttfd_ms"))/400)
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, "floor on nbiot: first connection 400 ms = client Initial 1200 B") || !strings.Contains(out, "resumed not computed") || strings.Contains(out, "lan") {
+		t.Errorf("floors:\n%s", out)
+	}
+}
+
+// TestMeasureFloors: the calibration's floors come from the datagrams on
+// the wire: on a resumed connection, both first datagrams carry an
+// Initial and are padded to 1200 bytes (RFC 9000 §14.1, lean's
+// initial_packet_size).
+func TestMeasureFloors(t *testing.T) {
+	link, err := NewImpairLink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f, err := MeasureFloors(ctx, link, "lan", nil, 256, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Cold == nil || f.Warm == nil || len(f.Cold.Legs) != 4 || len(f.Warm.Legs) != 2 {
+		t.Fatalf("floors %+v", f)
+	}
+	for _, l := range f.Warm.Legs {
+		if l.Bytes != 1200 || l.Datagrams != 1 {
+			t.Errorf("warm leg %+v: want one 1200-byte datagram", l)
+		}
+	}
+	if fl := f.Cold.Legs[1]; fl.Bytes < 1200 {
+		t.Errorf("broker's first flight %+v: want at least its padded Initial", fl)
 	}
 }
