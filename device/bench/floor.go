@@ -24,8 +24,8 @@ import (
 //     broker's whole first flight down (its Initial and Handshake
 //     datagrams received before the client finished: the certificate
 //     chain as sent), the client's Handshake finish and request up (its
-//     datagrams from the first one with a 1-RTT packet to the next one
-//     received), the response down (the last datagram received before the
+//     first datagram with a 1-RTT packet and its other 1-RTT datagrams
+//     before the next one received), the response down (the last datagram received before the
 //     acknowledgement reached the application): two round trips plus the
 //     serialization of those bytes.
 
@@ -251,9 +251,15 @@ func ColdFloor(seq []Datagram, respAtMs float64, link LinkInfo) (f Floor, ok boo
 			flight = append(flight, d)
 		}
 	}
-	end := fin
-	for end < len(seq) && seq[end].Dir == Up {
-		end++
+	// The finish and the request: the first 1-RTT datagram and the
+	// client's other 1-RTT datagrams up to the next one received (its
+	// Handshake-only probes and ACKs in between are not the request).
+	req := seq[fin : fin+1 : fin+1]
+	end := fin + 1
+	for ; end < len(seq) && seq[end].Dir == Up; end++ {
+		if seq[end].has(Pkt1RTT) {
+			req = append(req, seq[end])
+		}
 	}
 	resp := -1
 	for i := end; i < len(seq) && seq[i].AtMs <= respAtMs; i++ {
@@ -266,7 +272,7 @@ func ColdFloor(seq []Datagram, respAtMs float64, link LinkInfo) (f Floor, ok boo
 	}
 	return floorOf(leg(link, "client Initial", Up, seq[first:first+1]),
 		leg(link, "broker's first flight", Down, flight),
-		leg(link, "client's finish + request", Up, seq[fin:end]),
+		leg(link, "client's finish + request", Up, req),
 		leg(link, "response", Down, seq[resp:resp+1])), true
 }
 

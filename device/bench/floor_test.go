@@ -138,6 +138,7 @@ func TestColdFloor(t *testing.T) {
 				dg(Down, 1200, 900, PktInitial, PktHandshake), dg(Up, 1200, 901, PktInitial),
 				dg(Down, 900, 1200, PktHandshake),
 				dg(Up, 1200, 1201, PktInitial, PktHandshake, Pkt1RTT),
+				dg(Up, 74, 1401, PktHandshake), // a Handshake probe, not the request
 				dg(Down, 71, 2400, Pkt1RTT),
 			},
 			respAt: 2400,
