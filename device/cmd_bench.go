@@ -6,14 +6,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/quiot/quiot/device/bench"
+	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/version"
 )
 
@@ -133,6 +137,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if werr := writeBenchResults(stdout, res, knobList, dir, start); werr != nil {
 			return werr
 		}
+		if err == nil {
+			if werr := writeFloors(ctx, stdout, stderr, link, spec, res, dir, log); werr != nil {
+				return werr
+			}
+		}
 	}
 	if errors.Is(err, bench.ErrInterrupted) {
 		return fmt.Errorf("%v: partial results in %s", err, dir)
@@ -222,6 +231,52 @@ func benchSpec(preset, over benchPreset, qos int, knobList []bench.Knob, link *b
 		}
 	}
 	return spec, nil
+}
+
+// writeFloors measures each profile's floor after the matrix (two HTTP/3
+// wake-ups in this process over the link emulator, with the first
+// tuning's profile: bench.MeasureFloors), prints it with every
+// configuration's TTFD as a multiple of it, and writes floors.json in dir.
+func writeFloors(ctx context.Context, stdout, stderr io.Writer, link *bench.ImpairLink, spec bench.Spec, res *bench.Result, dir string, log *slog.Logger) error {
+	var tun *quictune.Profile
+	if len(spec.Tunings) > 0 {
+		t := spec.Tunings[0]
+		var err error
+		if t.TOML != "" {
+			tun, err = quictune.Parse([]byte(t.TOML), t.Name)
+		} else {
+			tun, err = quictune.Load(t.Profile)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "quiot bench: no floor: tuning %s: %v\n", t.Name, err)
+			return nil
+		}
+	}
+	payload := 256
+	if len(spec.Payloads) > 0 {
+		payload = spec.Payloads[0]
+	}
+	var floors []bench.Floors
+	for _, p := range spec.Profiles {
+		f, err := bench.MeasureFloors(ctx, link, p, tun, payload, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "quiot bench: no floor: %v\n", err)
+			continue
+		}
+		floors = append(floors, f)
+	}
+	if len(floors) == 0 {
+		return nil
+	}
+	fmt.Fprintln(stdout)
+	if err := bench.WriteFloors(stdout, floors, res.Summary, res.Samples); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(floors, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "floors.json"), append(b, '\n'), 0o644)
 }
 
 // writeBenchResults prints the bench's headline and protocol comparison,

@@ -107,7 +107,12 @@ func impairLinkFrom(set *linkprofile.Set) (*ImpairLink, error) {
 			LossPct:      p.Up.LossPct + p.Up.Burst.MeanLossPct(),
 			RateKbps:     p.Up.RateKbit,
 			RateDownKbps: p.Down.RateKbit,
-			Desc:         p.Description,
+			// netimpair.Direction.Overhead: 0 means 28, -1 none.
+			OverheadBytes: max(0, p.Up.Overhead),
+			Desc:          p.Description,
+		}
+		if p.Up.Overhead == 0 {
+			info.OverheadBytes = 28
 		}
 		// The report's RTT is the sum of both directions' delays.
 		info.DelayMs = float64(p.RTT()) / 2 / float64(time.Millisecond)

@@ -20,6 +20,9 @@ type LinkInfo struct {
 	RateKbps float64 `json:"rate_kbps"`
 	// RateDownKbps is the downlink rate when it differs from RateKbps.
 	RateDownKbps float64 `json:"rate_down_kbps,omitempty"`
+	// OverheadBytes is what the link adds to each datagram's UDP payload
+	// for its rate (the IPv4 and UDP headers: 28 in the link emulator).
+	OverheadBytes int `json:"overhead_bytes,omitempty"`
 	// Desc is a one-line description.
 	Desc string `json:"desc,omitempty"`
 }

@@ -26,7 +26,7 @@ func testReconnect(t *testing.T, proto string) {
 	tun.Allow0RTT = true
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ws, err := Reconnect(ctx, ReconnectOptions{Link: link, Profile: "lan", Proto: proto, Tuning: tun, ProbeHold: proto == ProtoH3, Wakeups: 3, Sleep: time.Millisecond})
+	ws, err := Reconnect(ctx, ReconnectOptions{Link: link, Profile: "lan", Proto: proto, Tuning: tun, Wakeups: 3, Sleep: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,9 +40,42 @@ func testReconnect(t *testing.T, proto string) {
 		if w.Bytes <= 0 || w.Datagrams <= 0 || w.TTFDMs <= 0 {
 			t.Errorf("wake-up %d: %+v", i+1, w)
 		}
+		// The floor comes from the wake-up's own datagrams: the cold
+		// construction needs the broker's Initial/Handshake flight and the
+		// client's first 1-RTT datagram, classified from the wire.
+		if w.Floor == nil || len(w.Trace) != int(w.Datagrams) {
+			t.Errorf("wake-up %d: no floor from its %d datagrams: %+v", i+1, len(w.Trace), w.Trace)
+		}
 		if proto == ProtoH3 && i > 0 && !w.Used0RTT {
 			t.Errorf("wake-up %d did not use 0-RTT", i+1)
 		}
+		// Lean holds the handshake probes by default, from the RTT the
+		// previous wake-up recorded in the session file.
+		switch {
+		case proto != ProtoH3:
+		case i == 0 && (w.HoldMs != 0 || w.HoldFromSession):
+			t.Errorf("cold wake-up held its probes for %v ms", w.HoldMs)
+		case i > 0 && (w.HoldMs <= 0 || !w.HoldFromSession):
+			t.Errorf("wake-up %d: hold %v ms, from the session file %v; want the previous wake-up's RTT", i+1, w.HoldMs, w.HoldFromSession)
+		}
+	}
+}
+
+// TestDefaultReconnectVariants: the list compares lean's automatic probe
+// hold (the RTT from the session file) with HTTP/3 without it.
+func TestDefaultReconnectVariants(t *testing.T) {
+	var auto, off bool
+	for _, v := range DefaultReconnectVariants() {
+		if v.ProbeHold {
+			t.Errorf("%s: a hand-set hold", v.Name)
+		}
+		if v.Proto == ProtoH3 && v.ZeroRTT {
+			auto = auto || v.SessionRTT
+			off = off || !v.SessionRTT
+		}
+	}
+	if !auto || !off {
+		t.Fatalf("HTTP/3 0-RTT variants with the session file's hold %v, without %v: want both", auto, off)
 	}
 }
 

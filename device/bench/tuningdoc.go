@@ -248,6 +248,7 @@ func WriteTuningDoc(path string, knobs []Knob, res *Result) error {
 	}
 	m.p("Cells: median over repeats ± half-width of the 95 %% confidence interval of the mean; a bold percentage marks a " +
 		"change against lean whose confidence intervals do not overlap.")
+	writeWakeupSection(&m)
 	writeNATSection(&m)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("couldn't create %s: %w", filepath.Dir(path), err)

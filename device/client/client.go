@@ -189,7 +189,10 @@ type Options struct {
 	// smoothed RTT of an earlier connection, SmoothedRTT): until the
 	// broker's first datagram arrives, handshake probes that quic-go would
 	// send sooner than 1.5 x HandshakeRTT after a flight are held back
-	// (h3probe.go). Zero means quic-go's own probing. HTTP/3 only.
+	// (h3probe.go). Zero means the profile's handshake_rtt, else, with
+	// its handshake_rtt_from_session (lean), the RTT SessionCache
+	// remembers of the last connection to the broker (RTTMemory: the
+	// --session-file), else quic-go's own probing. HTTP/3 only.
 	HandshakeRTT time.Duration
 	// Tracer, when set, is installed in the quic.Config.
 	Tracer func(ctx context.Context, isClient bool, connID quic.ConnectionID) qlogwriter.Trace

@@ -129,6 +129,10 @@ type h3Client struct {
 	handshake time.Duration
 	closed    bool
 	sp        *streamPub // the current streamed-publish request (PublishMode "stream")
+	// hold is the RTT the handshake probe hold uses (0: none);
+	// holdFromSession says it came from the session cache (RTTMemory).
+	hold            time.Duration
+	holdFromSession bool
 
 	spMu sync.Mutex // serializes opening a streamed-publish request
 }
@@ -226,10 +230,8 @@ func (c *h3Client) transport() (*quic.Transport, error) {
 		c.outage = newOutageUDP(u, c.opts.Logger)
 		pc = c.outage
 	}
-	hold := c.opts.HandshakeRTT
-	if hold == 0 {
-		hold = time.Duration(c.opts.Profile.HandshakeRTT)
-	}
+	hold, fromSession := handshakeHold(c.opts, c.hostport)
+	c.hold, c.holdFromSession = hold, fromSession
 	if hold > 0 {
 		pc = newProbeGovernor(pc, hold*3/2)
 	}
@@ -885,6 +887,11 @@ func (c *h3Client) Close() error {
 		sp.finish()
 	}
 	if cur != nil {
+		// The next client of this broker starts its probe hold from
+		// this connection's RTT (handshakeHold).
+		if m, ok := c.opts.SessionCache.(RTTMemory); ok {
+			m.SetLastRTT(c.hostport, cur.qc.ConnectionStats().SmoothedRTT)
+		}
 		_ = cur.qc.CloseWithError(0, "")
 	}
 	var err error

@@ -108,6 +108,45 @@ func (g *probeGovernor) SetWriteBuffer(n int) error {
 	return nil
 }
 
+// handshakeHold chooses the RTT of the handshake probe hold for a client
+// of broker (host:port): Options.HandshakeRTT, else the profile's
+// handshake_rtt, else, when the profile has handshake_rtt_from_session,
+// the RTT the session cache remembers of the last connection to broker
+// (RTTMemory; fromSession true). Zero means no hold.
+func handshakeHold(o *Options, broker string) (rtt time.Duration, fromSession bool) {
+	if o.HandshakeRTT > 0 {
+		return o.HandshakeRTT, false
+	}
+	if o.Profile == nil {
+		return 0, false
+	}
+	if o.Profile.HandshakeRTT > 0 {
+		return time.Duration(o.Profile.HandshakeRTT), false
+	}
+	if !o.Profile.HandshakeRTTFromSession {
+		return 0, false
+	}
+	if m, ok := o.SessionCache.(RTTMemory); ok {
+		if rtt := m.LastRTT(broker); rtt > 0 {
+			return rtt, true
+		}
+	}
+	return 0, false
+}
+
+// HandshakeHold returns the RTT c's handshake probe hold started from
+// (probes are held for 1.5 x it; 0: no hold) and whether it came from the
+// session cache; zero for other clients and before c's first connection.
+func HandshakeHold(c Client) (rtt time.Duration, fromSession bool) {
+	h, ok := c.(*h3Client)
+	if !ok {
+		return 0, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.hold, h.holdFromSession
+}
+
 // SmoothedRTT returns the smoothed RTT of c's current HTTP/3 connection
 // (0 for other clients and without a connection): what a later client of
 // the same broker may pass as Options.HandshakeRTT.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
 // fileSessionCache is a tls.ClientSessionCache that also keeps its sessions
@@ -16,8 +17,11 @@ import (
 // a shorter handshake (no certificate on the wire) and, with allow_0rtt, the
 // first publish in the first flight. quic-go's transport parameters for 0-RTT
 // travel in the session state's Extra field, which SessionState.Bytes keeps.
-// The QUIC address-validation token (and the RTT it carries) cannot be kept
-// this way: quic.ClientToken's fields are unexported.
+// The QUIC address-validation token cannot be kept this way
+// (quic.ClientToken's fields are unexported), so the RTT it carries is kept
+// beside the sessions instead: the smoothed RTT of the last connection to
+// each broker (RTTMemory), which sets the next run's handshake probe hold
+// (quictune's handshake_rtt_from_session, on in lean).
 type fileSessionCache struct {
 	path string
 	log  *slog.Logger
@@ -25,6 +29,28 @@ type fileSessionCache struct {
 	mu      sync.Mutex
 	mem     tls.ClientSessionCache
 	entries map[string]sessionEntry
+	rtts    map[string]float64 // broker host:port -> RTT in ms
+}
+
+// sessionFile is the file's format. Files written before it held the
+// sessions map alone, and still load.
+type sessionFile struct {
+	Sessions map[string]sessionEntry `json:"sessions"`
+	// RTTMs is the smoothed RTT of the last connection to each broker
+	// (host:port), in milliseconds.
+	RTTMs map[string]float64 `json:"rtt_ms,omitempty"`
+}
+
+// RTTMemory is implemented by session caches that also keep the RTT of
+// the last connection to each broker (NewFileSessionCache): an HTTP/3
+// client records its connection's smoothed RTT there when it closes, and
+// the next client of the same broker starts its handshake probe hold from
+// it when its profile has handshake_rtt_from_session (h3probe.go).
+type RTTMemory interface {
+	// LastRTT returns the RTT recorded for broker (host:port); 0 if none.
+	LastRTT(broker string) time.Duration
+	// SetLastRTT records rtt for broker.
+	SetLastRTT(broker string, rtt time.Duration)
 }
 
 // sessionEntry is one session in the file.
@@ -45,7 +71,7 @@ func NewFileSessionCache(path string, log *slog.Logger) tls.ClientSessionCache {
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &fileSessionCache{path: path, log: log, mem: tls.NewLRUClientSessionCache(maxFileSessions), entries: map[string]sessionEntry{}}
+	c := &fileSessionCache{path: path, log: log, mem: tls.NewLRUClientSessionCache(maxFileSessions), entries: map[string]sessionEntry{}, rtts: map[string]float64{}}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !os.IsNotExist(err) {
@@ -53,10 +79,22 @@ func NewFileSessionCache(path string, log *slog.Logger) tls.ClientSessionCache {
 		}
 		return c
 	}
-	if err := json.Unmarshal(b, &c.entries); err != nil {
+	var f sessionFile
+	err = json.Unmarshal(b, &f)
+	if err == nil && f.Sessions == nil && f.RTTMs == nil {
+		err = json.Unmarshal(b, &f.Sessions) // the earlier format
+	}
+	if err != nil {
 		log.Debug("session cache file ignored", "file", path, "error", err)
-		c.entries = map[string]sessionEntry{}
 		return c
+	}
+	if f.Sessions != nil {
+		c.entries = f.Sessions
+	}
+	for k, v := range f.RTTMs {
+		if v > 0 && len(c.rtts) < maxFileSessions {
+			c.rtts[k] = v
+		}
 	}
 	for k, e := range c.entries {
 		st, err := tls.ParseSessionState(e.State)
@@ -111,10 +149,41 @@ func (c *fileSessionCache) Put(key string, cs *tls.ClientSessionState) {
 	}
 }
 
+// LastRTT implements RTTMemory.
+func (c *fileSessionCache) LastRTT(broker string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Duration(c.rtts[broker] * float64(time.Millisecond))
+}
+
+// SetLastRTT implements RTTMemory; it writes the file when the RTT
+// changes. A zero or negative rtt is ignored.
+func (c *fileSessionCache) SetLastRTT(broker string, rtt time.Duration) {
+	if rtt <= 0 {
+		return
+	}
+	ms := float64(rtt) / float64(time.Millisecond)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rtts[broker] == ms {
+		return
+	}
+	if _, ok := c.rtts[broker]; !ok && len(c.rtts) >= maxFileSessions {
+		for k := range c.rtts { // any other broker's RTT makes room
+			delete(c.rtts, k)
+			break
+		}
+	}
+	c.rtts[broker] = ms
+	if err := c.saveLocked(); err != nil {
+		c.log.Debug("session cache file not written", "file", c.path, "error", err)
+	}
+}
+
 // saveLocked writes the entries to the file atomically (temporary file and
 // rename).
 func (c *fileSessionCache) saveLocked() error {
-	b, err := json.Marshal(c.entries)
+	b, err := json.Marshal(sessionFile{Sessions: c.entries, RTTMs: c.rtts})
 	if err != nil {
 		return err
 	}

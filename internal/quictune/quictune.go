@@ -77,6 +77,12 @@ type Profile struct {
 	// Clients only; a client's Options.HandshakeRTT (the RTT of an earlier
 	// connection) takes precedence.
 	HandshakeRTT Duration `toml:"handshake_rtt" json:"handshake_rtt"`
+	// HandshakeRTTFromSession lets an HTTP/3 client whose session cache
+	// remembers the RTT of its last connection to the broker (the
+	// publisher's --session-file) hold its handshake probes for 1.5 x that
+	// RTT, as handshake_rtt does, when neither handshake_rtt nor the
+	// client's Options.HandshakeRTT sets one. On in lean.
+	HandshakeRTTFromSession bool `toml:"handshake_rtt_from_session" json:"handshake_rtt_from_session"`
 }
 
 // Default is quic-go's own configuration, unchanged.
@@ -110,6 +116,7 @@ func Lean() *Profile {
 		DisablePathMTUDiscovery:        true,
 		SessionResumption:              true,
 		Allow0RTT:                      false,
+		HandshakeRTTFromSession:        true,
 	}
 }
 
