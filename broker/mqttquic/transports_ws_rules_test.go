@@ -91,8 +91,8 @@ func connectWS(t *testing.T, s *Server, o connectOpts) (*rawClient, byte) {
 	return c, ack.ReasonCode
 }
 
-// TestRulesOverWebSocket: the topic limits (SUBSCRIBE filter, will topic),
-// client-id ownership and password throttling hold over MQTT over
+// TestRulesOverWebSocket: the ACL, the topic limits (SUBSCRIBE filter,
+// will topic), client-id ownership and password throttling hold over MQTT over
 // WebSocket as over the other transports (TestRulesEveryTransport,
 // TestThrottleEveryTransport).
 func TestRulesOverWebSocket(t *testing.T) {
@@ -113,6 +113,13 @@ func TestRulesOverWebSocket(t *testing.T) {
 	}
 	if got := c.subscribe(levels(17)); len(got) != 1 || got[0] != packets.ErrTopicFilterInvalid.Code {
 		t.Errorf("subscribe 17 levels: %x, want 0x8f", got)
+	}
+	// The ACL (anonymous: public/# only).
+	if got := c.subscribe("a/#"); len(got) != 1 || got[0] != packets.ErrNotAuthorized.Code {
+		t.Errorf("subscribe to a denied filter: %x, want 0x87", got)
+	}
+	if code, err := c.publish("a/x", "x", 1, false); err != nil || code != packets.ErrNotAuthorized.Code {
+		t.Errorf("publish to a denied topic: 0x%02x %v, want 0x87", code, err)
 	}
 	if _, code := connectWS(t, s, connectOpts{id: "will-ws", clean: true, willTopic: levels(17), willPayload: "x", willRetain: true}); code != packets.ErrTopicNameInvalid.Code {
 		t.Errorf("will on 17 levels: CONNACK 0x%02x, want 0x90", code)
