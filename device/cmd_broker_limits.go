@@ -12,7 +12,8 @@ import (
 // HTTP-side bounds of `quiot broker` (broker.Limits): connections in total,
 // per remote address and per identity, subscriptions per identity and in
 // total, streams per connection, header bytes, subscriber queue bytes per
-// subscription and in total, the TCP idle timeout. 0 keeps
+// subscription and in total, the TCP idle timeout, the bytes and levels of
+// topics and filters (which the MQTT side applies too). 0 keeps
 // the library's documented default.
 
 type limitFlags struct {
@@ -22,6 +23,7 @@ type limitFlags struct {
 	idle                                  time.Duration
 	queueBytes, queueBytesTotal           int64
 	quicRetryAbove                        int
+	topicBytes, topicLevels               int
 }
 
 func init() {
@@ -47,13 +49,16 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.queueBytes, "queue-bytes", 0, "bytes one HTTP subscriber's queue holds, the batch being written included (0 = 4MiB); beyond it the queue is full, as beyond --queue")
 	fs.Int64Var(&f.queueBytesTotal, "queue-bytes-total", 0, "bytes all HTTP subscribers' queues hold together (0 = 64MiB); beyond it a subscriber's queue is full")
 	fs.IntVar(&f.quicRetryAbove, "quic-retry-above", 0, "QUIC handshakes in progress from unvalidated addresses from which new HTTP/3 connections must first prove their address (a Retry, one round trip) before they count per address (0 = 64; -1 = always)")
+	fs.IntVar(&f.topicBytes, "max-topic-bytes", 0, "bytes of a topic or filter, on every protocol: HTTP publish and subscribe, MQTT PUBLISH, SUBSCRIBE, UNSUBSCRIBE and will (0 = 256); beyond it HTTP 400, MQTT Topic Name invalid or Topic Filter invalid")
+	fs.IntVar(&f.topicLevels, "max-topic-levels", 0, "levels of a topic or filter, on every protocol as --max-topic-bytes (0 = 16); beyond it HTTP 400, MQTT Topic Name invalid or Topic Filter invalid")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "close a TCP (HTTP/1.1, HTTP/2) connection idle this long (0 = 2m)")
 }
 
 // apply sets the given limits; zero keeps the default, negative is an error.
 func (f *limitFlags) apply(l *broker.Limits) error {
 	for name, v := range map[string]int{"max-conns": f.conns, "max-conns-per-addr": f.connsPerAddr, "max-conns-per-identity": f.connsPerIdentity,
-		"max-subscriptions-per-identity": f.subsPerIdentity, "max-subscriptions-total": f.subsTotal, "max-streams": f.streams, "max-header-bytes": f.headerBytes, "stream-inflight": f.inflight} {
+		"max-subscriptions-per-identity": f.subsPerIdentity, "max-subscriptions-total": f.subsTotal, "max-streams": f.streams, "max-header-bytes": f.headerBytes, "stream-inflight": f.inflight,
+		"max-topic-bytes": f.topicBytes, "max-topic-levels": f.topicLevels} {
 		if v < 0 {
 			return fmt.Errorf("%w: --%s %d (want a positive number, or 0 for the default)", errUsage, name, v)
 		}
@@ -72,5 +77,6 @@ func (f *limitFlags) apply(l *broker.Limits) error {
 	l.MaxStreamsPerConn, l.MaxHeaderBytes, l.IdleTimeout, l.StreamInflight = f.streams, f.headerBytes, f.idle, f.inflight
 	l.QueueBytes, l.QueueBytesTotal = f.queueBytes, f.queueBytesTotal
 	l.QUICRetryAbove = f.quicRetryAbove
+	l.MaxTopicLength, l.MaxTopicLevels = f.topicBytes, f.topicLevels
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/mqttquic"
@@ -24,6 +26,20 @@ type mqttFlags struct {
 	wssAddr  string
 	wsListen bool
 	limits   mqttquic.Limits
+	// server is the running MQTT server, for its quiot_mqtt_* metrics.
+	server      atomic.Pointer[mqttquic.Server]
+	metricsOnce sync.Once // the collector is added once per process
+}
+
+// mqttMetrics writes the running MQTT server's quiot_mqtt_* families on
+// --metrics-listen (none while it is off).
+type mqttMetrics struct{ f *mqttFlags }
+
+// WritePrometheus implements promexport.Collector.
+func (m mqttMetrics) WritePrometheus(w io.Writer) {
+	if s := m.f.server.Load(); s != nil {
+		s.WritePrometheus(w)
+	}
 }
 
 func init() {
@@ -48,6 +64,10 @@ func init() {
 			fs.Int64Var(&l.MaxQueuedBytesTotal, "mqtt-max-queued-bytes-total", 0, "bytes of messages all MQTT sessions hold at most (0 = 64MiB)")
 			fs.DurationVar(&l.ConnectTimeout, "mqtt-connect-timeout", 0, "close an MQTT connection that sends no CONNECT within this time, TLS handshake included (0 = 10s)")
 			fs.IntVar(&l.MaxPreConnectPerAddr, "mqtt-max-preconnect-per-addr", 0, "MQTT connections of one source address without CONNECT yet at most (0 = 64)")
+		},
+		configure: func(*broker.Options, io.Writer) error {
+			f.metricsOnce.Do(func() { metricsCollectors = append(metricsCollectors, mqttMetrics{&f}) })
+			return nil
 		},
 		start: f.start,
 	})
@@ -92,6 +112,7 @@ func (f *mqttFlags) start(_ context.Context, b *broker.Broker, opts *broker.Opti
 	if err := s.Start(); err != nil {
 		return nil, err
 	}
+	f.server.Store(s)
 	if a := s.QUICAddr(); a != nil {
 		fmt.Fprintf(stdout, "mqtt listening: mqtt-quic://%s (MQTT over QUIC, UDP)\n", a)
 	}

@@ -54,7 +54,7 @@ func TestBrokerServiceNotifyAndMetrics(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runBroker(ctx, []string{"--config", "", "--dev", "--dev-cert-out=", "--listen", "127.0.0.1:0", "--mqtt-quic", "",
-			"--metrics-listen", "127.0.0.1:0", "--log-level", "error"}, &stdout, io.Discard)
+			"--mqtt-tcp", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--log-level", "error"}, &stdout, io.Discard)
 	}()
 	notes := make(chan string, 16)
 	go func() {
@@ -105,7 +105,8 @@ func TestBrokerServiceNotifyAndMetrics(t *testing.T) {
 	resp.Body.Close()
 	for _, want := range []string{"quiot_broker_subscriptions 0", "quiot_broker_dropped_messages_total 0",
 		`quiot_quic_udp_datagrams_total{direction="received"}`, "quiot_quic_pto_total",
-		"process_resident_memory_bytes", "process_cpu_seconds_total"} {
+		"process_resident_memory_bytes", "process_cpu_seconds_total",
+		"quiot_mqtt_clients 0", "quiot_mqtt_refused_preconnect_total 0", "quiot_mqtt_refused_wills_total 0"} {
 		if !bytes.Contains(body, []byte(want)) {
 			t.Errorf("scrape lacks %q", want)
 		}

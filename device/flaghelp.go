@@ -12,7 +12,7 @@ var flagLayouts = map[string]cli.Help{
 			{Title: "Listeners", Flags: []string{"listen", "mqtt-quic", "mqtt-tls", "mqtt-tcp", "mqtt-wss", "mqtt-ws", "mqtt-ws-on-listen", "dashboard", "cors-origins"}},
 			{Title: "Security and authentication", Flags: []string{"dev", "dev-cert-out", "cert", "key", "client-ca", "auth", "allow-anonymous", "session-ttl",
 				"auth-fail-limit", "auth-fail-window", "auth-fail-backoff", "auth-fail-addrs"}},
-			{Title: "Limits", Flags: []string{"max-payload", "max-conns", "max-conns-per-addr", "quic-retry-above", "max-conns-per-identity",
+			{Title: "Limits", Flags: []string{"max-payload", "max-topic-bytes", "max-topic-levels", "max-conns", "max-conns-per-addr", "quic-retry-above", "max-conns-per-identity",
 				"max-subscriptions", "max-subscriptions-per-identity", "max-subscriptions-total", "max-streams",
 				"max-header-bytes", "idle-timeout", "queue", "queue-bytes", "queue-bytes-total", "queue-policy"}},
 			{Title: "MQTT sessions", Flags: []string{"mqtt-max-clients", "mqtt-max-sessions", "mqtt-max-sessions-per-identity",

@@ -83,6 +83,12 @@ type bridge struct {
 	log  *slog.Logger
 	cl   *mqtt.Client
 
+	// retainWills holds the client ids whose will due to be sent has the
+	// retain flag (OnWill); mochi is handed it without, so that only a
+	// will the broker accepts within its retained-bytes bound is retained
+	// (OnWillSent).
+	retainWills sync.Map // client id -> struct{}
+
 	mu         sync.Mutex
 	cond       *sync.Cond
 	queue      []*broker.Message
@@ -118,7 +124,7 @@ func (b *bridge) ID() string { return "quiot-bridge" }
 // Provides reports the events the hook handles.
 func (b *bridge) Provides(e byte) bool {
 	switch e {
-	case mqtt.OnPublish, mqtt.OnWillSent, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPacketSent, mqtt.OnStopped:
+	case mqtt.OnPublish, mqtt.OnWill, mqtt.OnWillSent, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPacketSent, mqtt.OnStopped:
 		return true
 	}
 	return false
@@ -196,11 +202,28 @@ func truncReason(err error) string {
 	return s
 }
 
+// OnWill takes the retain flag off a will mochi is about to send (after
+// the auth hook's check) and remembers it, so that mochi does not retain
+// the will on its own: OnWillSent retains it once the broker has accepted
+// it within Limits.RetainedBytes, as a retained PUBLISH is (issue 27,
+// docs/security.md). Every will of a client id passes here before it is
+// sent, a delayed one at the disconnection.
+func (b *bridge) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
+	if !will.Retain || will.TopicName == "" {
+		b.retainWills.Delete(cl.ID)
+		return will, nil
+	}
+	b.retainWills.Store(cl.ID, struct{}{})
+	will.Retain = false
+	return will, nil
+}
+
 // OnWillSent hands a will mochi has just published (checked by the auth
 // hook at CONNECT and again in OnWill) to the broker, so that HTTP/3
 // subscribers get it and a retained will is retained for both protocols.
 // A will the auth hook emptied has no topic and goes nowhere.
 func (b *bridge) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
+	_, retain := b.retainWills.LoadAndDelete(cl.ID)
 	if cl.Net.Inline || pk.TopicName == "" || strings.HasPrefix(pk.TopicName, "$") {
 		return
 	}
@@ -208,13 +231,24 @@ func (b *bridge) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 		Topic:   pk.TopicName,
 		Payload: pk.Payload,
 		QoS:     pk.FixedHeader.Qos,
-		Retain:  pk.FixedHeader.Retain,
+		Retain:  pk.FixedHeader.Retain || retain,
 		Origin:  Origin,
 	}
 	m.Identity, _ = b.auth.identityOf(cl.ID)
 	if _, err := b.core.Publish(context.Background(), m); err != nil {
 		b.Refused.Add(1)
+		if r, ok := broker.RefusalOf(err); ok {
+			countRefused(b.core, r)
+		}
 		b.log.Debug("broker refused mqtt will", "client", cl.ID, "topic", pk.TopicName, "error", err)
+		return
+	}
+	if retain {
+		// Retained for MQTT subscribers too, as mochi would have.
+		out := pk.Copy(false)
+		out.FixedHeader.Retain = true
+		b.mq.Topics.RetainMessage(out)
+		atomic.StoreInt64(&b.mq.Info.Retained, int64(b.mq.Topics.Retained.Len()))
 	}
 }
 

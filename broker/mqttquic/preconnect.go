@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quiot/quiot/broker"
 )
 
 // errPreConnectLimit ends a connection refused because its source address
@@ -28,6 +30,9 @@ type preConnect struct {
 	n  map[netip.Addr]int
 
 	refused, timedOut atomic.Uint64
+	// core, when set, counts each refusal and close as
+	// quiot_broker_refused_total{proto="mqtt",reason="too_many"}.
+	core Core
 }
 
 func newPreConnect(l Limits) *preConnect {
@@ -57,6 +62,7 @@ func (p *preConnect) admit(c net.Conn) (release func() bool, err error) {
 	if p.n[a] >= p.perAddr {
 		p.mu.Unlock()
 		p.refused.Add(1)
+		countRefused(p.core, broker.ReasonTooMany)
 		return nil, fmt.Errorf("%w (%s: %d, Limits.MaxPreConnectPerAddr)", errPreConnectLimit, a, p.perAddr)
 	}
 	p.n[a]++
@@ -78,6 +84,7 @@ func (p *preConnect) admit(c net.Conn) (release func() bool, err error) {
 	timer := time.AfterFunc(p.timeout, func() {
 		if free() {
 			p.timedOut.Add(1)
+			countRefused(p.core, broker.ReasonTooMany)
 			_ = c.Close()
 		}
 	})

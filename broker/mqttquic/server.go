@@ -213,6 +213,7 @@ func New(opts Options) (*Server, error) {
 		SysTopicResendInterval: 60,
 	})
 	compat := &compatHook{mq: mq, maxPacketSize: opts.MaxPacketSize, topicAliasMaximum: opts.TopicAliasMaximum, pre: newPreConnect(opts.Limits)}
+	compat.pre.core = opts.Broker
 	s := &Server{opts: opts, mq: mq, compat: compat}
 	if opts.DataDir != "" {
 		so := store.SessionOptions{Dir: opts.DataDir, Server: mq, Logger: opts.Logger}
