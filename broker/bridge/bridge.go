@@ -751,7 +751,7 @@ func (br *Bridge) onConnectError(err error) {
 	var ce *autopaho.ConnackError
 	msg := err.Error()
 	if errors.As(err, &ce) {
-		msg = fmt.Sprintf("upstream refused the connection: %s (CONNACK reason 0x%02x)", connackReason(ce.ReasonCode), ce.ReasonCode)
+		msg = fmt.Sprintf("upstream refused the connection: %s (CONNACK reason 0x%02x)", wire.MQTTConnackReason(ce.ReasonCode), ce.ReasonCode)
 	}
 	n := br.connFailures.Add(1)
 	br.mu.Lock()
@@ -810,27 +810,4 @@ func (br *Bridge) inbound(p *paho.Publish) {
 		return
 	}
 	br.in.Add(1)
-}
-
-// connackReason names an MQTT 5 CONNACK failure reason code.
-func connackReason(code byte) string {
-	switch code {
-	case 0x84:
-		return "unsupported protocol version"
-	case 0x85:
-		return "client identifier not valid"
-	case 0x86:
-		return "bad user name or password"
-	case 0x87:
-		return "not authorized"
-	case 0x88:
-		return "server unavailable"
-	case 0x89:
-		return "server busy"
-	case 0x8A:
-		return "banned"
-	case 0x8C:
-		return "bad authentication method"
-	}
-	return "refused"
 }

@@ -387,34 +387,12 @@ func (c *mqttClient) setFatal(err error) {
 	if c.fatal == nil {
 		var ce *autopaho.ConnackError
 		if errors.As(err, &ce) {
-			err = fmt.Errorf("%w: connect: %s (reason 0x%02x)", ErrMQTTRefused, mqttConnackReason(ce.ReasonCode), ce.ReasonCode)
+			err = fmt.Errorf("%w: connect: %s (reason 0x%02x)", ErrMQTTRefused, wire.MQTTConnackReason(ce.ReasonCode), ce.ReasonCode)
 		}
 		c.fatal = err
 	}
 	c.mu.Unlock()
 	c.cancel()
-}
-
-func mqttConnackReason(code byte) string {
-	switch code {
-	case 0x84:
-		return "unsupported protocol version"
-	case 0x85:
-		return "client identifier not valid"
-	case 0x86:
-		return "bad user name or password"
-	case 0x87:
-		return "not authorized"
-	case 0x88:
-		return "server unavailable"
-	case 0x89:
-		return "server busy"
-	case 0x8A:
-		return "banned"
-	case 0x8C:
-		return "bad authentication method"
-	}
-	return "refused"
 }
 
 func (c *mqttClient) fatalErr() error {

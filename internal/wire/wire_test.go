@@ -385,3 +385,11 @@ func mustBody(t *testing.T, b []byte) []byte {
 	}
 	return body
 }
+
+func TestMQTTConnackReason(t *testing.T) {
+	for code, want := range map[byte]string{0x86: "bad user name or password", 0x87: "not authorized", 0x8A: "banned", 0x80: "refused"} {
+		if got := MQTTConnackReason(code); got != want {
+			t.Errorf("MQTTConnackReason(0x%02x) = %q, want %q", code, got, want)
+		}
+	}
+}
