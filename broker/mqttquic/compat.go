@@ -2,6 +2,7 @@ package mqttquic
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"sort"
 	"sync"
@@ -89,6 +90,11 @@ type compatHook struct {
 	pre        *preConnect  // connections without CONNECT yet (sessionEnds)
 	latest     sync.Map     // client id -> *connTrack: its latest connection with a session
 
+	// gate orders connections being established against Server.Close
+	// (enter, shut).
+	gate    sync.Mutex
+	closing bool // Close has begun: no connection is handed to mochi any more
+
 	// Session takeovers (takeover.go).
 	takeovers  sync.Map      // old *mqtt.Client -> *takeover
 	successors sync.Map      // new *mqtt.Client -> *takeover, until completed
@@ -99,8 +105,9 @@ type compatHook struct {
 
 // connTrack follows one connection through mochi's handling of it.
 type connTrack struct {
-	cl   *mqtt.Client  // set when its session is established (the connection's own goroutine)
-	done chan struct{} // closed once mochi is done with the connection
+	listener string        // the id of the listener that accepted it
+	cl       *mqtt.Client  // set when its session is established (the connection's own goroutine)
+	done     chan struct{} // closed once mochi is done with the connection
 	// pre releases the connection's place among those without CONNECT
 	// (preConnect); reports whether it still held one.
 	pre func() bool
@@ -126,8 +133,24 @@ type sessionEnds struct {
 // waiting for the lock) blocks the second RLock, and the close waits for
 // ever. Seen as a make test hang: Server.Close in a test's cleanup against
 // attachClient's Clients.Delete of a WebSocket client that was ending.
+//
+// When the server closes, the connections of the listener that mochi is
+// still handling but whose client closeListenerClients did not see (not
+// in mochi's client table yet, as one that arrived during the close) are
+// closed too: mochi's Close waits for every connection it handles to end,
+// and such a client would otherwise hold it until the client left.
 func (l sessionEnds) Close(listeners.CloseFn) {
 	l.Listener.Close(l.h.closeListenerClients)
+	if !l.h.isClosing() {
+		return
+	}
+	id := l.ID()
+	l.h.conns.Range(func(k, v any) bool {
+		if v.(*connTrack).listener == id {
+			_ = k.(net.Conn).Close()
+		}
+		return true
+	})
 }
 
 // closeListenerClients disconnects the clients of listener id (as mochi's
@@ -141,16 +164,68 @@ func (h *compatHook) closeListenerClients(id string) {
 	}
 }
 
+// enter counts a connection about to be handed to mochi in mochi's client
+// wait group (Listeners.ClientsWg), or reports false once Close has begun.
+// mochi v2.7.9's attachClient calls ClientsWg.Add(1) on the connection's
+// goroutine while Server.Close may already be in ClientsWg.Wait: an Add
+// from zero concurrent with Wait, which the race detector reports (seen in
+// a fresh-clone make test under load: a test's cleanup closing the server
+// while a client connected). Holding our own count from before
+// establishing until mochi is done keeps the group above zero whenever
+// mochi adds, and shut stops new ones before Wait can begin.
+func (h *compatHook) enter() bool {
+	h.gate.Lock()
+	defer h.gate.Unlock()
+	if h.closing {
+		return false
+	}
+	h.mq.Listeners.ClientsWg.Add(1)
+	return true
+}
+
+// leave ends what enter counted.
+func (h *compatHook) leave() { h.mq.Listeners.ClientsWg.Done() }
+
+// shut makes enter refuse every later connection; Server.Close calls it
+// before mochi's Close.
+func (h *compatHook) shut() {
+	h.gate.Lock()
+	h.closing = true
+	h.gate.Unlock()
+}
+
+// isClosing reports whether shut was called.
+func (h *compatHook) isClosing() bool {
+	h.gate.Lock()
+	defer h.gate.Unlock()
+	return h.closing
+}
+
+// handling is the number of connections mochi is handling.
+func (h *compatHook) handling() int {
+	n := 0
+	h.conns.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+// errClosing refuses a connection accepted while the server closes.
+var errClosing = errors.New("mqtt server closing")
+
 // Serve serves the wrapped listener, tracking each connection.
 func (l sessionEnds) Serve(establish listeners.EstablishFn) {
 	l.Listener.Serve(func(id string, c net.Conn) error {
+		if !l.h.enter() {
+			_ = c.Close()
+			return errClosing
+		}
+		defer l.h.leave()
 		c = watchPacketSize(c, l.h.maxPacketSize) // disconnect.go
 		release, err := l.h.pre.admit(c)
 		if err != nil {
 			_ = c.Close()
 			return err
 		}
-		t := &connTrack{done: make(chan struct{}), pre: release}
+		t := &connTrack{listener: id, done: make(chan struct{}), pre: release}
 		l.h.conns.Store(c, t)
 		defer func() {
 			t.pre()

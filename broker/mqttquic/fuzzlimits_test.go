@@ -67,6 +67,10 @@ func FuzzWillAndFilter(f *testing.F) {
 		if len(subCodes) == 1 && subCodes[0] < 0x80 && !withinLimits(mqttShareStrip(filter)) {
 			t.Errorf("filter of %d bytes, %d levels granted (0x%02x)", len(filter), levelCount(filter), subCodes[0])
 		}
+		// The will fires on the connection's goroutine after it closed:
+		// wait until mochi is done with every connection before reading its
+		// topic index (mochi's retained scan reads the index unlocked).
+		waitFor(t, func() bool { return s.compat.handling() == 0 }, "mochi done with the fuzzed connections")
 		held := 0
 		for _, m := range s.MQTT().Topics.Messages("#") {
 			if !withinLimits(m.TopicName) {

@@ -347,6 +347,7 @@ func (s *Server) Close() error {
 		if s.mounted != nil {
 			s.mounted.SetMQTTWebSocket(nil)
 		}
+		s.compat.shut() // compat.go: no connection reaches mochi once its Close has begun
 		err = s.mq.Close()
 	})
 	return err
