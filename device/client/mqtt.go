@@ -244,21 +244,15 @@ func (c *mqttClient) transport() (*quic.Transport, error) {
 	if c.tr != nil {
 		return c.tr, nil
 	}
-	pc := c.opts.PacketConn
-	if pc == nil {
-		udp, err := net.ListenUDP("udp", nil)
-		if err != nil {
-			return nil, &dialError{addr: c.addr, err: fmt.Errorf("couldn't open a UDP socket: %w", err)}
-		}
-		pc = udp
-		c.ownPC = udp
+	sock, err := openClientSocket(c.opts.PacketConn, c.opts.Logger) // netdown.go
+	if err != nil {
+		return nil, &dialError{addr: c.addr, err: err}
 	}
-	var u *net.UDPConn
-	if uc, ok := pc.(*net.UDPConn); ok {
-		u = uc
-		c.outage = newOutageUDP(u, c.opts.Logger)
-		pc = c.outage
+	if sock.own != nil {
+		c.ownPC = sock.own
 	}
+	pc, u := sock.pc, sock.udp
+	c.outage = sock.outage
 	c.tr = &quic.Transport{Conn: pc}
 	if u != nil {
 		c.mig = startMigrator(c.ctx, c.opts.Logger, u, c.tr, c.currentQUIC)

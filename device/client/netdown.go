@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync/atomic"
@@ -34,6 +35,37 @@ type outageUDP struct {
 	armed   atomic.Bool
 	dropped atomic.Int64 // datagrams reported as sent while the network was down
 	down    atomic.Bool  // the last send failed for want of a network
+}
+
+// clientSocket is the socket a client's quic.Transport uses: given (an
+// Options.PacketConn) or one it opens (own, to close with the client). A
+// UDP socket (udp) is wrapped so that a send failing for lack of a network
+// counts as loss (outage) and is watched for address changes (migrate.go).
+type clientSocket struct {
+	pc     net.PacketConn // what quic-go gets
+	own    *net.UDPConn   // opened here; nil for a given one
+	udp    *net.UDPConn   // the UDP socket under pc; nil for another kind
+	outage *outageUDP     // pc when udp is set
+}
+
+// openClientSocket returns given, or a new UDP socket when given is nil,
+// wrapped as clientSocket says.
+func openClientSocket(given net.PacketConn, log *slog.Logger) (clientSocket, error) {
+	var s clientSocket
+	s.pc = given
+	if s.pc == nil {
+		udp, err := net.ListenUDP("udp", nil)
+		if err != nil {
+			return s, fmt.Errorf("couldn't open a UDP socket: %w", err)
+		}
+		s.pc, s.own = udp, udp
+	}
+	if u, ok := s.pc.(*net.UDPConn); ok {
+		s.udp = u
+		s.outage = newOutageUDP(u, log)
+		s.pc = s.outage
+	}
+	return s, nil
 }
 
 // newOutageUDP wraps u; log receives one line when sends start failing and
