@@ -229,11 +229,7 @@ func (b *Broker) applySequenced(m Message, seq uint64, live bool) error {
 			msg = &m2
 		}
 	}
-	if live {
-		h.apply(msg)
-	} else {
-		h.applyHistory(msg)
-	}
+	h.apply(msg, live)
 	if m.Retain {
 		if ts := h.topics[m.Topic]; ts != nil {
 			ts.retainedSeq = max(ts.retainedSeq, seq) // older values from the retained store are stale
@@ -404,29 +400,6 @@ func (s *subscriber) noteLoss(t string) {
 	}
 	s.mu.Unlock()
 	s.signal()
-}
-
-// applyHistory puts msg into history and the retained message, without
-// delivering it. h.mu held.
-func (h *hub) applyHistory(msg *Message) {
-	ts := h.topics[msg.Topic]
-	if ts == nil {
-		ts = &topicState{}
-		h.topics[msg.Topic] = ts
-	}
-	if msg.Retain {
-		if ts.retained != nil {
-			h.retainedSize -= msgCost(ts.retained)
-			h.retainedCount--
-			ts.retained = nil
-		}
-		if len(msg.Payload) > 0 {
-			ts.retained = msg
-			h.retainedSize += msgCost(msg)
-			h.retainedCount++
-		}
-	}
-	h.store(ts, msg)
 }
 
 // CoverInterest is for a subscription that does not go through the hub

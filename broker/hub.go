@@ -170,16 +170,18 @@ func (h *hub) publish(ctx context.Context, m Message) (uint64, error) {
 	if h.persist != nil {
 		return h.persistPublish(ctx, msg) // applied once committed
 	}
-	h.apply(msg)
+	h.apply(msg, true)
 	fc := h.forward(msg)
 	h.mu.Unlock()
 	h.stats.proto(msg.Origin).in.Add(1)
 	return waitForward(ctx, msg, fc)
 }
 
-// apply puts an accepted message into the topic space: retained message,
-// history, subscriber queues, taps. h.mu held.
-func (h *hub) apply(msg *Message) {
+// apply puts an accepted message into the topic space: retained message
+// and history, then, when live, subscriber queues and taps (not live: a
+// message the subscribers have no business with, see
+// Broker.ApplySequencedHistory). h.mu held.
+func (h *hub) apply(msg *Message, live bool) {
 	ts := h.topics[msg.Topic]
 	if ts == nil {
 		ts = &topicState{}
@@ -198,6 +200,9 @@ func (h *hub) apply(msg *Message) {
 		}
 	}
 	h.store(ts, msg)
+	if !live {
+		return
+	}
 	for _, s := range h.exact[msg.Topic] {
 		s.enqueue(msg)
 	}

@@ -117,7 +117,7 @@ func (h *hub) committed(msgs []*Message, err error) {
 	}
 	h.mu.Lock()
 	for _, m := range msgs {
-		h.apply(m)
+		h.apply(m, true)
 		h.applied = m.Seq
 		h.forward(m) // the cluster gets it once committed (not waited for)
 	}
