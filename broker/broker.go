@@ -1,11 +1,15 @@
 // Package broker is quiot's HTTP/3 publish-subscribe broker, as a library.
 //
-// A Broker owns one topic space: per-topic bounded history, retained
-// messages, and live subscriptions. It serves the HTTP/3 pub-sub protocol v1
-// (see internal/wire for the frame format) on UDP, and the same handlers over
-// HTTP/1.1 and HTTP/2 on TCP+TLS at the same port number, with Alt-Svc. Other
-// protocols (MQTT over QUIC in broker/mqttquic) share the topic space through
-// Publish, AddTap, Auth and the counters.
+// A Broker is the HTTP/3 front end of one topic space (broker/space:
+// per-topic bounded history, retained messages, sequence numbers, live
+// subscriptions), which it creates and owns. It serves the HTTP/3 pub-sub
+// protocol v1 (see internal/wire for the frame format) on UDP, and the same
+// handlers over HTTP/1.1 and HTTP/2 on TCP+TLS at the same port number, with
+// Alt-Svc, with its limits, authentication and counters. Other protocols
+// (MQTT over QUIC in broker/mqttquic) share the topic space through Publish,
+// AddTap, Auth and the counters; the cluster link (broker/cluster) and the
+// MQTT session store work on the space itself (Space). Message, Store,
+// Federation and the space's errors are aliases of broker/space's names.
 //
 //	b, err := broker.New(&broker.Options{CertFile: "c.pem", KeyFile: "k.pem"})
 //	...
@@ -60,9 +64,7 @@ package broker
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,12 +72,12 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/broker/space"
 	"github.com/quiot/quiot/broker/web"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/lograte"
@@ -87,7 +89,7 @@ type Broker struct {
 	opts  Options
 	log   *slog.Logger
 	stats *counters
-	hub   *hub
+	space *space.Space
 
 	tlsH3  *tls.Config
 	tlsTCP *tls.Config
@@ -115,35 +117,19 @@ type Broker struct {
 	// srcValid asks for QUIC address validation (Retry) when many
 	// handshakes from unvalidated addresses are in progress (limits.go).
 	srcValid *srcvalid.Validator
-
-	// epoch identifies this broker run (see internal/wire, "Epoch"): a
-	// subscriber's resume point from another run is announced as a restart.
-	// A cluster link may set the cluster's epoch (federation.go).
-	epoch atomic.Uint64
 }
 
-// newEpoch returns a random non-zero epoch. It is random rather than taken
-// from the clock: a Raspberry Pi has no RTC, and two runs must not share one.
-func newEpoch() uint64 {
-	for {
-		var b [8]byte
-		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
-		if e := binary.BigEndian.Uint64(b[:]); e != 0 {
-			return e
-		}
-	}
-}
-
-// Epoch returns the random identifier of this broker run, sent to
-// subscribers in the Quiot-Epoch header (see internal/wire).
-func (b *Broker) Epoch() uint64 { return b.epoch.Load() }
+// Epoch returns the identifier of the topic space's run of sequence numbers
+// (random, the store's saved one, or the cluster's: space.Space.Epoch),
+// sent to subscribers in the Quiot-Epoch header (see internal/wire): a
+// subscriber's resume point from another run is announced as a restart.
+func (b *Broker) Epoch() uint64 { return b.space.Epoch() }
 
 // New makes a broker from opts (nil means all defaults). It loads the
 // certificates but does not listen yet.
 func New(opts *Options) (*Broker, error) {
 	o := opts.ensureDefaults()
 	b := &Broker{opts: o, log: o.Logger, stats: &counters{}, done: make(chan struct{}), closed: make(chan struct{})}
-	b.epoch.Store(newEpoch())
 	// The HTTP protocols' counters exist from the start, so their series
 	// (quiot_broker_refused_total among them) are scraped before the first
 	// connection.
@@ -151,8 +137,11 @@ func New(opts *Options) (*Broker, error) {
 	if !o.DisableTCP {
 		b.stats.proto(ProtoTCP)
 	}
-	b.hub = newHub(o.Limits, b.stats)
-	b.hub.fed = o.Cluster // federation.go
+	b.space = space.New(space.Config{
+		Limits:     spaceLimits(o.Limits),
+		Federation: o.Cluster,
+		CountIn:    func(origin string) { b.stats.proto(origin).in.Add(1) },
+	})
 	b.lim = newLimiters(o.Limits)
 	b.srcValid = srcvalid.New(o.Limits.QUICRetryAbove)
 
@@ -225,11 +214,11 @@ func New(opts *Options) (*Broker, error) {
 // openStore restores the saved state and keeps the saved epoch, so that
 // subscribers resume across the restart without a gap.
 func (b *Broker) openStore() error {
-	st, epoch, err := b.hub.startPersist(b.opts.Store, newEpoch)
+	st, err := b.space.OpenStore(b.opts.Store)
 	if err != nil {
 		return fmt.Errorf("couldn't load broker state: %w", err)
 	}
-	b.epoch.Store(epoch)
+	epoch := b.space.Epoch()
 	switch {
 	case st.Fresh:
 		b.log.Info("no saved broker state: new epoch", "epoch", epoch)
@@ -258,14 +247,14 @@ func (b *Broker) Logger() *slog.Logger { return b.log }
 // blocking), and runs the taps. Authorisation is the caller's job (Auth).
 // Errors wrap ErrBadTopic, ErrTooLarge, ErrBadQoS or ErrShuttingDown.
 func (b *Broker) Publish(ctx context.Context, m Message) (seq uint64, err error) {
-	return b.hub.publish(ctx, m)
+	return b.space.Publish(ctx, m)
 }
 
-// AddTap registers fn to run synchronously, under the broker's lock, for
-// every accepted message in acceptance order. fn must not block, must not
-// modify the message, and must not call Publish (it would deadlock); it may
-// hand the message to a goroutine.
-func (b *Broker) AddTap(fn func(m *Message)) { b.hub.addTap(fn) }
+// AddTap registers fn to run synchronously, under the topic space's lock,
+// for every accepted message in acceptance order (space.Space.AddTap). fn
+// must not block, must not modify the message, and must not call Publish
+// (it would deadlock); it may hand the message to a goroutine.
+func (b *Broker) AddTap(fn func(m *Message)) { b.space.AddTap(fn) }
 
 // Start listens (UDP, and TCP unless disabled) and serves in the background.
 // It returns once the broker is ready for connections.
@@ -452,7 +441,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 		<-b.closed
 		return nil
 	}
-	b.hub.shutdown()
+	b.space.Shutdown()
 	drained := b.active.idle()
 	var err error
 	select {
@@ -487,7 +476,7 @@ func (b *Broker) Close() error {
 		<-b.closed
 		return nil
 	}
-	b.hub.shutdown()
+	b.space.Shutdown()
 	b.finish()
 	return nil
 }

@@ -69,7 +69,7 @@ subscribe = ["$SYS/#", "#"]
 					t.Errorf("stream ack %+v %v, want status %d", a, err, want)
 				}
 			}
-			for _, m := range b.RetainedMessages() {
+			for _, m := range b.Space().RetainedMessages() {
 				if strings.HasPrefix(m.Topic, "$") {
 					t.Errorf("retained spoof stored: %s %q", m.Topic, m.Payload)
 				}

@@ -17,6 +17,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/broker/space"
 	"github.com/quiot/quiot/broker/web"
 	"github.com/quiot/quiot/internal/wire"
 )
@@ -170,7 +171,7 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor < 3 {
 		_ = b.h3.SetQUICHeaders(w.Header())
 	}
-	if b.hub.isClosing() {
+	if b.space.Closing() {
 		w.Header().Set("Connection", "close")
 		b.refuse(w, r, "", ReasonShuttingDown, http.StatusServiceUnavailable, "broker shutting down")
 		return
@@ -204,7 +205,7 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		} else {
 			_, _ = io.WriteString(w, "ok\n")
 		}
-		if st := b.clusterStatus(); st != "" { // federation.go
+		if st := b.clusterStatus(); st != "" { // space.go
 			_, _ = io.WriteString(w, "cluster: "+st+"\n")
 		}
 	case path == wire.PathPublish:
@@ -365,7 +366,7 @@ func (cs *connState) boundLocked(r *http.Request) (bound bool, id string, err er
 }
 
 func (b *Broker) handlePublish(w http.ResponseWriter, r *http.Request, t string) {
-	if err := b.hub.tl.ValidateName(t); err != nil {
+	if err := b.space.TopicLimits().ValidateName(t); err != nil {
 		b.refuse(w, r, "", ReasonBadTopic, http.StatusBadRequest, "bad topic: %v", err)
 		return
 	}
@@ -486,7 +487,7 @@ func readLimited(r io.Reader, length int64, max int) ([]byte, error) {
 
 // handleSubscribe serves GET /v1/topics/{filter}: it reads and admits the
 // request (subscribeRequest, admitSubscriber), registers the subscriber
-// with the hub, writes the response header (writeSubscribeHeader), the
+// with the topic space, writes the response header (writeSubscribeHeader), the
 // retained messages or replayed history (replay), then live messages
 // until the client goes away, the count is reached or the subscriber is
 // cut off (deliverLive).
@@ -503,13 +504,12 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	if !s.readEncoding(w, r) {
 		return
 	}
-	sub := newSubscriber(filter, b.opts.Limits, b.stats)
-	initial, err := b.hub.start(sub, s.since, s.otherRun)
+	sub, initial, err := b.space.Subscribe(filter, s.since, s.otherRun)
 	if err != nil {
 		b.refuseErr(w, r, s.id, errStatus(err), err)
 		return
 	}
-	defer b.hub.stop(sub)
+	defer b.space.Unsubscribe(sub)
 	if s.otherRun {
 		b.log.Debug("resume point of another broker run", "filter", filter, "identity", s.id, "epoch", wire.FormatEpoch(s.epoch), "since", *s.since)
 	}
@@ -562,7 +562,7 @@ type subRequest struct {
 // request itself (400, 401, 403) and returns ok=false when the request is
 // refused.
 func (b *Broker) subscribeRequest(w http.ResponseWriter, r *http.Request, filter string) (_ *subRequest, ok bool) {
-	if err := b.hub.tl.ValidateFilter(filter); err != nil {
+	if err := b.space.TopicLimits().ValidateFilter(filter); err != nil {
 		b.refuse(w, r, "", ReasonBadTopic, http.StatusBadRequest, "bad filter: %v", err)
 		return nil, false
 	}
@@ -711,13 +711,13 @@ func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, 
 	return buf, delivered, true
 }
 
-// deliverLive delivers a subscription's messages as the hub queues them, after
+// deliverLive delivers a subscription's messages as the space queues them, after
 // delivered messages were replayed, until the client goes away, s.limit
 // messages are delivered, the subscriber is cut off (a gap then ends the
 // stream) or a reloaded ACL no longer allows it (which closes its
 // connection). A stream silent for the heartbeat interval gets a
 // heartbeat. buf is a buffer to reuse.
-func (b *Broker) deliverLive(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, s *subRequest, sub *subscriber, out *protoCounters, buf []byte, delivered uint64) {
+func (b *Broker) deliverLive(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, s *subRequest, sub *space.Subscriber, out *protoCounters, buf []byte, delivered uint64) {
 	var gaps []wire.Gap
 	var msgs []*Message
 	ctx := r.Context()
@@ -737,7 +737,7 @@ func (b *Broker) deliverLive(w http.ResponseWriter, r *http.Request, rc *http.Re
 	}
 	for {
 		select {
-		case <-sub.notify:
+		case <-sub.Notify():
 		case <-beat:
 			if _, err := w.Write(beatBytes); err != nil {
 				return
@@ -760,7 +760,7 @@ func (b *Broker) deliverLive(w http.ResponseWriter, r *http.Request, rc *http.Re
 		}
 		var end, cut, reached bool
 		var n int
-		gaps, msgs, end, cut = sub.take(gaps[:0], msgs[:0])
+		gaps, msgs, end, cut = sub.Take(gaps[:0], msgs[:0])
 		buf, n, reached = s.encodeBatch(buf[:0], gaps, msgs, cut, delivered)
 		delivered += uint64(n)
 		clear(msgs) // let the GC have delivered messages
@@ -771,7 +771,7 @@ func (b *Broker) deliverLive(w http.ResponseWriter, r *http.Request, rc *http.Re
 			if err := rc.Flush(); err != nil {
 				return
 			}
-			sub.written() // the batch's bytes leave the queue's bounds
+			sub.Written() // the batch's bytes leave the queue's bounds
 			out.out.Add(uint64(n))
 			if beatTimer != nil {
 				beatTimer.Reset(s.heartbeat)
@@ -800,7 +800,7 @@ func (s *subRequest) encodeBatch(buf []byte, gaps []wire.Gap, msgs []*Message, c
 		buf = s.encode(buf, &f)
 	}
 	for _, m := range msgs {
-		f := frameOf(m, 0)
+		f := space.Frame(m, 0)
 		buf = s.encode(buf, &f)
 		n++
 		if s.limit > 0 && delivered+uint64(n) == s.limit {
@@ -859,7 +859,7 @@ func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {
 				b.noteRefusal(r, id, ReasonPayloadTooLarge, http.StatusRequestEntityTooLarge, a.Reason)
 			case errors.Is(err, wire.ErrMalformed):
 				a = wire.Ack{Status: http.StatusBadRequest, Reason: err.Error()}
-			case b.hub.isClosing():
+			case b.space.Closing():
 				a = wire.Ack{Status: http.StatusServiceUnavailable, Reason: "broker shutting down"}
 				b.noteRefusal(r, id, ReasonShuttingDown, http.StatusServiceUnavailable, a.Reason)
 			default:
@@ -888,13 +888,13 @@ func (b *Broker) handleStream(w http.ResponseWriter, r *http.Request) {
 		if p.Flags&wire.PubQoS1 != 0 {
 			m.QoS = 1
 		}
-		if err := b.hub.validate(&m); err != nil {
+		if err := b.space.Validate(&m); err != nil {
 			ack.Status, ack.Reason = uint64(errStatus(err)), err.Error()
 			b.noteErr(r, id, errStatus(err), err)
 		} else if !lastAllowed {
 			ack.Status, ack.Reason = http.StatusForbidden, b.opts.Auth.Check(id, auth.Publish, p.Topic).Error()
 			b.noteRefusal(r, id, ReasonForbidden, http.StatusForbidden, ack.Reason)
-		} else if seq, err := b.hub.publish(inflight.ctx(r.Context(), &m), m); err != nil {
+		} else if seq, err := b.space.Publish(inflight.ctx(r.Context(), &m), m); err != nil {
 			ack.Status, ack.Reason = uint64(errStatus(err)), err.Error()
 			b.noteErr(r, id, errStatus(err), err)
 		} else {

@@ -237,13 +237,13 @@ var errBadMsgID = errors.New("bad message id")
 func (b *Broker) publishOnce(r *http.Request, m Message) (uint64, error) {
 	id := r.Header.Get(HeaderMsgID)
 	if id == "" {
-		return b.hub.publish(r.Context(), m)
+		return b.space.Publish(r.Context(), m)
 	}
 	if err := validMsgID(id); err != nil {
 		return 0, fmt.Errorf("%w: %w", errBadMsgID, err)
 	}
 	seq, repeat, err := b.idem.do(r.Context(), m.Identity, id, func() (uint64, error) {
-		return b.hub.publish(r.Context(), m)
+		return b.space.Publish(r.Context(), m)
 	})
 	if repeat && err == nil {
 		b.log.Debug("repeated message id answered again", "identity", m.Identity, "id", id, "seq", seq)

@@ -35,7 +35,7 @@ func newTestBroker(t *testing.T, o Options) *Broker {
 
 func TestNewRequestsDuringShutdownGet503(t *testing.T) {
 	b := newTestBroker(t, Options{})
-	b.hub.shutdown()
+	b.space.Shutdown()
 	for _, target := range []string{"/v1/topics/a", "/v1/publish", "/healthz"} {
 		rec := httptest.NewRecorder()
 		b.serveHTTP(rec, httptest.NewRequest(http.MethodPost, target, strings.NewReader("x")))
@@ -81,43 +81,17 @@ func TestHistoryBounds(t *testing.T) {
 		t.Fatalf("emptied topics kept: %d", st.Topics)
 	}
 	// A resume from before the forgotten topics is told about the gap.
-	s := newSubscriber("#", b.opts.Limits, b.stats)
 	since := uint64(1)
-	initial, err := b.hub.start(s, &since, false)
+	s, initial, err := b.space.Subscribe("#", &since, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(initial) == 0 || !initial[0].IsGap() {
 		t.Fatalf("no gap first: %+v", initial)
 	}
-	b.hub.stop(s)
+	b.space.Unsubscribe(s)
 	if b.Stats().Subscriptions != 0 {
 		t.Fatal("subscription not removed")
-	}
-}
-
-func TestSubscriberQueueBound(t *testing.T) {
-	c := &counters{}
-	s := newSubscriber("a", Limits{QueueLength: 4}, c)
-	for i := 1; i <= 10; i++ {
-		s.enqueue(&Message{Topic: "a", Seq: uint64(i)})
-	}
-	gaps, msgs, end, cut := s.take(nil, nil)
-	if len(msgs) != 4 || msgs[0].Seq != 7 || end || cut {
-		t.Fatalf("msgs %d first %d end %v cut %v", len(msgs), msgs[0].Seq, end, cut)
-	}
-	if len(gaps) != 1 || gaps[0].From != 1 || gaps[0].To != 6 || gaps[0].Topic != "a" {
-		t.Fatalf("gaps %+v", gaps)
-	}
-	if c.dropped.Load() != 6 {
-		t.Fatalf("dropped %d", c.dropped.Load())
-	}
-	d := newSubscriber("a", Limits{QueueLength: 2, QueuePolicy: Disconnect}, c)
-	for i := 1; i <= 3; i++ {
-		d.enqueue(&Message{Topic: "a", Seq: uint64(i)})
-	}
-	if _, msgs, end, cut := d.take(nil, nil); len(msgs) != 2 || !end || !cut {
-		t.Fatalf("disconnect policy: %d %v %v", len(msgs), end, cut)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/quiot/quiot/broker/space"
 	"github.com/quiot/quiot/internal/srcvalid"
 )
 
@@ -294,21 +295,6 @@ func (b *Broker) admitSubscription(r *http.Request, id string) (release func(), 
 	return func() { b.lim.subs.release(key) }, 0, nil
 }
 
-// commitWaitKey marks a publish context whose QoS 0 message must be stored
-// before publish returns (a QoS 1 message always is).
-type commitWaitKey struct{}
-
-// withCommitWait makes publish wait for the commit of a QoS 0 message too.
-func withCommitWait(ctx context.Context) context.Context {
-	return context.WithValue(ctx, commitWaitKey{}, true)
-}
-
-// waitCommit reports whether ctx asks publish to wait for the commit.
-func waitCommit(ctx context.Context) bool {
-	v, _ := ctx.Value(commitWaitKey{}).(bool)
-	return v
-}
-
 // streamInflight bounds the QoS 0 frames of one publish stream that the
 // store has not yet committed (Limits.StreamInflight): with a store, a QoS 0
 // publish returns once queued for the next commit, so a fast stream could
@@ -336,5 +322,5 @@ func (s *streamInflight) ctx(ctx context.Context, m *Message) context.Context {
 	}
 	s.n = 0
 	s.b.stats.inflightWaits.Add(1)
-	return withCommitWait(ctx)
+	return space.WithCommitWait(ctx)
 }

@@ -14,27 +14,6 @@ import (
 	"github.com/quiot/quiot/internal/quictune"
 )
 
-// QueuePolicy says what happens when a subscriber's queue is full.
-type QueuePolicy int
-
-const (
-	// DropOldest discards the oldest queued messages until the new one
-	// fits, or the new one when the subscriber has none queued (its bytes
-	// are in the batch being written, or the total is reached); each loss
-	// is counted in Stats.Dropped and announced to the subscriber as a gap.
-	DropOldest QueuePolicy = iota
-	// Disconnect ends the subscription (after a final gap frame/event).
-	Disconnect
-)
-
-// String names the policy.
-func (p QueuePolicy) String() string {
-	if p == Disconnect {
-		return "disconnect"
-	}
-	return "drop-oldest"
-}
-
 // Limits bound what clients can make the broker hold. A zero field means its
 // default.
 type Limits struct {

@@ -161,8 +161,6 @@ type counters struct {
 	refused sync.Map // limit name -> *atomic.Uint64
 	// inflightWaits counts Limits.StreamInflight waits.
 	inflightWaits atomic.Uint64
-	dropped       atomic.Uint64
-	cutOff        atomic.Uint64
 	// bridges report their state (bridgestatus.go).
 	bridges bridgeSet
 }
@@ -231,29 +229,15 @@ func (b *Broker) Stats() Stats {
 	if b.srcValid != nil {
 		s.QUICRetries, s.QUICHalfOpen = b.srcValid.Retries(), b.srcValid.HalfOpen()
 	}
-	s.Dropped = b.stats.dropped.Load()
-	s.CutOff = b.stats.cutOff.Load()
 	s.Bridges = b.bridgeStatuses()
-	h := b.hub
-	h.mu.Lock()
-	s.Subscriptions = h.nsubs
-	s.Topics = len(h.topics)
-	s.HistoryMessages = h.histMsgs
-	s.HistoryBytes = h.histSize
-	s.LastSeq = h.seq
-	s.Retained = h.retainedCount
-	s.RetainedBytes = h.retainedSize
-	subs := make([]*subscriber, 0, h.nsubs)
-	for _, l := range h.exact {
-		subs = append(subs, l...)
-	}
-	subs = append(subs, h.wild...)
-	h.mu.Unlock()
-	for _, sub := range subs {
-		d := sub.depth()
-		s.QueueDepthSum += d
-		s.QueueDepthMax = max(s.QueueDepthMax, d)
-	}
+	sp := b.space.Stats()
+	s.Subscriptions = sp.Subscriptions
+	s.Dropped, s.CutOff = sp.Dropped, sp.CutOff
+	s.QueueDepthSum, s.QueueDepthMax = sp.QueueDepthSum, sp.QueueDepthMax
+	s.Topics = sp.Topics
+	s.HistoryMessages, s.HistoryBytes = sp.HistoryMessages, sp.HistoryBytes
+	s.LastSeq = sp.LastSeq
+	s.Retained, s.RetainedBytes = sp.Retained, sp.RetainedBytes
 	return s
 }
 

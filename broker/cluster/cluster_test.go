@@ -163,7 +163,7 @@ func crossBrokerDelivery(t *testing.T, local bool) {
 // (none: payload is empty).
 func hasRetained(nd *node, topic, payload string) func() bool {
 	return func() bool {
-		for _, m := range nd.b.RetainedMessages() {
+		for _, m := range nd.b.Space().RetainedMessages() {
 			if m.Topic == topic {
 				return string(m.Payload) == payload
 			}
@@ -610,7 +610,7 @@ func TestAccountConfig(t *testing.T) {
 	probe(t, a, "acc/probe", func() bool { return len(sb.frames) > 0 })
 	a.publish("acc/r", "kept", "retain=1&qos=1")
 	waitFor(t, func() bool {
-		for _, m := range b.b.RetainedMessages() {
+		for _, m := range b.b.Space().RetainedMessages() {
 			if m.Topic == "acc/r" {
 				return true
 			}

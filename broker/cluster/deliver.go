@@ -66,7 +66,7 @@ func (l *Link) deliver(in incoming) {
 				in.m.Origin = broker.ProtoH3
 			}
 		}
-		if err := l.b.SetRetained(in.m, !l.willApplyLive(in.m.Topic, in.m.Seq)); err != nil {
+		if err := l.b.Space().SetRetained(in.m, !l.willApplyLive(in.m.Topic, in.m.Seq)); err != nil {
 			l.refused.Add(1)
 		}
 		return

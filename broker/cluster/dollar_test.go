@@ -42,7 +42,7 @@ func TestDollarFromClusterDropped(t *testing.T) {
 	spoof(broker.Message{Topic: "ok/after", Retain: true})
 	for _, nd := range n[1:] {
 		waitFor(t, hasRetained(nd, "ok/after", "spoof"), "the retained message after the spoof")
-		for _, m := range nd.b.RetainedMessages() {
+		for _, m := range nd.b.Space().RetainedMessages() {
 			if strings.HasPrefix(m.Topic, "$") {
 				t.Fatalf("retained from the cluster: %s %q", m.Topic, m.Payload)
 			}

@@ -191,7 +191,7 @@ func (n *node) waitConnected() {
 	n.t.Helper()
 	waitFor(n.t, func() bool {
 		s := n.link.Stats()
-		return s.Connected && (!n.b.Broker.Sequenced() || s.Epoch != 0 && n.b.Broker.Epoch() == s.Epoch)
+		return s.Connected && (!n.b.Broker.Space().Sequenced() || s.Epoch != 0 && n.b.Broker.Epoch() == s.Epoch)
 	}, "cluster link ready")
 }
 

@@ -10,7 +10,7 @@
 // publish reaches, through plain NATS interest, every other broker whose
 // local subscribers (HTTP/3 or MQTT) have a matching filter. The receiving
 // link checks the publisher's identity against the local ACL and hands the
-// message to its broker with Origin broker.OriginCluster, which is never
+// message to its broker with Origin space.OriginCluster, which is never
 // forwarded again: no loops. Messages a broker receives twice (overlapping
 // filters, a resend after a lost acknowledgement) are delivered once.
 // Retained messages are also kept in the key-value bucket PREFIX_retained,
@@ -23,6 +23,13 @@
 // logs them and announces the gap to the other brokers. A link that was cut
 // off reads what it missed from the history stream when it is back
 // (catchup.go). See docs/cluster.md.
+//
+// The link works on the broker's topic space (broker/space, reached with
+// Broker.Space()), not on the HTTP/3 front end: it is the space's
+// Federation (and, numbering messages cluster-wide, its Sequencer and
+// Coverer), and hands the space the cluster's messages, retained messages
+// and losses (space.Space.ApplySequenced, SetRetained, ForgetThrough,
+// MarkEvicted, AnnounceLoss).
 package cluster
 
 import (
@@ -450,7 +457,7 @@ func (l *Link) Start(b *broker.Broker) error {
 		return fmt.Errorf("couldn't open jetstream: %w", err)
 	}
 	l.js = js
-	l.seqMode.Store(b.Sequenced())
+	l.seqMode.Store(b.Space().Sequenced())
 	if !l.seqMode.Load() {
 		why := "--cluster-local-numbering"
 		if !l.o.LocalNumbering {
@@ -627,7 +634,7 @@ func (l *Link) sendLoop() {
 			if len(lostLocal) > maxGapTopics {
 				lostLocal = nil // several topics: every subscriber
 			}
-			l.b.AnnounceLoss(lostLocal)
+			l.b.Space().AnnounceLoss(lostLocal)
 		}
 		if !ready {
 			if !l.nc.IsConnected() {
@@ -924,7 +931,7 @@ func (l *Link) remoteGap(body []byte) {
 	if g.Origin == l.ID() {
 		return // our own note (through the stream): our subscribers were told
 	}
-	told := l.b.AnnounceLoss(g.Topics)
+	told := l.b.Space().AnnounceLoss(g.Topics)
 	l.remoteGaps.Add(1) // after the subscribers were told (tests wait on it)
 	l.log.Warn("cluster: another broker lost messages on their way to the cluster", "gap", string(body), "subscriptions_told", told)
 }

@@ -61,7 +61,7 @@ func (l *Link) requeueAfterMark() {
 	if err != nil {
 		return
 	}
-	msgs, _ := l.b.HistoryAfter(mark)
+	msgs, _ := l.b.Space().HistoryAfter(mark)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var first uint64 // the first message forwarded by this run

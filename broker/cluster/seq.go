@@ -26,7 +26,7 @@ import (
 // and the stream's identity is the cluster's epoch. Each link reads the
 // stream in order through one ordered consumer filtered on its local
 // subscribers' subjects, its own messages included, and applies them to
-// its broker (broker.ApplySequenced): the broker applies nothing it accepts
+// its broker (space.Space.ApplySequenced): the broker applies nothing it accepts
 // before the stream has numbered it. So every broker delivers the
 // cluster's messages in the same order under the same numbers. A
 // subscription on a filter the consumer does not read waits until a new
@@ -139,7 +139,7 @@ func (l *Link) consume(epoch uint64) (uint64, error) {
 	start := l.b.Stats().LastSeq + 1
 	if first := info.State.FirstSeq; first > start {
 		// Gone from the stream (its bounds) before this broker read them.
-		l.b.ForgetThrough(first - 1)
+		l.b.Space().ForgetThrough(first - 1)
 	}
 	limit := info.Config.MaxMsgsPerSubject
 	filters := l.localFilters()
@@ -184,7 +184,7 @@ func (l *Link) openStream(epoch uint64) (jetstream.Stream, *jetstream.StreamInfo
 	info := str.CachedInfo()
 	e := streamEpoch(info)
 	if epoch == 0 {
-		l.b.SetClusterEpoch(e)
+		l.b.Space().SetClusterEpoch(e)
 		l.log.Info("cluster-wide sequence numbers", "epoch", wire.FormatEpoch(e), "stream", l.stream)
 	} else if e != epoch {
 		l.log.Error("cluster link: "+errEpochChanged.Error(), "was", wire.FormatEpoch(epoch), "now", wire.FormatEpoch(e))
@@ -374,7 +374,7 @@ func (r *streamRead) missing(seq uint64) {
 	if r.all && r.counts == nil {
 		// Reading the whole stream live, nothing is deleted this young
 		// unless the stream's bounds overtook this broker: say so.
-		l.b.ForgetThrough(seq - 1)
+		l.b.Space().ForgetThrough(seq - 1)
 	} else if time.Since(r.checked) > 250*time.Millisecond {
 		// Old messages of full subjects are missing as expected
 		// (counted by handle); the stream's start overtaking this
@@ -382,7 +382,7 @@ func (r *streamRead) missing(seq uint64) {
 		r.checked = time.Now()
 		ctx, cancel := context.WithTimeout(l.ctx, l.o.AckTimeout)
 		if si, err := r.str.Info(ctx); err == nil && si.State.FirstSeq > r.last+1 {
-			l.b.ForgetThrough(min(si.State.FirstSeq, seq) - 1)
+			l.b.Space().ForgetThrough(min(si.State.FirstSeq, seq) - 1)
 		}
 		cancel()
 	}
@@ -397,7 +397,7 @@ func (r *streamRead) caughtUp() {
 	for subj, c := range r.counts {
 		if r.limit > 0 && c.n >= uint64(r.limit) && c.first > r.start {
 			if t, err := DecodeTopic(strings.TrimPrefix(subj, l.subjM)); err == nil && strings.HasPrefix(subj, l.subjM) {
-				l.b.MarkEvicted(t, c.first-1)
+				l.b.Space().MarkEvicted(t, c.first-1)
 			}
 		}
 	}
@@ -588,13 +588,13 @@ func (l *Link) live(t string, seq uint64) bool {
 // applyStream applies one message of the stream numbered seq.
 func (l *Link) applyStream(nm *nats.Msg, seq uint64) {
 	if nm.Subject == l.o.Prefix+".gap" {
-		l.b.AdvanceSequence(seq)
+		l.b.Space().AdvanceSequence(seq)
 		l.remoteGap(nm.Data)
 		return
 	}
 	in, err := l.parseMsg(nm)
 	if err != nil {
-		l.b.AdvanceSequence(seq)
+		l.b.Space().AdvanceSequence(seq)
 		l.refused.Add(1)
 		l.log.Debug("cluster link: bad message in the stream", "subject", nm.Subject, "seq", seq, "err", err)
 		return
@@ -606,16 +606,16 @@ func (l *Link) applyStream(nm *nats.Msg, seq uint64) {
 			in.m.Origin = broker.ProtoH3
 		}
 	} else if a := l.b.Auth(); a != nil && !a.Allow(in.m.Identity, auth.Publish, in.m.Topic) {
-		l.b.AdvanceSequence(seq)
+		l.b.Space().AdvanceSequence(seq)
 		n := l.denied.Add(1)
 		if n&(n-1) == 0 {
 			l.log.Warn("cluster: message refused by the local ACL", "identity", in.m.Identity, "topic", in.m.Topic, "origin", in.origin, "denied", n)
 		}
 		return
 	}
-	apply := l.b.ApplySequencedHistory
+	apply := l.b.Space().ApplySequencedHistory
 	if l.live(in.m.Topic, seq) {
-		apply = l.b.ApplySequenced
+		apply = l.b.Space().ApplySequenced
 	}
 	if err := apply(in.m, seq); err != nil {
 		if errors.Is(err, broker.ErrOutOfOrder) || errors.Is(err, broker.ErrShuttingDown) {

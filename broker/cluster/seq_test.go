@@ -617,13 +617,13 @@ func TestRetainedFullStillDelivered(t *testing.T) {
 			t.Fatalf("b delivered %.20q, want %.20q", p, want)
 		}
 	}
-	if got := b.b.Broker.RetainedMessages(); len(got) != 0 {
+	if got := b.b.Broker.Space().RetainedMessages(); len(got) != 0 {
 		t.Fatalf("b keeps %d retained messages (%.20q), want none (the newest did not fit, the older is stale)", len(got), got[0].Payload)
 	}
 	// a applies its own messages from the stream too, on its own
 	// consumer: b having delivered them says nothing of a's progress.
 	waitFor(t, func() bool {
-		got := a.b.Broker.RetainedMessages()
+		got := a.b.Broker.Space().RetainedMessages()
 		return len(got) == 1 && string(got[0].Payload) == big
 	}, "a to retain the big message")
 }

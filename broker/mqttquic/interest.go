@@ -7,14 +7,26 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/quiot/quiot/broker/space"
 )
 
-// interestSink is implemented by a Core that forwards subscription interest
-// to a federation link (*broker.Broker.AddInterest, broker/cluster).
+// spaceOf returns the topic space behind core (a *broker.Broker's), or nil
+// for a Core without one (tests' fakes).
+func spaceOf(core Core) *space.Space {
+	if c, ok := core.(interface{ Space() *space.Space }); ok {
+		return c.Space()
+	}
+	return nil
+}
+
+// interestSink forwards subscription interest to a federation link
+// (broker/cluster): the topic space behind a Core (*space.Space.AddInterest),
+// or a Core that implements it.
 type interestSink interface {
 	AddInterest(filter string, delta int)
 	// CoverInterest returns once a sequencing cluster link reads filter's
-	// messages (*broker.Broker.CoverInterest); release ends that interest.
+	// messages (*space.Space.CoverInterest); release ends that interest.
 	CoverInterest(filter string) (release func())
 	// Covering reports whether CoverInterest has anything to wait for.
 	Covering() bool
@@ -42,8 +54,12 @@ type interestHook struct {
 }
 
 func newInterestHook(core Core) *interestHook {
-	s, ok := core.(interestSink)
-	if !ok {
+	var s interestSink
+	if sp := spaceOf(core); sp != nil {
+		s = sp
+	} else if c, ok := core.(interestSink); ok {
+		s = c
+	} else {
 		return nil
 	}
 	return &interestHook{sink: s, held: map[string]map[string]bool{}, covered: map[*mqtt.Client][]func(){}}

@@ -8,6 +8,13 @@
 // subscribers and its history), HTTP/3 publishes are injected into mochi
 // (and so reach MQTT subscribers), retained messages included; identities
 // and ACLs come from the broker's authenticator.
+//
+// The topic space itself is broker/space (the broker's Space()): MQTT
+// publishes go through the broker's Publish (Core), HTTP/3 publishes reach
+// mochi through the space's taps, and the space gets the MQTT
+// subscriptions' interest for its cluster link (AddInterest,
+// CoverInterest) and serves the MQTT session store's replay after a
+// restart (HistoryAfter, RetainedMessages).
 package mqttquic
 
 import (
@@ -217,7 +224,9 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, mq: mq, compat: compat}
 	if opts.DataDir != "" {
 		so := store.SessionOptions{Dir: opts.DataDir, Server: mq, Logger: opts.Logger}
-		if c, ok := opts.Broker.(store.SessionCore); ok {
+		if sp := spaceOf(opts.Broker); sp != nil {
+			so.Core = sp
+		} else if c, ok := opts.Broker.(store.SessionCore); ok {
 			so.Core = c
 		}
 		h, err := store.OpenSessions(so)

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/space"
 )
 
 // recordVersion is the first byte of every encoded message.
@@ -16,7 +16,7 @@ const recordVersion = 1
 //
 //	version(1) flags(1: qos | retain<<2) time(varint) topic origin identity
 //	(each uvarint length + bytes) payload(rest)
-func encodeMessage(dst []byte, m *broker.Message) []byte {
+func encodeMessage(dst []byte, m *space.Message) []byte {
 	flags := m.QoS & 3
 	if m.Retain {
 		flags |= 4
@@ -35,7 +35,7 @@ var errBadRecord = errors.New("bad message record")
 
 // decodeMessage parses a record made by encodeMessage. The message's strings
 // and payload are copies (bbolt's memory is valid only in its transaction).
-func decodeMessage(seq uint64, b []byte) (*broker.Message, error) {
+func decodeMessage(seq uint64, b []byte) (*space.Message, error) {
 	if len(b) < 2 {
 		return nil, fmt.Errorf("%w: %d bytes", errBadRecord, len(b))
 	}
@@ -45,7 +45,7 @@ func decodeMessage(seq uint64, b []byte) (*broker.Message, error) {
 	if b[1]&^7 != 0 || b[1]&3 > 2 {
 		return nil, fmt.Errorf("%w: flags %#x", errBadRecord, b[1])
 	}
-	m := &broker.Message{Seq: seq, QoS: b[1] & 3, Retain: b[1]&4 != 0}
+	m := &space.Message{Seq: seq, QoS: b[1] & 3, Retain: b[1]&4 != 0}
 	b = b[2:]
 	t, n := binary.Varint(b)
 	if n <= 0 {

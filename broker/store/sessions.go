@@ -22,7 +22,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/space"
 	"github.com/quiot/quiot/internal/safefile"
 )
 
@@ -37,13 +37,13 @@ var (
 	keyWatermark   = []byte("watermark")
 )
 
-// SessionCore is what Sessions needs of the HTTP/3 broker (a
-// *broker.Broker): its taps, and its history and retained messages, which
-// are the source of truth after a restart.
+// SessionCore is what Sessions needs of the topic space (a *space.Space,
+// the broker's Space()): its taps, and its history and retained messages,
+// which are the source of truth after a restart.
 type SessionCore interface {
-	AddTap(fn func(m *broker.Message))
-	HistoryAfter(seq uint64) ([]*broker.Message, uint64)
-	RetainedMessages() []*broker.Message
+	AddTap(fn func(m *space.Message))
+	HistoryAfter(seq uint64) ([]*space.Message, uint64)
+	RetainedMessages() []*space.Message
 }
 
 // SessionOptions configure Sessions.
@@ -481,7 +481,7 @@ func (s *Sessions) StoredRetainedMessages() ([]storage.Message, error) {
 }
 
 // timeProperty is the bridge's send-stamp user property.
-func timeProperty(m *broker.Message) []packets.UserProperty {
+func timeProperty(m *space.Message) []packets.UserProperty {
 	if m.Time == 0 {
 		return nil
 	}
@@ -585,7 +585,7 @@ func keyOf(topic string, payload []byte) msgKey {
 }
 
 // tap tracks a broker message until mochi has fanned it out.
-func (s *Sessions) tap(m *broker.Message) {
+func (s *Sessions) tap(m *space.Message) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastTap = m.Seq

@@ -3,7 +3,7 @@
 // bbolt file (DIR/broker.db), so that a restarted broker keeps its epoch and
 // its subscribers resume without a gap.
 //
-// It implements broker.Store. Writes are group commits: messages accepted
+// It implements space.Store. Writes are group commits: messages accepted
 // while a commit runs go into the next one, so the publish path costs one
 // commit (two fsyncs in bbolt) per batch, not per message. The broker
 // applies a message (delivers it, answers a QoS 1 publisher) only once its
@@ -31,7 +31,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/space"
 	"github.com/quiot/quiot/internal/safefile"
 )
 
@@ -109,12 +109,12 @@ type Store struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	cur     *batch
-	forget  []broker.ForgetOp
+	forget  []space.ForgetOp
 	started bool
 	closing bool
 	closed  bool
 	done    chan struct{} // closed when the committer has stopped
-	apply   func([]*broker.Message, error)
+	apply   func([]*space.Message, error)
 
 	stats Stats
 }
@@ -131,7 +131,7 @@ type Stats struct {
 
 // batch is one group commit.
 type batch struct {
-	msgs []*broker.Message
+	msgs []*space.Message
 	done chan struct{}
 	err  error
 }
@@ -144,7 +144,7 @@ func (b *batch) Err() error { return b.err }
 
 func newBatch() *batch { return &batch{done: make(chan struct{})} }
 
-var _ broker.Store = (*Store)(nil)
+var _ space.Store = (*Store)(nil)
 
 // Open opens (or creates) the store in o.Dir. It refuses a path that is not
 // a directory, a state file that is not a quiot broker store (ErrForeign),
@@ -230,14 +230,14 @@ func (s *Store) Path() string { return s.path }
 // Load reads the saved state. A file without buckets is a fresh store; a
 // bbolt file of something else is ErrForeign; damaged pages or records are
 // ErrCorrupt (never a silent reset: the caller decides).
-func (s *Store) Load() (st *broker.StoredState, err error) {
+func (s *Store) Load() (st *space.StoredState, err error) {
 	defer faultsPanic()()
 	defer func() {
 		if r := recover(); r != nil { // bbolt panics on mangled pages
 			st, err = nil, fmt.Errorf("%w: %s: %v; move it away to start with empty state (a new epoch)", ErrCorrupt, s.path, r)
 		}
 	}()
-	st = &broker.StoredState{Evicted: map[string]uint64{}}
+	st = &space.StoredState{Evicted: map[string]uint64{}}
 	err = s.db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if meta == nil {
@@ -314,7 +314,7 @@ func (s *Store) Load() (st *broker.StoredState, err error) {
 }
 
 // Start writes the epoch and the running mark, and starts the committer.
-func (s *Store) Start(epoch uint64, apply func([]*broker.Message, error)) error {
+func (s *Store) Start(epoch uint64, apply func([]*space.Message, error)) error {
 	s.mu.Lock()
 	if s.started || s.closed {
 		s.mu.Unlock()
@@ -356,7 +356,7 @@ func (s *Store) Start(epoch uint64, apply func([]*broker.Message, error)) error 
 }
 
 // Append queues m for the next commit.
-func (s *Store) Append(m *broker.Message) broker.Commit {
+func (s *Store) Append(m *space.Message) space.Commit {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.started || s.closing {
@@ -374,7 +374,7 @@ func (s *Store) Append(m *broker.Message) broker.Commit {
 }
 
 // Forget queues removals for the next commit.
-func (s *Store) Forget(ops []broker.ForgetOp) {
+func (s *Store) Forget(ops []space.ForgetOp) {
 	s.mu.Lock()
 	s.forget = append(s.forget, ops...)
 	s.mu.Unlock()
@@ -423,7 +423,7 @@ func (s *Store) run() {
 
 // write commits messages and removals in one transaction; final also
 // clears the running mark.
-func (s *Store) write(msgs []*broker.Message, fo []broker.ForgetOp, final bool) error {
+func (s *Store) write(msgs []*space.Message, fo []space.ForgetOp, final bool) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		meta, hist := tx.Bucket(bucketMeta), tx.Bucket(bucketHistory)
 		ret, ev := tx.Bucket(bucketRetained), tx.Bucket(bucketEvicted)
@@ -456,11 +456,11 @@ func (s *Store) write(msgs []*broker.Message, fo []broker.ForgetOp, final bool) 
 		for _, op := range fo {
 			var err error
 			switch op.Kind {
-			case broker.ForgetMessage:
+			case space.ForgetMessage:
 				if err = hist.Delete(u64(op.Seq)); err == nil {
 					err = ev.Put([]byte(op.Topic), u64(op.Evicted))
 				}
-			case broker.ForgetTopic:
+			case space.ForgetTopic:
 				if err = ev.Delete([]byte(op.Topic)); err == nil {
 					err = meta.Put(keyForgotten, u64(op.Evicted))
 				}

@@ -1,4 +1,4 @@
-package broker
+package space
 
 import (
 	"context"
@@ -15,19 +15,19 @@ import (
 const OriginCluster = "cluster"
 
 // Federation joins this broker's topic space to other brokers' (the NATS
-// link in broker/cluster). The hub talks to it through this interface only,
+// link in broker/cluster). The space talks to it through this interface only,
 // as it does to its Store; messages from other brokers come in through
-// Broker.Publish with Origin OriginCluster.
+// Space.Publish with Origin OriginCluster (or Space.ApplySequenced).
 type Federation interface {
 	// Forward hands a message this broker accepted (any origin but
-	// OriginCluster) to the other brokers. It is called with the hub's lock
+	// OriginCluster) to the other brokers. It is called with the space's lock
 	// held, in sequence order, and must not block. The returned Commit (nil:
 	// nothing to wait for) ends once the cluster has the message; a QoS 1
 	// or 2 publisher's acknowledgement waits for it (without a Store).
 	Forward(m *Message) Commit
 	// Interest reports that a local subscription on filter began (delta +1)
 	// or ended (-1), so that the link asks the cluster only for what local
-	// subscribers want. Called with the hub's lock held; must not block.
+	// subscribers want. Called with the space's lock held; must not block.
 	Interest(filter string, delta int)
 }
 
@@ -38,7 +38,7 @@ type FederationStatus interface {
 }
 
 // forward hands msg to the federation link. h.mu held.
-func (h *hub) forward(msg *Message) Commit {
+func (h *Space) forward(msg *Message) Commit {
 	if h.fed == nil || msg.Origin == OriginCluster {
 		return nil
 	}
@@ -46,7 +46,7 @@ func (h *hub) forward(msg *Message) Commit {
 }
 
 // interest reports a subscription's start or end to the link. h.mu held.
-func (h *hub) interest(filter string, delta int) {
+func (h *Space) interest(filter string, delta int) {
 	if h.fed != nil {
 		h.fed.Interest(filter, delta)
 	}
@@ -68,22 +68,13 @@ func waitForward(ctx context.Context, msg *Message, c Commit) (uint64, error) {
 	}
 }
 
-// AddInterest reports a subscription on filter that does not go through the
-// hub (MQTT subscriptions live in mochi) to the federation link: delta +1
+// AddInterest reports a subscription on filter that does not go through
+// Subscribe (MQTT subscriptions live in mochi) to the federation link: delta +1
 // when it begins, -1 when it ends.
-func (b *Broker) AddInterest(filter string, delta int) {
-	h := b.hub
+func (h *Space) AddInterest(filter string, delta int) {
 	h.mu.Lock()
 	h.interest(filter, delta)
 	h.mu.Unlock()
-}
-
-// clusterStatus is the federation link's /healthz line ("" without one).
-func (b *Broker) clusterStatus() string {
-	if s, ok := b.opts.Cluster.(FederationStatus); ok {
-		return s.Status()
-	}
-	return ""
 }
 
 // Sequencer is implemented by a Federation that numbers messages
@@ -111,7 +102,7 @@ type SeqCommit interface {
 
 // sequenced reports whether the cluster numbers and applies messages (a
 // sequencing link, no Store).
-func (h *hub) sequenced() bool {
+func (h *Space) sequenced() bool {
 	s, ok := h.fed.(Sequencer)
 	return ok && h.persist == nil && s.Sequencing()
 }
@@ -121,14 +112,14 @@ func (h *hub) sequenced() bool {
 // acknowledgement waits for the cluster's sequence number; QoS 0 and
 // messages held while the cluster is unreachable are answered with 0 (not
 // numbered yet). h.mu is held on entry and released here.
-func (h *hub) publishSequenced(ctx context.Context, msg *Message) (uint64, error) {
+func (h *Space) publishSequenced(ctx context.Context, msg *Message) (uint64, error) {
 	if msg.Origin == OriginCluster {
 		h.mu.Unlock()
 		return 0, errors.New("a message from the cluster must come through ApplySequenced")
 	}
 	c := h.fed.Forward(msg)
 	h.mu.Unlock()
-	h.stats.proto(msg.Origin).in.Add(1)
+	h.countIn(msg.Origin)
 	if c == nil || msg.QoS == 0 {
 		return 0, nil
 	}
@@ -148,15 +139,15 @@ func (h *hub) publishSequenced(ctx context.Context, msg *Message) (uint64, error
 
 // SetClusterEpoch makes e the epoch sent to subscribers (a sequencing link
 // sets the cluster's: sequence numbers are the cluster's).
-func (b *Broker) SetClusterEpoch(e uint64) {
+func (h *Space) SetClusterEpoch(e uint64) {
 	if e != 0 {
-		b.epoch.Store(e)
+		h.epoch.Store(e)
 	}
 }
 
 // Sequenced reports whether this broker's sequence numbers come from its
 // federation link (Sequencer, and no Store).
-func (b *Broker) Sequenced() bool { return b.hub.sequenced() }
+func (h *Space) Sequenced() bool { return h.sequenced() }
 
 // ErrOutOfOrder: ApplySequenced got a sequence number at or below the last
 // one applied (a duplicate); the message is not applied again.
@@ -172,21 +163,20 @@ var ErrOutOfOrder = errors.New("sequence number already applied")
 // message beyond Limits.RetainedBytes is delivered all the same but not
 // kept (the topic's older retained message, now stale, is dropped): the
 // error then wraps ErrRetainedFull. Authorisation is the caller's job.
-func (b *Broker) ApplySequenced(m Message, seq uint64) error {
-	return b.applySequenced(m, seq, true)
+func (h *Space) ApplySequenced(m Message, seq uint64) error {
+	return h.applySequenced(m, seq, true)
 }
 
 // ApplySequencedHistory is ApplySequenced for a message that is not new to
 // this broker's subscribers (the link began reading its topic after it was
 // published): it goes into the history and the retained message only.
-func (b *Broker) ApplySequencedHistory(m Message, seq uint64) error {
-	return b.applySequenced(m, seq, false)
+func (h *Space) ApplySequencedHistory(m Message, seq uint64) error {
+	return h.applySequenced(m, seq, false)
 }
 
-func (b *Broker) applySequenced(m Message, seq uint64, live bool) error {
-	h := b.hub
+func (h *Space) applySequenced(m Message, seq uint64, live bool) error {
 	if err := h.validate(&m); err != nil {
-		b.AdvanceSequence(seq)
+		h.AdvanceSequence(seq)
 		return err
 	}
 	msg := &m
@@ -237,15 +227,14 @@ func (b *Broker) applySequenced(m Message, seq uint64, live bool) error {
 	}
 	h.mu.Unlock()
 	if msg.Origin == OriginCluster {
-		h.stats.proto(msg.Origin).in.Add(1)
+		h.countIn(msg.Origin)
 	}
 	return err
 }
 
 // AdvanceSequence records that the cluster's messages up to seq were seen
 // (those this broker does not apply: refused by its ACL, gap notes).
-func (b *Broker) AdvanceSequence(seq uint64) {
-	h := b.hub
+func (h *Space) AdvanceSequence(seq uint64) {
 	h.mu.Lock()
 	if seq > h.seq {
 		h.skipTo(seq)
@@ -254,15 +243,14 @@ func (b *Broker) AdvanceSequence(seq uint64) {
 }
 
 // skipTo makes seq the last sequence number. h.mu held.
-func (h *hub) skipTo(seq uint64) {
+func (h *Space) skipTo(seq uint64) {
 	h.seq = seq
 }
 
 // ForgetThrough records that the cluster's messages up to seq may be
 // missing here (gone from its history before this broker read them): a
 // subscriber resuming from before seq is told of the gap.
-func (b *Broker) ForgetThrough(seq uint64) {
-	h := b.hub
+func (h *Space) ForgetThrough(seq uint64) {
 	h.mu.Lock()
 	h.forgotten = max(h.forgotten, seq)
 	h.mu.Unlock()
@@ -272,8 +260,7 @@ func (b *Broker) ForgetThrough(seq uint64) {
 // (the cluster's history dropped them by its per-topic bound before this
 // broker read them): a subscriber resuming from before seq is told of the
 // gap on that topic. Nothing happens for a topic this broker holds nothing of.
-func (b *Broker) MarkEvicted(topic string, seq uint64) {
-	h := b.hub
+func (h *Space) MarkEvicted(topic string, seq uint64) {
 	h.mu.Lock()
 	if ts := h.topics[topic]; ts != nil {
 		ts.evictedMax = max(ts.evictedMax, seq)
@@ -289,8 +276,7 @@ func (b *Broker) MarkEvicted(topic string, seq uint64) {
 // live. One that does not fit Limits.RetainedBytes leaves the topic without
 // a retained message (the older one is stale) and returns an error wrapping
 // ErrRetainedFull.
-func (b *Broker) SetRetained(m Message, tap bool) error {
-	h := b.hub
+func (h *Space) SetRetained(m Message, tap bool) error {
 	if err := h.validate(&m); err != nil {
 		return err
 	}
@@ -356,12 +342,11 @@ func (b *Broker) SetRetained(m Message, tap bool) error {
 // before any broker numbered them (another broker dropped them while cut
 // off from the cluster): a gap frame with the topic and no sequence numbers.
 // It returns the number of subscriptions told.
-func (b *Broker) AnnounceLoss(topics []string) int {
-	h := b.hub
+func (h *Space) AnnounceLoss(topics []string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
-	tell := func(s *subscriber) {
+	tell := func(s *Subscriber) {
 		for _, t := range topics {
 			if topic.Match(s.filter, t) {
 				s.noteLoss(t)
@@ -386,7 +371,7 @@ func (b *Broker) AnnounceLoss(topics []string) int {
 }
 
 // noteLoss queues a gap of unknown messages on topic t ("": several topics).
-func (s *subscriber) noteLoss(t string) {
+func (s *Subscriber) noteLoss(t string) {
 	s.mu.Lock()
 	if s.gaps == nil {
 		s.gaps = map[string]*wire.Gap{}
@@ -402,7 +387,7 @@ func (s *subscriber) noteLoss(t string) {
 	s.signal()
 }
 
-// CoverInterest is for a subscription that does not go through the hub
+// CoverInterest is for a subscription that does not go through Subscribe
 // (MQTT subscriptions live in mochi): with a sequencing link that reads
 // only what local subscribers want (Coverer), it returns once the link
 // reads filter's messages, so that every message numbered after the
@@ -410,8 +395,8 @@ func (s *subscriber) noteLoss(t string) {
 // ends the interest it took: call it after AddInterest reported the
 // subscription's own. Without such a link, or when the link cannot cover
 // filter now (the cluster is unreachable), it returns at once.
-func (b *Broker) CoverInterest(filter string) (release func()) {
-	c := b.hub.coverer()
+func (h *Space) CoverInterest(filter string) (release func()) {
+	c := h.coverer()
 	if c == nil {
 		return func() {}
 	}
@@ -425,11 +410,11 @@ func (b *Broker) CoverInterest(filter string) (release func()) {
 // Covering reports whether subscriptions' filters are covered
 // (CoverInterest waits for the cluster link), so that the MQTT side skips
 // the work when they are not.
-func (b *Broker) Covering() bool { return b.hub.coverer() != nil }
+func (h *Space) Covering() bool { return h.coverer() != nil }
 
 // coverer returns the link that reads only what local subscribers want and
 // must cover a new filter first, or nil.
-func (h *hub) coverer() Coverer {
+func (h *Space) coverer() Coverer {
 	if c, ok := h.fed.(Coverer); ok && h.sequenced() {
 		return c
 	}
@@ -454,12 +439,12 @@ type Coverer interface {
 }
 
 // cover asks a covering link to cover a subscription's filter before it
-// starts, and reads what the hub cannot hold of a resume from the cluster.
-// It returns the frames to send first, the resume point the hub takes over
+// starts, and reads what the space cannot hold of a resume from the cluster.
+// It returns the frames to send first, the resume point the space takes over
 // from, and the release of the link's interest (call it once the
 // subscription holds its own). otherRun is set when the resume cannot be
 // served (the link could not cover the filter): announced as a restart.
-func (h *hub) cover(filter string, since *uint64, otherRun bool) (pre []wire.Frame, from *uint64, other bool, release func(), err error) {
+func (h *Space) cover(filter string, since *uint64, otherRun bool) (pre []wire.Frame, from *uint64, other bool, release func(), err error) {
 	release = func() {}
 	c := h.coverer()
 	if c == nil {

@@ -1,4 +1,4 @@
-package broker
+package space
 
 // ring is a growable FIFO queue.
 type ring[T any] struct {

@@ -1,4 +1,4 @@
-package broker
+package space
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 )
 
 // Store keeps the topic space across broker runs: the sequence counter and
-// epoch, the resume history and the retained messages. The hub talks to it
+// epoch, the resume history and the retained messages. The space talks to it
 // through this interface only (broker/store has the bbolt implementation;
 // without a store everything lives in memory).
 //
@@ -25,12 +25,12 @@ type Store interface {
 	// committed batch in sequence order (err != nil: the batch was not
 	// stored and must not be applied).
 	Start(epoch uint64, apply func(msgs []*Message, err error)) error
-	// Append queues m for the next commit. It is called with the hub's lock
+	// Append queues m for the next commit. It is called with the space's lock
 	// held, in sequence order, and must not block on I/O.
 	Append(m *Message) Commit
 	// Forget queues the removal of evicted history (written with the next
 	// commit; a crash before it only means the eviction is redone at the
-	// next load). Called with the hub's lock held.
+	// next load). Called with the space's lock held.
 	Forget(ops []ForgetOp)
 	// Close commits what is queued, marks the state as cleanly closed and
 	// releases the store.
@@ -77,7 +77,7 @@ const (
 	ForgetTopic
 )
 
-// ForgetOp is one removal from the store, in the order the hub made it.
+// ForgetOp is one removal from the store, in the order the space made it.
 type ForgetOp struct {
 	// Kind says what is removed.
 	Kind ForgetKind
@@ -93,10 +93,10 @@ type ForgetOp struct {
 // persistPublish hands an accepted message to the store and waits for its
 // commit when the publisher asked for QoS 1 or 2. h.mu is held on entry and
 // released here.
-func (h *hub) persistPublish(ctx context.Context, msg *Message) (uint64, error) {
+func (h *Space) persistPublish(ctx context.Context, msg *Message) (uint64, error) {
 	c := h.persist.Append(msg)
 	h.mu.Unlock()
-	if msg.QoS == 0 && !waitCommit(ctx) { // waitCommit: Limits.StreamInflight (limits.go)
+	if msg.QoS == 0 && !waitCommit(ctx) { // WithCommitWait
 		return msg.Seq, nil
 	}
 	select {
@@ -111,7 +111,7 @@ func (h *hub) persistPublish(ctx context.Context, msg *Message) (uint64, error) 
 }
 
 // committed applies a committed batch (Store.Start's apply).
-func (h *hub) committed(msgs []*Message, err error) {
+func (h *Space) committed(msgs []*Message, err error) {
 	if err != nil {
 		return
 	}
@@ -124,12 +124,12 @@ func (h *hub) committed(msgs []*Message, err error) {
 	h.flushForget()
 	h.mu.Unlock()
 	for _, m := range msgs {
-		h.stats.proto(m.Origin).in.Add(1)
+		h.countIn(m.Origin)
 	}
 }
 
 // flushForget hands the removals made since the last call to the store. h.mu held.
-func (h *hub) flushForget() {
+func (h *Space) flushForget() {
 	if len(h.forget) > 0 {
 		h.persist.Forget(h.forget)
 		h.forget = nil
@@ -137,23 +137,23 @@ func (h *hub) flushForget() {
 }
 
 // noteEvict records that seq left topic's history. h.mu held.
-func (h *hub) noteEvict(topic string, seq, evictedMax uint64) {
+func (h *Space) noteEvict(topic string, seq, evictedMax uint64) {
 	if h.persist != nil {
 		h.forget = append(h.forget, ForgetOp{Kind: ForgetMessage, Topic: topic, Seq: seq, Evicted: evictedMax})
 	}
 }
 
 // noteForgetTopic records that topic was dropped. h.mu held.
-func (h *hub) noteForgetTopic(topic string) {
+func (h *Space) noteForgetTopic(topic string) {
 	if h.persist != nil {
 		h.forget = append(h.forget, ForgetOp{Kind: ForgetTopic, Topic: topic, Evicted: h.forgotten})
 	}
 }
 
-// restore loads saved state into the empty hub: the sequence counter, the
+// restore loads saved state into the empty space: the sequence counter, the
 // retained messages, and the history, replayed through the current limits
 // (evictions it causes are passed to the store at Start).
-func (h *hub) restore(st *StoredState) {
+func (h *Space) restore(st *StoredState) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	get := func(name string) *topicState {
@@ -186,34 +186,52 @@ func (h *hub) restore(st *StoredState) {
 	}
 }
 
-// startPersist connects the hub to its store. It loads and restores the
-// saved state and starts committing; it returns the state and the epoch to
-// use (the saved one, or newEpoch() for a fresh store).
-func (h *hub) startPersist(s Store, newEpoch func() uint64) (*StoredState, uint64, error) {
+// OpenStore connects the space to its store, before it is used: it loads
+// and restores the saved state (the sequence counter, the retained
+// messages and the history, replayed through the current limits) and
+// starts committing. The epoch becomes the saved one, or a new one for a
+// fresh store. The caller closes the store once nothing publishes any more.
+func (h *Space) OpenStore(s Store) (*StoredState, error) {
 	st, err := s.Load()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	h.persist = s
 	epoch := st.Epoch
 	if st.Fresh || epoch == 0 {
-		epoch = newEpoch()
+		epoch = NewEpoch()
 	} else {
 		h.restore(st)
 	}
 	if err := s.Start(epoch, h.committed); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
+	h.epoch.Store(epoch)
 	h.mu.Lock()
 	h.flushForget()
 	h.mu.Unlock()
-	return st, epoch, nil
+	return st, nil
+}
+
+// commitWaitKey marks a publish context whose QoS 0 message must be stored
+// before Publish returns (a QoS 1 message always is).
+type commitWaitKey struct{}
+
+// WithCommitWait makes Publish wait for the commit of a QoS 0 message too
+// (with a store: the stream inflight bound of docs/durability.md).
+func WithCommitWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, commitWaitKey{}, true)
+}
+
+// waitCommit reports whether ctx asks Publish to wait for the commit.
+func waitCommit(ctx context.Context) bool {
+	v, _ := ctx.Value(commitWaitKey{}).(bool)
+	return v
 }
 
 // RetainedMessages returns the retained messages, in sequence order (for
 // another protocol's view of the topic space after a restart).
-func (b *Broker) RetainedMessages() []*Message {
-	h := b.hub
+func (h *Space) RetainedMessages() []*Message {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []*Message
@@ -230,8 +248,7 @@ func (b *Broker) RetainedMessages() []*Message {
 // seq, oldest first, and the last sequence number applied (a message above
 // it reaches the taps after this call). The messages are shared: do not
 // modify them.
-func (b *Broker) HistoryAfter(seq uint64) (msgs []*Message, last uint64) {
-	h := b.hub
+func (h *Space) HistoryAfter(seq uint64) (msgs []*Message, last uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := 0; i < h.order.len(); i++ {

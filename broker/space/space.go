@@ -1,10 +1,11 @@
-package broker
+package space
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,12 +38,11 @@ type Message struct {
 	Identity string
 }
 
-// Errors of Publish and subscribe, tested with errors.Is.
+// Errors of Publish, Subscribe and the cluster operations, tested with
+// errors.Is.
 var (
 	// ErrBadTopic: empty level, wildcard in a topic name, NUL, too long or deep.
 	ErrBadTopic = errors.New("bad topic")
-	// ErrBadFilter: a malformed subscription filter.
-	ErrBadFilter = errors.New("bad filter")
 	// ErrTooLarge: the payload exceeds Limits.MaxPayload.
 	ErrTooLarge = errors.New("payload too large")
 	// ErrBadQoS: QoS above 2.
@@ -52,8 +52,6 @@ var (
 	// ErrRetainedFull: keeping the message as retained would exceed
 	// Limits.RetainedBytes (clearing retained messages always works).
 	ErrRetainedFull = errors.New("retained message store full")
-	// ErrTooManySubscriptions: a connection's subscription limit is reached.
-	ErrTooManySubscriptions = errors.New("too many subscriptions")
 )
 
 // entry is a message in history.
@@ -73,11 +71,18 @@ type topicState struct {
 	retainedSeq uint64
 }
 
-// hub is the topic space: history, retained messages, subscribers, taps.
-type hub struct {
-	limits Limits
-	tl     topic.Limits
-	stats  *counters
+// Space is the topic space: history, retained messages, sequence numbers,
+// subscribers and taps (see the package doc for its locking contract).
+// Create it with New.
+type Space struct {
+	limits  Limits
+	tl      topic.Limits
+	stats   counters
+	countIn func(origin string)
+
+	// epoch identifies the run of sequence numbers (see internal/wire,
+	// "Epoch"): random, the store's saved one, or the cluster's.
+	epoch atomic.Uint64
 
 	mu       sync.Mutex
 	seq      uint64
@@ -93,10 +98,10 @@ type hub struct {
 	// forgotten is the highest sequence number of a message lost with a
 	// topic that was dropped from the map (history emptied, no retained).
 	forgotten uint64
-	exact     map[string][]*subscriber
-	wild      []*subscriber
+	exact     map[string][]*Subscriber
+	wild      []*Subscriber
 	nsubs     int
-	// queued is the memory of all subscriber queues (Limits.QueueBytesTotal).
+	// queued is the memory of all Subscriber queues (Limits.QueueBytesTotal).
 	queued byteBudget
 	taps   []func(*Message)
 	// persist is the durable store (nil: memory only; see persist.go);
@@ -108,24 +113,126 @@ type hub struct {
 	applied uint64 // with persist: the last sequence number applied
 }
 
-func newHub(l Limits, c *counters) *hub {
-	return &hub{
-		limits: l,
-		tl:     topic.Limits{MaxLength: l.MaxTopicLength, MaxLevels: l.MaxTopicLevels},
-		stats:  c,
-		topics: map[string]*topicState{},
-		exact:  map[string][]*subscriber{},
-		queued: byteBudget{max: l.QueueBytesTotal},
+// QueuePolicy says what happens when a Subscriber's queue is full.
+type QueuePolicy int
+
+const (
+	// DropOldest discards the oldest queued messages until the new one
+	// fits, or the new one when the Subscriber has none queued (its bytes
+	// are in the batch being written, or the total is reached); each loss
+	// is counted in Stats.Dropped and announced to the Subscriber as a gap.
+	DropOldest QueuePolicy = iota
+	// Disconnect ends the subscription (after a final gap frame/event).
+	Disconnect
+)
+
+// String names the policy.
+func (p QueuePolicy) String() string {
+	if p == Disconnect {
+		return "disconnect"
+	}
+	return "drop-oldest"
+}
+
+// Limits bound what the topic space holds. They are used as given (the
+// broker's Options apply the defaults): zero HistoryPerTopic keeps no
+// history.
+type Limits struct {
+	// MaxPayload is the largest payload in bytes.
+	MaxPayload int
+	// MaxTopicLength and MaxTopicLevels bound a topic or filter.
+	MaxTopicLength, MaxTopicLevels int
+	// HistoryPerTopic is how many messages each topic keeps for resume.
+	HistoryPerTopic int
+	// HistoryBytes bounds the memory of all history (Cost of each message).
+	HistoryBytes int64
+	// RetainedBytes bounds the memory of all retained messages (Cost).
+	RetainedBytes int64
+	// QueueLength is each Subscriber's queue length in messages.
+	QueueLength int
+	// QueueBytes bounds one Subscriber's queue with the batch being
+	// written (Cost of each message; zero or less: no bound).
+	QueueBytes int64
+	// QueueBytesTotal bounds all subscribers' queues together.
+	QueueBytesTotal int64
+	// QueuePolicy applies when a Subscriber's queue is full.
+	QueuePolicy QueuePolicy
+}
+
+// Config configures a Space.
+type Config struct {
+	// Limits bound what the space holds.
+	Limits Limits
+	// Federation is the link to other brokers' topic spaces (nil: none).
+	Federation Federation
+	// CountIn, when set, is called once for each message the space
+	// accepts or applies, with its Message.Origin (the broker's
+	// per-protocol counters). It must not block.
+	CountIn func(origin string)
+}
+
+// counters are the space's own counters (Stats).
+type counters struct {
+	dropped atomic.Uint64
+	cutOff  atomic.Uint64
+}
+
+// New makes an empty topic space with a random epoch. A store is attached
+// with OpenStore before the space is used.
+func New(c Config) *Space {
+	h := &Space{
+		limits:  c.Limits,
+		tl:      topic.Limits{MaxLength: c.Limits.MaxTopicLength, MaxLevels: c.Limits.MaxTopicLevels},
+		countIn: c.CountIn,
+		topics:  map[string]*topicState{},
+		exact:   map[string][]*Subscriber{},
+		queued:  byteBudget{max: c.Limits.QueueBytesTotal},
+		fed:     c.Federation,
+	}
+	if h.countIn == nil {
+		h.countIn = func(string) {}
+	}
+	h.epoch.Store(NewEpoch())
+	return h
+}
+
+// NewEpoch returns a random non-zero epoch. It is random rather than taken
+// from the clock: a Raspberry Pi has no RTC, and two runs must not share one.
+func NewEpoch() uint64 {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
+		if e := binary.BigEndian.Uint64(b[:]); e != 0 {
+			return e
+		}
 	}
 }
 
-func (h *hub) addTap(fn func(*Message)) {
+// Epoch returns the epoch of the space's sequence numbers: random for a
+// new space, the saved one with a store (OpenStore), the cluster's with a
+// sequencing link (SetClusterEpoch).
+func (h *Space) Epoch() uint64 { return h.epoch.Load() }
+
+// TopicLimits returns the bounds on topic names and filters.
+func (h *Space) TopicLimits() topic.Limits { return h.tl }
+
+// AddTap registers fn to run synchronously, under the space's lock, for
+// every accepted message in acceptance order. fn must not block, must not
+// modify the message, and must not call Publish (it would deadlock); it may
+// hand the message to a goroutine.
+func (h *Space) AddTap(fn func(*Message)) {
 	h.mu.Lock()
 	h.taps = append(h.taps, fn)
 	h.mu.Unlock()
 }
 
-func (h *hub) validate(m *Message) error {
+// Validate checks m's topic, payload size and QoS as Publish does. Errors
+// wrap ErrBadTopic, ErrTooLarge or ErrBadQoS.
+func (h *Space) Validate(m *Message) error {
+	return h.validate(m)
+}
+
+func (h *Space) validate(m *Message) error {
 	if err := h.tl.ValidateName(m.Topic); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadTopic, err)
 	}
@@ -138,7 +245,14 @@ func (h *hub) validate(m *Message) error {
 	return nil
 }
 
-func (h *hub) publish(ctx context.Context, m Message) (uint64, error) {
+// Publish accepts a message into the topic space: it validates the topic,
+// payload size and QoS, assigns the sequence number, stores history and the
+// retained message, queues it for every matching Subscriber (never
+// blocking), and runs the taps. With a store it is applied once committed;
+// with a sequencing federation link once the cluster numbered it.
+// Authorisation is the caller's job. Errors wrap ErrBadTopic, ErrTooLarge,
+// ErrBadQoS, ErrRetainedFull or ErrShuttingDown.
+func (h *Space) Publish(ctx context.Context, m Message) (uint64, error) {
 	if err := h.validate(&m); err != nil {
 		return 0, err
 	}
@@ -173,15 +287,15 @@ func (h *hub) publish(ctx context.Context, m Message) (uint64, error) {
 	h.apply(msg, true)
 	fc := h.forward(msg)
 	h.mu.Unlock()
-	h.stats.proto(msg.Origin).in.Add(1)
+	h.countIn(msg.Origin)
 	return waitForward(ctx, msg, fc)
 }
 
 // apply puts an accepted message into the topic space: retained message
-// and history, then, when live, subscriber queues and taps (not live: a
+// and history, then, when live, Subscriber queues and taps (not live: a
 // message the subscribers have no business with, see
-// Broker.ApplySequencedHistory). h.mu held.
-func (h *hub) apply(msg *Message, live bool) {
+// ApplySequencedHistory). h.mu held.
+func (h *Space) apply(msg *Message, live bool) {
 	ts := h.topics[msg.Topic]
 	if ts == nil {
 		ts = &topicState{}
@@ -217,7 +331,7 @@ func (h *hub) apply(msg *Message, live bool) {
 }
 
 // store appends msg to its topic's history and enforces the bounds. h.mu held.
-func (h *hub) store(ts *topicState, msg *Message) {
+func (h *Space) store(ts *topicState, msg *Message) {
 	if h.limits.HistoryPerTopic == 0 {
 		ts.evictedMax = msg.Seq
 		h.noteEvict(msg.Topic, msg.Seq, msg.Seq)
@@ -261,14 +375,18 @@ func (h *hub) store(ts *topicState, msg *Message) {
 	}
 }
 
-// entryOverhead approximates the memory of a history entry beyond its
+// EntryOverhead approximates the memory of a history entry beyond its
 // payload and topic (Message, entry and ring slots), so that empty payloads
 // are bounded too.
-const entryOverhead = 96
+const EntryOverhead = 96
 
-func msgCost(m *Message) int64 { return int64(len(m.Payload)+len(m.Topic)) + entryOverhead }
+// Cost is the memory a message is counted for in the history, retained and
+// queue bounds: its payload and topic bytes plus EntryOverhead.
+func Cost(m *Message) int64 { return msgCost(m) }
 
-func (h *hub) evict(ts *topicState, e *entry) {
+func msgCost(m *Message) int64 { return int64(len(m.Payload)+len(m.Topic)) + EntryOverhead }
+
+func (h *Space) evict(ts *topicState, e *entry) {
 	e.evicted = true
 	ts.evictedMax = max(ts.evictedMax, e.m.Seq)
 	h.noteEvict(e.m.Topic, e.m.Seq, ts.evictedMax)
@@ -279,7 +397,7 @@ func (h *hub) evict(ts *topicState, e *entry) {
 }
 
 // maybeForget drops a topic that holds nothing. h.mu held.
-func (h *hub) maybeForget(name string, ts *topicState) {
+func (h *Space) maybeForget(name string, ts *topicState) {
 	if ts.hist.len() == 0 && ts.retained == nil {
 		h.forgotten = max(h.forgotten, ts.evictedMax)
 		delete(h.topics, name)
@@ -287,13 +405,13 @@ func (h *hub) maybeForget(name string, ts *topicState) {
 	}
 }
 
-// start registers a subscriber and returns what it must receive before live
+// start registers a Subscriber and returns what it must receive before live
 // messages: retained messages (since == nil) or the history after *since,
 // with gap announcements. otherRun says that *since is a resume point of
 // another broker run (its epoch is not ours): the restart is announced and
 // all history replayed. h.mu is held throughout, so nothing is missed or
 // duplicated between the snapshot and live delivery.
-func (h *hub) start(s *subscriber, since *uint64, otherRun bool) ([]wire.Frame, error) {
+func (h *Space) start(s *Subscriber, since *uint64, otherRun bool) ([]wire.Frame, error) {
 	out, since, otherRun, release, err := h.cover(s.filter, since, otherRun) // federation.go
 	if err != nil {
 		return nil, err
@@ -358,11 +476,30 @@ func (h *hub) start(s *subscriber, since *uint64, otherRun bool) ([]wire.Frame, 
 	return out, nil
 }
 
+// Subscribe registers a subscription on filter (a valid topic filter: the
+// caller checks it with TopicLimits) and returns it with what it must
+// receive before live messages: the retained messages (since == nil) or
+// the history after *since, with gap announcements. otherRun says that
+// *since is a resume point of another run (its epoch is not Epoch): the
+// restart is announced and all history replayed. Live messages then come
+// through the Subscriber's queue; end it with Unsubscribe.
+func (h *Space) Subscribe(filter string, since *uint64, otherRun bool) (*Subscriber, []wire.Frame, error) {
+	s := newSubscriber(filter, h.limits, &h.stats)
+	out, err := h.start(s, since, otherRun)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, out, nil
+}
+
+// Unsubscribe ends a subscription of Subscribe and releases its queue.
+func (h *Space) Unsubscribe(s *Subscriber) { h.stop(s) }
+
 // stop unregisters a subscriber.
-func (h *hub) stop(s *subscriber) {
+func (h *Space) stop(s *Subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	remove := func(l []*subscriber) ([]*subscriber, bool) {
+	remove := func(l []*Subscriber) ([]*Subscriber, bool) {
 		for i, x := range l {
 			if x == s {
 				return slices.Delete(l, i, i+1), true
@@ -374,7 +511,7 @@ func (h *hub) stop(s *subscriber) {
 	if topic.IsFilter(s.filter) {
 		h.wild, ok = remove(h.wild)
 	} else {
-		var l []*subscriber
+		var l []*Subscriber
 		l, ok = remove(h.exact[s.filter])
 		if len(l) == 0 {
 			delete(h.exact, s.filter)
@@ -389,9 +526,9 @@ func (h *hub) stop(s *subscriber) {
 	s.release()
 }
 
-// shutdown refuses new work and ends every subscription once its queue is
-// drained.
-func (h *hub) shutdown() {
+// Shutdown refuses new work (ErrShuttingDown) and ends every subscription
+// once its queue is drained.
+func (h *Space) Shutdown() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closing = true
@@ -405,7 +542,8 @@ func (h *hub) shutdown() {
 	}
 }
 
-func (h *hub) isClosing() bool {
+// Closing reports whether Shutdown was called.
+func (h *Space) Closing() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.closing
@@ -421,192 +559,57 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
+// Frame is m as a message frame with flags (wire.FlagRetained, ...).
+func Frame(m *Message, flags byte) wire.Frame { return frameOf(m, flags) }
+
 func frameOf(m *Message, flags byte) wire.Frame {
 	return wire.Frame{Seq: m.Seq, Time: m.Time, Topic: m.Topic, Payload: m.Payload, Flags: flags}
 }
 
-// byteBudget counts the memory of all subscriber queues against a bound.
-// Only enqueue adds to it, under hub.mu, so a check and its add are not
-// raced; releases may come from any goroutine.
-type byteBudget struct {
-	max int64
-	n   atomic.Int64
+// Stats is a snapshot of the topic space.
+type Stats struct {
+	// Subscriptions is the number of live subscriptions (Subscribe).
+	Subscriptions int
+	// Dropped counts messages discarded from full subscriber queues.
+	Dropped uint64
+	// CutOff counts subscriptions ended by the Disconnect queue policy.
+	CutOff uint64
+	// QueueDepthSum and QueueDepthMax describe subscriber queues now.
+	QueueDepthSum, QueueDepthMax int
+	// Topics is the number of topics with history or a retained message.
+	Topics int
+	// HistoryMessages and HistoryBytes measure the resume history (bytes
+	// as Cost counts them).
+	HistoryMessages int
+	HistoryBytes    int64
+	// Retained and RetainedBytes measure the retained messages.
+	Retained      int
+	RetainedBytes int64
+	// LastSeq is the last sequence number assigned or applied.
+	LastSeq uint64
 }
 
-// subscriber is one live subscription with its queue, bounded in messages
-// (Limits.QueueLength) and in bytes (Limits.QueueBytes, and with the other
-// subscribers Limits.QueueBytesTotal).
-type subscriber struct {
-	filter   string
-	limit    int
-	maxBytes int64
-	policy   QueuePolicy
-	stats    *counters
-	// total is the hub's budget of all queues (set by hub.start; nil: none).
-	total *byteBudget
-
-	notify chan struct{} // capacity 1: "something changed"
-
-	mu       sync.Mutex
-	q        ring[*Message]
-	bytes    int64                // cost of the queued messages and of the batch being written
-	sending  int64                // cost of the batch being written (taken, not yet written)
-	gaps     map[string]*wire.Gap // losses to announce, by topic
-	gapOrder []string
-	done     bool   // no more messages will be queued
-	cut      bool   // ended by the Disconnect policy
-	after    uint64 // the resume point: messages up to it are not queued
-	dropped  uint64
-}
-
-func newSubscriber(filter string, l Limits, c *counters) *subscriber {
-	maxBytes := l.QueueBytes
-	if maxBytes <= 0 {
-		maxBytes = math.MaxInt64
+// Stats returns a snapshot of the space's sizes and counters.
+func (h *Space) Stats() Stats {
+	s := Stats{Dropped: h.stats.dropped.Load(), CutOff: h.stats.cutOff.Load()}
+	h.mu.Lock()
+	s.Subscriptions = h.nsubs
+	s.Topics = len(h.topics)
+	s.HistoryMessages = h.histMsgs
+	s.HistoryBytes = h.histSize
+	s.LastSeq = h.seq
+	s.Retained = h.retainedCount
+	s.RetainedBytes = h.retainedSize
+	subs := make([]*Subscriber, 0, h.nsubs)
+	for _, l := range h.exact {
+		subs = append(subs, l...)
 	}
-	return &subscriber{filter: filter, limit: l.QueueLength, maxBytes: maxBytes, policy: l.QueuePolicy, stats: c, notify: make(chan struct{}, 1)}
-}
-
-func (s *subscriber) signal() {
-	select {
-	case s.notify <- struct{}{}:
-	default:
+	subs = append(subs, h.wild...)
+	h.mu.Unlock()
+	for _, sub := range subs {
+		d := sub.depth()
+		s.QueueDepthSum += d
+		s.QueueDepthMax = max(s.QueueDepthMax, d)
 	}
-}
-
-// full reports whether a message of cost bytes does not fit. s.mu held.
-func (s *subscriber) full(cost int64) bool {
-	return s.q.len() >= s.limit || s.bytes+cost > s.maxBytes ||
-		s.total != nil && s.total.n.Load()+cost > s.total.max
-}
-
-// charge adds n bytes to the subscriber's and the total count. s.mu held.
-func (s *subscriber) charge(n int64) {
-	s.bytes += n
-	if s.total != nil {
-		s.total.n.Add(n)
-	}
-}
-
-// enqueue adds a message without ever blocking the publisher. When the
-// queue is full (in messages, its bytes or the total bytes), the policy
-// decides: Disconnect ends the subscription; DropOldest drops queued
-// messages, oldest first, until the new one fits, or the new one itself
-// when none is queued. Every loss is announced as a gap.
-func (s *subscriber) enqueue(m *Message) {
-	s.mu.Lock()
-	if s.done || m.Seq <= s.after {
-		s.mu.Unlock()
-		return
-	}
-	cost := msgCost(m)
-	for s.full(cost) {
-		if s.policy == Disconnect {
-			s.done, s.cut = true, true
-			s.mu.Unlock()
-			s.stats.cutOff.Add(1)
-			s.signal()
-			return
-		}
-		s.dropped++
-		s.stats.dropped.Add(1)
-		if s.q.len() == 0 {
-			s.noteGap(m)
-			s.mu.Unlock()
-			s.signal()
-			return
-		}
-		old := s.q.pop()
-		s.charge(-msgCost(old))
-		s.noteGap(old)
-	}
-	s.q.push(m)
-	s.charge(cost)
-	s.mu.Unlock()
-	s.signal()
-}
-
-// noteGap records the loss of m. s.mu held.
-func (s *subscriber) noteGap(m *Message) {
-	if s.gaps == nil {
-		s.gaps = map[string]*wire.Gap{}
-	}
-	g := s.gaps[m.Topic]
-	if g == nil {
-		if len(s.gaps) >= 64 {
-			// Too many topics to list: one "several topics" gap.
-			g = s.gaps[""]
-			if g == nil {
-				g = &wire.Gap{From: m.Seq}
-				s.gaps[""] = g
-				s.gapOrder = append(s.gapOrder, "")
-			}
-		} else {
-			g = &wire.Gap{Topic: m.Topic, From: m.Seq}
-			s.gaps[m.Topic] = g
-			s.gapOrder = append(s.gapOrder, m.Topic)
-		}
-	}
-	g.From = min(g.From, m.Seq)
-	g.To = max(g.To, m.Seq)
-}
-
-// finish ends the subscription after what is queued.
-func (s *subscriber) finish() {
-	s.mu.Lock()
-	s.done = true
-	s.mu.Unlock()
-	s.signal()
-}
-
-// take moves queued gaps and messages into the given slices. end reports
-// that the subscription is over once these are written; cut that it was
-// ended by the Disconnect policy.
-func (s *subscriber) take(gaps []wire.Gap, msgs []*Message) (_ []wire.Gap, _ []*Message, end, cut bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, t := range s.gapOrder {
-		gaps = append(gaps, *s.gaps[t])
-	}
-	if len(s.gapOrder) > 0 {
-		s.gaps, s.gapOrder = nil, nil
-	}
-	s.charge(-s.sending) // the previous batch, if written() was not called
-	s.sending = 0
-	for s.q.len() > 0 {
-		m := s.q.pop()
-		s.sending += msgCost(m)
-		msgs = append(msgs, m)
-	}
-	s.q.shrink()
-	return gaps, msgs, s.done, s.cut
-}
-
-// written releases the bytes of the batch take returned, once it is
-// written to the client: until then they count against the queue's bounds
-// (a client that does not read holds them in the writer).
-func (s *subscriber) written() {
-	s.mu.Lock()
-	s.charge(-s.sending)
-	s.sending = 0
-	s.mu.Unlock()
-}
-
-// release returns all the subscriber's bytes to the total when it stops;
-// nothing is queued after.
-func (s *subscriber) release() {
-	s.mu.Lock()
-	s.done = true
-	if s.total != nil {
-		s.total.n.Add(-s.bytes)
-	}
-	s.bytes, s.sending = 0, 0
-	s.q = ring[*Message]{}
-	s.mu.Unlock()
-}
-
-func (s *subscriber) depth() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.q.len()
+	return s
 }
