@@ -37,18 +37,18 @@ type FederationStatus interface {
 	Status() string
 }
 
-// forward hands msg to the federation link. h.mu held.
-func (h *Space) forward(msg *Message) Commit {
-	if h.fed == nil || msg.Origin == OriginCluster {
+// forward hands msg to the federation link. sp.mu held.
+func (sp *Space) forward(msg *Message) Commit {
+	if sp.fed == nil || msg.Origin == OriginCluster {
 		return nil
 	}
-	return h.fed.Forward(msg)
+	return sp.fed.Forward(msg)
 }
 
-// interest reports a subscription's start or end to the link. h.mu held.
-func (h *Space) interest(filter string, delta int) {
-	if h.fed != nil {
-		h.fed.Interest(filter, delta)
+// interest reports a subscription's start or end to the link. sp.mu held.
+func (sp *Space) interest(filter string, delta int) {
+	if sp.fed != nil {
+		sp.fed.Interest(filter, delta)
 	}
 }
 
@@ -71,10 +71,10 @@ func waitForward(ctx context.Context, msg *Message, c Commit) (uint64, error) {
 // AddInterest reports a subscription on filter that does not go through
 // Subscribe (MQTT subscriptions live in mochi) to the federation link: delta +1
 // when it begins, -1 when it ends.
-func (h *Space) AddInterest(filter string, delta int) {
-	h.mu.Lock()
-	h.interest(filter, delta)
-	h.mu.Unlock()
+func (sp *Space) AddInterest(filter string, delta int) {
+	sp.mu.Lock()
+	sp.interest(filter, delta)
+	sp.mu.Unlock()
 }
 
 // Sequencer is implemented by a Federation that numbers messages
@@ -102,24 +102,24 @@ type SeqCommit interface {
 
 // sequenced reports whether the cluster numbers and applies messages (a
 // sequencing link, no Store).
-func (h *Space) sequenced() bool {
-	s, ok := h.fed.(Sequencer)
-	return ok && h.persist == nil && s.Sequencing()
+func (sp *Space) sequenced() bool {
+	s, ok := sp.fed.(Sequencer)
+	return ok && sp.persist == nil && s.Sequencing()
 }
 
 // publishSequenced hands an accepted message to the sequencing link; it is
 // applied when the link hands it back numbered. A QoS 1 or 2 publisher's
 // acknowledgement waits for the cluster's sequence number; QoS 0 and
 // messages held while the cluster is unreachable are answered with 0 (not
-// numbered yet). h.mu is held on entry and released here.
-func (h *Space) publishSequenced(ctx context.Context, msg *Message) (uint64, error) {
+// numbered yet). sp.mu is held on entry and released here.
+func (sp *Space) publishSequenced(ctx context.Context, msg *Message) (uint64, error) {
 	if msg.Origin == OriginCluster {
-		h.mu.Unlock()
+		sp.mu.Unlock()
 		return 0, errors.New("a message from the cluster must come through ApplySequenced")
 	}
-	c := h.fed.Forward(msg)
-	h.mu.Unlock()
-	h.countIn(msg.Origin)
+	c := sp.fed.Forward(msg)
+	sp.mu.Unlock()
+	sp.countIn(msg.Origin)
 	if c == nil || msg.QoS == 0 {
 		return 0, nil
 	}
@@ -139,15 +139,15 @@ func (h *Space) publishSequenced(ctx context.Context, msg *Message) (uint64, err
 
 // SetClusterEpoch makes e the epoch sent to subscribers (a sequencing link
 // sets the cluster's: sequence numbers are the cluster's).
-func (h *Space) SetClusterEpoch(e uint64) {
+func (sp *Space) SetClusterEpoch(e uint64) {
 	if e != 0 {
-		h.epoch.Store(e)
+		sp.epoch.Store(e)
 	}
 }
 
 // Sequenced reports whether this broker's sequence numbers come from its
 // federation link (Sequencer, and no Store).
-func (h *Space) Sequenced() bool { return h.sequenced() }
+func (sp *Space) Sequenced() bool { return sp.sequenced() }
 
 // ErrOutOfOrder: ApplySequenced got a sequence number at or below the last
 // one applied (a duplicate); the message is not applied again.
@@ -163,109 +163,98 @@ var ErrOutOfOrder = errors.New("sequence number already applied")
 // message beyond Limits.RetainedBytes is delivered all the same but not
 // kept (the topic's older retained message, now stale, is dropped): the
 // error then wraps ErrRetainedFull. Authorisation is the caller's job.
-func (h *Space) ApplySequenced(m Message, seq uint64) error {
-	return h.applySequenced(m, seq, true)
+func (sp *Space) ApplySequenced(m Message, seq uint64) error {
+	return sp.applySequenced(m, seq, true)
 }
 
 // ApplySequencedHistory is ApplySequenced for a message that is not new to
 // this broker's subscribers (the link began reading its topic after it was
 // published): it goes into the history and the retained message only.
-func (h *Space) ApplySequencedHistory(m Message, seq uint64) error {
-	return h.applySequenced(m, seq, false)
+func (sp *Space) ApplySequencedHistory(m Message, seq uint64) error {
+	return sp.applySequenced(m, seq, false)
 }
 
-func (h *Space) applySequenced(m Message, seq uint64, live bool) error {
-	if err := h.validate(&m); err != nil {
-		h.AdvanceSequence(seq)
+func (sp *Space) applySequenced(m Message, seq uint64, live bool) error {
+	if err := sp.validate(&m); err != nil {
+		sp.AdvanceSequence(seq)
 		return err
 	}
 	msg := &m
 	msg.Seq = seq
-	h.mu.Lock()
-	if h.closing {
-		h.mu.Unlock()
+	sp.mu.Lock()
+	if sp.closing {
+		sp.mu.Unlock()
 		return ErrShuttingDown
 	}
-	if seq <= h.seq {
-		h.mu.Unlock()
+	if seq <= sp.seq {
+		sp.mu.Unlock()
 		return ErrOutOfOrder
 	}
-	h.skipTo(seq)
+	sp.skipTo(seq)
 	var err error
-	if ts := h.topics[msg.Topic]; msg.Retain && ts != nil && ts.retainedSeq > seq {
+	if ts := sp.topics[msg.Topic]; msg.Retain && ts != nil && ts.retainedSeq > seq {
 		// The retained store had a newer one: this is history, not the
 		// topic's retained message.
 		m2 := *msg
 		m2.Retain = false
 		msg = &m2
 	}
-	if msg.Retain && len(msg.Payload) > 0 {
-		size := h.retainedSize + msgCost(msg)
-		ts := h.topics[msg.Topic]
-		if ts != nil && ts.retained != nil {
-			size -= msgCost(ts.retained)
-		}
-		if size > h.limits.RetainedBytes {
-			// The cluster accepted it: deliver it, but it cannot be this
-			// broker's retained message, and the older one is stale.
-			err = fmt.Errorf("%w: delivered but not kept as retained (%d bytes held, limit %d)", ErrRetainedFull, h.retainedSize, h.limits.RetainedBytes)
-			if ts != nil && ts.retained != nil {
-				h.retainedSize -= msgCost(ts.retained)
-				h.retainedCount--
-				ts.retained = nil
-			}
-			m2 := *msg
-			m2.Retain = false
-			msg = &m2
-		}
+	if ts := sp.topics[msg.Topic]; msg.Retain && len(msg.Payload) > 0 && !sp.retainedFits(ts, msg) {
+		// The cluster accepted it: deliver it, but it cannot be this
+		// broker's retained message, and the older one is stale.
+		err = fmt.Errorf("%w: delivered but not kept as retained (%d bytes held, limit %d)", ErrRetainedFull, sp.retainedSize, sp.limits.RetainedBytes)
+		sp.clearRetained(ts)
+		m2 := *msg
+		m2.Retain = false
+		msg = &m2
 	}
-	h.apply(msg, live)
+	sp.apply(msg, live)
 	if m.Retain {
-		if ts := h.topics[m.Topic]; ts != nil {
+		if ts := sp.topics[m.Topic]; ts != nil {
 			ts.retainedSeq = max(ts.retainedSeq, seq) // older values from the retained store are stale
 		}
 	}
-	h.mu.Unlock()
+	sp.mu.Unlock()
 	if msg.Origin == OriginCluster {
-		h.countIn(msg.Origin)
+		sp.countIn(msg.Origin)
 	}
 	return err
 }
 
 // AdvanceSequence records that the cluster's messages up to seq were seen
 // (those this broker does not apply: refused by its ACL, gap notes).
-func (h *Space) AdvanceSequence(seq uint64) {
-	h.mu.Lock()
-	if seq > h.seq {
-		h.skipTo(seq)
+func (sp *Space) AdvanceSequence(seq uint64) {
+	sp.mu.Lock()
+	if seq > sp.seq {
+		sp.skipTo(seq)
 	}
-	h.mu.Unlock()
+	sp.mu.Unlock()
 }
 
-// skipTo makes seq the last sequence number. h.mu held.
-func (h *Space) skipTo(seq uint64) {
-	h.seq = seq
+// skipTo makes seq the last sequence number. sp.mu held.
+func (sp *Space) skipTo(seq uint64) {
+	sp.seq = seq
 }
 
 // ForgetThrough records that the cluster's messages up to seq may be
 // missing here (gone from its history before this broker read them): a
 // subscriber resuming from before seq is told of the gap.
-func (h *Space) ForgetThrough(seq uint64) {
-	h.mu.Lock()
-	h.forgotten = max(h.forgotten, seq)
-	h.mu.Unlock()
+func (sp *Space) ForgetThrough(seq uint64) {
+	sp.mu.Lock()
+	sp.forgotten = max(sp.forgotten, seq)
+	sp.mu.Unlock()
 }
 
 // MarkEvicted records that messages of topic up to seq may be missing here
 // (the cluster's history dropped them by its per-topic bound before this
 // broker read them): a subscriber resuming from before seq is told of the
 // gap on that topic. Nothing happens for a topic this broker holds nothing of.
-func (h *Space) MarkEvicted(topic string, seq uint64) {
-	h.mu.Lock()
-	if ts := h.topics[topic]; ts != nil {
+func (sp *Space) MarkEvicted(topic string, seq uint64) {
+	sp.mu.Lock()
+	if ts := sp.topics[topic]; ts != nil {
 		ts.evictedMax = max(ts.evictedMax, seq)
 	}
-	h.mu.Unlock()
+	sp.mu.Unlock()
 }
 
 // SetRetained sets topic's retained message from the cluster's retained
@@ -276,13 +265,13 @@ func (h *Space) MarkEvicted(topic string, seq uint64) {
 // live. One that does not fit Limits.RetainedBytes leaves the topic without
 // a retained message (the older one is stale) and returns an error wrapping
 // ErrRetainedFull.
-func (h *Space) SetRetained(m Message, tap bool) error {
-	if err := h.validate(&m); err != nil {
+func (sp *Space) SetRetained(m Message, tap bool) error {
+	if err := sp.validate(&m); err != nil {
 		return err
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ts := h.topics[m.Topic]
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	ts := sp.topics[m.Topic]
 	if ts != nil && (ts.retainedSeq >= m.Seq || ts.retained != nil && ts.retained.Seq >= m.Seq) {
 		return nil
 	}
@@ -291,46 +280,32 @@ func (h *Space) SetRetained(m Message, tap bool) error {
 	}
 	if len(m.Payload) == 0 {
 		if ts != nil && ts.retained != nil {
-			h.retainedSize -= msgCost(ts.retained)
-			h.retainedCount--
-			ts.retained = nil
-			h.maybeForget(m.Topic, ts)
+			sp.clearRetained(ts)
+			sp.maybeForget(m.Topic, ts)
 		}
 		if tap {
 			msg := m
-			for _, fn := range h.taps {
+			for _, fn := range sp.taps {
 				fn(&msg)
 			}
 		}
 		return nil
 	}
-	size := h.retainedSize + msgCost(&m)
-	if ts != nil && ts.retained != nil {
-		size -= msgCost(ts.retained)
-	}
-	if size > h.limits.RetainedBytes {
+	if !sp.retainedFits(ts, &m) {
 		if ts != nil && ts.retained != nil { // stale now
-			h.retainedSize -= msgCost(ts.retained)
-			h.retainedCount--
-			ts.retained = nil
-			h.maybeForget(m.Topic, ts)
+			sp.clearRetained(ts)
+			sp.maybeForget(m.Topic, ts)
 		}
-		return fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, h.retainedSize, h.limits.RetainedBytes)
+		return fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, sp.retainedSize, sp.limits.RetainedBytes)
 	}
 	if ts == nil {
 		ts = &topicState{retainedSeq: m.Seq}
-		h.topics[m.Topic] = ts
-	}
-	if ts.retained != nil {
-		h.retainedSize -= msgCost(ts.retained)
-		h.retainedCount--
+		sp.topics[m.Topic] = ts
 	}
 	msg := m
-	ts.retained = &msg
-	h.retainedSize += msgCost(&msg)
-	h.retainedCount++
+	sp.setRetained(ts, &msg)
 	if tap {
-		for _, fn := range h.taps {
+		for _, fn := range sp.taps {
 			fn(&msg)
 		}
 	}
@@ -342,9 +317,9 @@ func (h *Space) SetRetained(m Message, tap bool) error {
 // before any broker numbered them (another broker dropped them while cut
 // off from the cluster): a gap frame with the topic and no sequence numbers.
 // It returns the number of subscriptions told.
-func (h *Space) AnnounceLoss(topics []string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (sp *Space) AnnounceLoss(topics []string) int {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
 	n := 0
 	tell := func(s *Subscriber) {
 		for _, t := range topics {
@@ -359,12 +334,12 @@ func (h *Space) AnnounceLoss(topics []string) int {
 			n++
 		}
 	}
-	for _, l := range h.exact {
+	for _, l := range sp.exact {
 		for _, s := range l {
 			tell(s)
 		}
 	}
-	for _, s := range h.wild {
+	for _, s := range sp.wild {
 		tell(s)
 	}
 	return n
@@ -395,8 +370,8 @@ func (s *Subscriber) noteLoss(t string) {
 // ends the interest it took: call it after AddInterest reported the
 // subscription's own. Without such a link, or when the link cannot cover
 // filter now (the cluster is unreachable), it returns at once.
-func (h *Space) CoverInterest(filter string) (release func()) {
-	c := h.coverer()
+func (sp *Space) CoverInterest(filter string) (release func()) {
+	c := sp.coverer()
 	if c == nil {
 		return func() {}
 	}
@@ -410,12 +385,12 @@ func (h *Space) CoverInterest(filter string) (release func()) {
 // Covering reports whether subscriptions' filters are covered
 // (CoverInterest waits for the cluster link), so that the MQTT side skips
 // the work when they are not.
-func (h *Space) Covering() bool { return h.coverer() != nil }
+func (sp *Space) Covering() bool { return sp.coverer() != nil }
 
 // coverer returns the link that reads only what local subscribers want and
 // must cover a new filter first, or nil.
-func (h *Space) coverer() Coverer {
-	if c, ok := h.fed.(Coverer); ok && h.sequenced() {
+func (sp *Space) coverer() Coverer {
+	if c, ok := sp.fed.(Coverer); ok && sp.sequenced() {
 		return c
 	}
 	return nil
@@ -444,9 +419,9 @@ type Coverer interface {
 // from, and the release of the link's interest (call it once the
 // subscription holds its own). otherRun is set when the resume cannot be
 // served (the link could not cover the filter): announced as a restart.
-func (h *Space) cover(filter string, since *uint64, otherRun bool) (pre []wire.Frame, from *uint64, other bool, release func(), err error) {
+func (sp *Space) cover(filter string, since *uint64, otherRun bool) (pre []wire.Frame, from *uint64, other bool, release func(), err error) {
 	release = func() {}
-	c := h.coverer()
+	c := sp.coverer()
 	if c == nil {
 		return nil, since, otherRun, release, nil
 	}
@@ -458,9 +433,9 @@ func (h *Space) cover(filter string, since *uint64, otherRun bool) (pre []wire.F
 	if since == nil || otherRun {
 		return nil, since, otherRun, release, nil
 	}
-	h.mu.Lock()
-	caught := h.seq >= old // history holds filter's messages from first on
-	h.mu.Unlock()
+	sp.mu.Lock()
+	caught := sp.seq >= old // history holds filter's messages from first on
+	sp.mu.Unlock()
 	to := old
 	if caught {
 		to = first - 1

@@ -91,11 +91,11 @@ type ForgetOp struct {
 }
 
 // persistPublish hands an accepted message to the store and waits for its
-// commit when the publisher asked for QoS 1 or 2. h.mu is held on entry and
+// commit when the publisher asked for QoS 1 or 2. sp.mu is held on entry and
 // released here.
-func (h *Space) persistPublish(ctx context.Context, msg *Message) (uint64, error) {
-	c := h.persist.Append(msg)
-	h.mu.Unlock()
+func (sp *Space) persistPublish(ctx context.Context, msg *Message) (uint64, error) {
+	c := sp.persist.Append(msg)
+	sp.mu.Unlock()
 	if msg.QoS == 0 && !waitCommit(ctx) { // WithCommitWait
 		return msg.Seq, nil
 	}
@@ -111,78 +111,78 @@ func (h *Space) persistPublish(ctx context.Context, msg *Message) (uint64, error
 }
 
 // committed applies a committed batch (Store.Start's apply).
-func (h *Space) committed(msgs []*Message, err error) {
+func (sp *Space) committed(msgs []*Message, err error) {
 	if err != nil {
 		return
 	}
-	h.mu.Lock()
+	sp.mu.Lock()
 	for _, m := range msgs {
-		h.apply(m, true)
-		h.applied = m.Seq
-		h.forward(m) // the cluster gets it once committed (not waited for)
+		sp.apply(m, true)
+		sp.applied = m.Seq
+		sp.forward(m) // the cluster gets it once committed (not waited for)
 	}
-	h.flushForget()
-	h.mu.Unlock()
+	sp.flushForget()
+	sp.mu.Unlock()
 	for _, m := range msgs {
-		h.countIn(m.Origin)
+		sp.countIn(m.Origin)
 	}
 }
 
-// flushForget hands the removals made since the last call to the store. h.mu held.
-func (h *Space) flushForget() {
-	if len(h.forget) > 0 {
-		h.persist.Forget(h.forget)
-		h.forget = nil
+// flushForget hands the removals made since the last call to the store. sp.mu held.
+func (sp *Space) flushForget() {
+	if len(sp.forget) > 0 {
+		sp.persist.Forget(sp.forget)
+		sp.forget = nil
 	}
 }
 
-// noteEvict records that seq left topic's history. h.mu held.
-func (h *Space) noteEvict(topic string, seq, evictedMax uint64) {
-	if h.persist != nil {
-		h.forget = append(h.forget, ForgetOp{Kind: ForgetMessage, Topic: topic, Seq: seq, Evicted: evictedMax})
+// noteEvict records that seq left topic's history. sp.mu held.
+func (sp *Space) noteEvict(topic string, seq, evictedMax uint64) {
+	if sp.persist != nil {
+		sp.forget = append(sp.forget, ForgetOp{Kind: ForgetMessage, Topic: topic, Seq: seq, Evicted: evictedMax})
 	}
 }
 
-// noteForgetTopic records that topic was dropped. h.mu held.
-func (h *Space) noteForgetTopic(topic string) {
-	if h.persist != nil {
-		h.forget = append(h.forget, ForgetOp{Kind: ForgetTopic, Topic: topic, Evicted: h.forgotten})
+// noteForgetTopic records that topic was dropped. sp.mu held.
+func (sp *Space) noteForgetTopic(topic string) {
+	if sp.persist != nil {
+		sp.forget = append(sp.forget, ForgetOp{Kind: ForgetTopic, Topic: topic, Evicted: sp.forgotten})
 	}
 }
 
 // restore loads saved state into the empty space: the sequence counter, the
 // retained messages, and the history, replayed through the current limits
 // (evictions it causes are passed to the store at Start).
-func (h *Space) restore(st *StoredState) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (sp *Space) restore(st *StoredState) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
 	get := func(name string) *topicState {
-		ts := h.topics[name]
+		ts := sp.topics[name]
 		if ts == nil {
 			ts = &topicState{}
-			h.topics[name] = ts
+			sp.topics[name] = ts
 		}
 		return ts
 	}
-	h.seq = st.Seq
-	h.applied = st.Seq
-	h.forgotten = st.Forgotten
+	sp.seq = st.Seq
+	sp.applied = st.Seq
+	sp.forgotten = st.Forgotten
 	for name, ev := range st.Evicted {
 		get(name).evictedMax = ev
 	}
 	for _, m := range st.Retained {
 		ts := get(m.Topic)
 		ts.retained = m
-		h.retainedSize += msgCost(m)
-		h.retainedCount++
+		sp.retainedSize += msgCost(m)
+		sp.retainedCount++
 	}
 	for _, m := range st.History {
-		h.seq = max(h.seq, m.Seq)
-		h.applied = h.seq
-		h.store(get(m.Topic), m)
+		sp.seq = max(sp.seq, m.Seq)
+		sp.applied = sp.seq
+		sp.store(get(m.Topic), m)
 	}
-	for name, ts := range h.topics {
-		h.maybeForget(name, ts)
+	for name, ts := range sp.topics {
+		sp.maybeForget(name, ts)
 	}
 }
 
@@ -191,25 +191,25 @@ func (h *Space) restore(st *StoredState) {
 // messages and the history, replayed through the current limits) and
 // starts committing. The epoch becomes the saved one, or a new one for a
 // fresh store. The caller closes the store once nothing publishes any more.
-func (h *Space) OpenStore(s Store) (*StoredState, error) {
+func (sp *Space) OpenStore(s Store) (*StoredState, error) {
 	st, err := s.Load()
 	if err != nil {
 		return nil, err
 	}
-	h.persist = s
+	sp.persist = s
 	epoch := st.Epoch
 	if st.Fresh || epoch == 0 {
 		epoch = NewEpoch()
 	} else {
-		h.restore(st)
+		sp.restore(st)
 	}
-	if err := s.Start(epoch, h.committed); err != nil {
+	if err := s.Start(epoch, sp.committed); err != nil {
 		return nil, err
 	}
-	h.epoch.Store(epoch)
-	h.mu.Lock()
-	h.flushForget()
-	h.mu.Unlock()
+	sp.epoch.Store(epoch)
+	sp.mu.Lock()
+	sp.flushForget()
+	sp.mu.Unlock()
 	return st, nil
 }
 
@@ -231,11 +231,11 @@ func waitCommit(ctx context.Context) bool {
 
 // RetainedMessages returns the retained messages, in sequence order (for
 // another protocol's view of the topic space after a restart).
-func (h *Space) RetainedMessages() []*Message {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (sp *Space) RetainedMessages() []*Message {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
 	var out []*Message
-	for _, ts := range h.topics {
+	for _, ts := range sp.topics {
 		if ts.retained != nil {
 			out = append(out, ts.retained)
 		}
@@ -248,17 +248,17 @@ func (h *Space) RetainedMessages() []*Message {
 // seq, oldest first, and the last sequence number applied (a message above
 // it reaches the taps after this call). The messages are shared: do not
 // modify them.
-func (h *Space) HistoryAfter(seq uint64) (msgs []*Message, last uint64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i := 0; i < h.order.len(); i++ {
-		if e := h.order.at(i); !e.evicted && e.m.Seq > seq {
+func (sp *Space) HistoryAfter(seq uint64) (msgs []*Message, last uint64) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	for i := 0; i < sp.order.len(); i++ {
+		if e := sp.order.at(i); !e.evicted && e.m.Seq > seq {
 			msgs = append(msgs, e.m)
 		}
 	}
-	last = h.seq
-	if h.persist != nil {
-		last = h.applied
+	last = sp.seq
+	if sp.persist != nil {
+		last = sp.applied
 	}
 	return msgs, last
 }

@@ -54,23 +54,6 @@ var (
 	ErrRetainedFull = errors.New("retained message store full")
 )
 
-// entry is a message in history.
-type entry struct {
-	m       *Message
-	evicted bool
-}
-
-// topicState is one topic's history and retained message.
-type topicState struct {
-	hist     ring[*entry]
-	retained *Message
-	// evictedMax is the highest sequence number dropped from hist.
-	evictedMax uint64
-	// retainedSeq is the cluster's sequence number of the last retained
-	// message (or clearing) seen for the topic (federation.go).
-	retainedSeq uint64
-}
-
 // Space is the topic space: history, retained messages, sequence numbers,
 // subscribers and taps (see the package doc for its locking contract).
 // Create it with New.
@@ -180,7 +163,7 @@ type counters struct {
 // New makes an empty topic space with a random epoch. A store is attached
 // with OpenStore before the space is used.
 func New(c Config) *Space {
-	h := &Space{
+	sp := &Space{
 		limits:  c.Limits,
 		tl:      topic.Limits{MaxLength: c.Limits.MaxTopicLength, MaxLevels: c.Limits.MaxTopicLevels},
 		countIn: c.CountIn,
@@ -189,11 +172,11 @@ func New(c Config) *Space {
 		queued:  byteBudget{max: c.Limits.QueueBytesTotal},
 		fed:     c.Federation,
 	}
-	if h.countIn == nil {
-		h.countIn = func(string) {}
+	if sp.countIn == nil {
+		sp.countIn = func(string) {}
 	}
-	h.epoch.Store(NewEpoch())
-	return h
+	sp.epoch.Store(NewEpoch())
+	return sp
 }
 
 // NewEpoch returns a random non-zero epoch. It is random rather than taken
@@ -211,33 +194,33 @@ func NewEpoch() uint64 {
 // Epoch returns the epoch of the space's sequence numbers: random for a
 // new space, the saved one with a store (OpenStore), the cluster's with a
 // sequencing link (SetClusterEpoch).
-func (h *Space) Epoch() uint64 { return h.epoch.Load() }
+func (sp *Space) Epoch() uint64 { return sp.epoch.Load() }
 
 // TopicLimits returns the bounds on topic names and filters.
-func (h *Space) TopicLimits() topic.Limits { return h.tl }
+func (sp *Space) TopicLimits() topic.Limits { return sp.tl }
 
 // AddTap registers fn to run synchronously, under the space's lock, for
 // every accepted message in acceptance order. fn must not block, must not
 // modify the message, and must not call Publish (it would deadlock); it may
 // hand the message to a goroutine.
-func (h *Space) AddTap(fn func(*Message)) {
-	h.mu.Lock()
-	h.taps = append(h.taps, fn)
-	h.mu.Unlock()
+func (sp *Space) AddTap(fn func(*Message)) {
+	sp.mu.Lock()
+	sp.taps = append(sp.taps, fn)
+	sp.mu.Unlock()
 }
 
 // Validate checks m's topic, payload size and QoS as Publish does. Errors
 // wrap ErrBadTopic, ErrTooLarge or ErrBadQoS.
-func (h *Space) Validate(m *Message) error {
-	return h.validate(m)
+func (sp *Space) Validate(m *Message) error {
+	return sp.validate(m)
 }
 
-func (h *Space) validate(m *Message) error {
-	if err := h.tl.ValidateName(m.Topic); err != nil {
+func (sp *Space) validate(m *Message) error {
+	if err := sp.tl.ValidateName(m.Topic); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadTopic, err)
 	}
-	if len(m.Payload) > h.limits.MaxPayload {
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(m.Payload), h.limits.MaxPayload)
+	if len(m.Payload) > sp.limits.MaxPayload {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(m.Payload), sp.limits.MaxPayload)
 	}
 	if m.QoS > 2 {
 		return fmt.Errorf("%w: %d", ErrBadQoS, m.QoS)
@@ -252,156 +235,69 @@ func (h *Space) validate(m *Message) error {
 // with a sequencing federation link once the cluster numbered it.
 // Authorisation is the caller's job. Errors wrap ErrBadTopic, ErrTooLarge,
 // ErrBadQoS, ErrRetainedFull or ErrShuttingDown.
-func (h *Space) Publish(ctx context.Context, m Message) (uint64, error) {
-	if err := h.validate(&m); err != nil {
+func (sp *Space) Publish(ctx context.Context, m Message) (uint64, error) {
+	if err := sp.validate(&m); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	msg := &m
-	h.mu.Lock()
-	if h.closing {
-		h.mu.Unlock()
+	sp.mu.Lock()
+	if sp.closing {
+		sp.mu.Unlock()
 		return 0, ErrShuttingDown
 	}
-	ts := h.topics[msg.Topic]
-	if msg.Retain && len(msg.Payload) > 0 {
-		size := h.retainedSize + msgCost(msg)
-		if ts != nil && ts.retained != nil {
-			size -= msgCost(ts.retained)
-		}
-		if size > h.limits.RetainedBytes {
-			h.mu.Unlock()
-			return 0, fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, h.retainedSize, h.limits.RetainedBytes)
-		}
+	ts := sp.topics[msg.Topic]
+	if msg.Retain && len(msg.Payload) > 0 && !sp.retainedFits(ts, msg) {
+		sp.mu.Unlock()
+		return 0, fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, sp.retainedSize, sp.limits.RetainedBytes)
 	}
-	if h.sequenced() {
-		return h.publishSequenced(ctx, msg) // federation.go: the cluster numbers it
+	if sp.sequenced() {
+		return sp.publishSequenced(ctx, msg) // federation.go: the cluster numbers it
 	}
-	h.seq++
-	msg.Seq = h.seq
-	if h.persist != nil {
-		return h.persistPublish(ctx, msg) // applied once committed
+	sp.seq++
+	msg.Seq = sp.seq
+	if sp.persist != nil {
+		return sp.persistPublish(ctx, msg) // applied once committed
 	}
-	h.apply(msg, true)
-	fc := h.forward(msg)
-	h.mu.Unlock()
-	h.countIn(msg.Origin)
+	sp.apply(msg, true)
+	fc := sp.forward(msg)
+	sp.mu.Unlock()
+	sp.countIn(msg.Origin)
 	return waitForward(ctx, msg, fc)
 }
 
 // apply puts an accepted message into the topic space: retained message
 // and history, then, when live, Subscriber queues and taps (not live: a
 // message the subscribers have no business with, see
-// ApplySequencedHistory). h.mu held.
-func (h *Space) apply(msg *Message, live bool) {
-	ts := h.topics[msg.Topic]
+// ApplySequencedHistory). sp.mu held.
+func (sp *Space) apply(msg *Message, live bool) {
+	ts := sp.topics[msg.Topic]
 	if ts == nil {
 		ts = &topicState{}
-		h.topics[msg.Topic] = ts
+		sp.topics[msg.Topic] = ts
 	}
 	if msg.Retain {
-		if ts.retained != nil {
-			h.retainedSize -= msgCost(ts.retained)
-			h.retainedCount--
-			ts.retained = nil
-		}
+		sp.clearRetained(ts)
 		if len(msg.Payload) > 0 {
-			ts.retained = msg
-			h.retainedSize += msgCost(msg)
-			h.retainedCount++
+			sp.setRetained(ts, msg)
 		}
 	}
-	h.store(ts, msg)
+	sp.store(ts, msg)
 	if !live {
 		return
 	}
-	for _, s := range h.exact[msg.Topic] {
+	for _, s := range sp.exact[msg.Topic] {
 		s.enqueue(msg)
 	}
-	for _, s := range h.wild {
+	for _, s := range sp.wild {
 		if topic.Match(s.filter, msg.Topic) {
 			s.enqueue(msg)
 		}
 	}
-	for _, fn := range h.taps {
+	for _, fn := range sp.taps {
 		fn(msg)
-	}
-}
-
-// store appends msg to its topic's history and enforces the bounds. h.mu held.
-func (h *Space) store(ts *topicState, msg *Message) {
-	if h.limits.HistoryPerTopic == 0 {
-		ts.evictedMax = msg.Seq
-		h.noteEvict(msg.Topic, msg.Seq, msg.Seq)
-		h.maybeForget(msg.Topic, ts)
-		return
-	}
-	e := &entry{m: msg}
-	ts.hist.push(e)
-	h.order.push(e)
-	h.histSize += msgCost(msg)
-	h.histMsgs++
-	for ts.hist.len() > h.limits.HistoryPerTopic {
-		old := ts.hist.pop()
-		h.evict(ts, old)
-		h.stubs++
-	}
-	for h.histSize > h.limits.HistoryBytes && h.order.len() > 0 {
-		old := h.order.pop()
-		if old.evicted {
-			h.stubs--
-			continue
-		}
-		ots := h.topics[old.m.Topic]
-		ots.hist.pop() // the globally oldest entry is its topic's oldest
-		t := old.m.Topic
-		h.evict(ots, old)
-		h.maybeForget(t, ots)
-	}
-	for h.order.len() > 0 && h.order.front().evicted {
-		h.order.pop()
-		h.stubs--
-	}
-	if h.stubs > 1024 && h.stubs > h.order.len()/2 {
-		var n ring[*entry]
-		for i := 0; i < h.order.len(); i++ {
-			if e := h.order.at(i); !e.evicted {
-				n.push(e)
-			}
-		}
-		h.order, h.stubs = n, 0
-	}
-}
-
-// EntryOverhead approximates the memory of a history entry beyond its
-// payload and topic (Message, entry and ring slots), so that empty payloads
-// are bounded too.
-const EntryOverhead = 96
-
-// Cost is the memory a message is counted for in the history, retained and
-// queue bounds: its payload and topic bytes plus EntryOverhead.
-func Cost(m *Message) int64 { return msgCost(m) }
-
-func msgCost(m *Message) int64 { return int64(len(m.Payload)+len(m.Topic)) + EntryOverhead }
-
-func (h *Space) evict(ts *topicState, e *entry) {
-	e.evicted = true
-	ts.evictedMax = max(ts.evictedMax, e.m.Seq)
-	h.noteEvict(e.m.Topic, e.m.Seq, ts.evictedMax)
-	h.histSize -= msgCost(e.m)
-	h.histMsgs--
-	e.m = nil
-	ts.hist.shrink()
-}
-
-// maybeForget drops a topic that holds nothing. h.mu held.
-func (h *Space) maybeForget(name string, ts *topicState) {
-	if ts.hist.len() == 0 && ts.retained == nil {
-		h.forgotten = max(h.forgotten, ts.evictedMax)
-		delete(h.topics, name)
-		h.noteForgetTopic(name)
 	}
 }
 
@@ -409,22 +305,22 @@ func (h *Space) maybeForget(name string, ts *topicState) {
 // messages: retained messages (since == nil) or the history after *since,
 // with gap announcements. otherRun says that *since is a resume point of
 // another broker run (its epoch is not ours): the restart is announced and
-// all history replayed. h.mu is held throughout, so nothing is missed or
+// all history replayed. sp.mu is held throughout, so nothing is missed or
 // duplicated between the snapshot and live delivery.
-func (h *Space) start(s *Subscriber, since *uint64, otherRun bool) ([]wire.Frame, error) {
-	out, since, otherRun, release, err := h.cover(s.filter, since, otherRun) // federation.go
+func (sp *Space) start(s *Subscriber, since *uint64, otherRun bool) ([]wire.Frame, error) {
+	out, since, otherRun, release, err := sp.cover(s.filter, since, otherRun) // federation.go
 	if err != nil {
 		return nil, err
 	}
 	defer release() // after the subscription's own interest below
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closing {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.closing {
 		return nil, ErrShuttingDown
 	}
 	var msgs []*Message
 	if since == nil {
-		for name, ts := range h.topics {
+		for name, ts := range sp.topics {
 			if ts.retained != nil && topic.Match(s.filter, name) {
 				msgs = append(msgs, ts.retained)
 			}
@@ -435,17 +331,17 @@ func (h *Space) start(s *Subscriber, since *uint64, otherRun bool) ([]wire.Frame
 		}
 	} else {
 		from := *since
-		if otherRun || from > h.seq && !h.sequenced() { // sequenced: this broker may lag behind the cluster
+		if otherRun || from > sp.seq && !sp.sequenced() { // sequenced: this broker may lag behind the cluster
 			// The broker restarted (sequence numbers are in memory): say so,
 			// then replay all it has.
 			out = append(out, wire.GapFrame(wire.Gap{From: max(from+1, from)})) // no wrap to 0 (unknown)
 			from = 0
 		}
 		s.after = from // live messages up to the resume point were seen
-		if h.forgotten > from {
-			out = append(out, wire.GapFrame(wire.Gap{From: from + 1, To: h.forgotten}))
+		if sp.forgotten > from {
+			out = append(out, wire.GapFrame(wire.Gap{From: from + 1, To: sp.forgotten}))
 		}
-		for name, ts := range h.topics {
+		for name, ts := range sp.topics {
 			if !topic.Match(s.filter, name) {
 				continue
 			}
@@ -465,14 +361,14 @@ func (h *Space) start(s *Subscriber, since *uint64, otherRun bool) ([]wire.Frame
 			out = append(out, frameOf(m, 0))
 		}
 	}
-	s.total = &h.queued
+	s.total = &sp.queued
 	if topic.IsFilter(s.filter) {
-		h.wild = append(h.wild, s)
+		sp.wild = append(sp.wild, s)
 	} else {
-		h.exact[s.filter] = append(h.exact[s.filter], s)
+		sp.exact[s.filter] = append(sp.exact[s.filter], s)
 	}
-	h.nsubs++
-	h.interest(s.filter, 1)
+	sp.nsubs++
+	sp.interest(s.filter, 1)
 	return out, nil
 }
 
@@ -483,9 +379,9 @@ func (h *Space) start(s *Subscriber, since *uint64, otherRun bool) ([]wire.Frame
 // *since is a resume point of another run (its epoch is not Epoch): the
 // restart is announced and all history replayed. Live messages then come
 // through the Subscriber's queue; end it with Unsubscribe.
-func (h *Space) Subscribe(filter string, since *uint64, otherRun bool) (*Subscriber, []wire.Frame, error) {
-	s := newSubscriber(filter, h.limits, &h.stats)
-	out, err := h.start(s, since, otherRun)
+func (sp *Space) Subscribe(filter string, since *uint64, otherRun bool) (*Subscriber, []wire.Frame, error) {
+	s := newSubscriber(filter, sp.limits, &sp.stats)
+	out, err := sp.start(s, since, otherRun)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -493,12 +389,12 @@ func (h *Space) Subscribe(filter string, since *uint64, otherRun bool) (*Subscri
 }
 
 // Unsubscribe ends a subscription of Subscribe and releases its queue.
-func (h *Space) Unsubscribe(s *Subscriber) { h.stop(s) }
+func (sp *Space) Unsubscribe(s *Subscriber) { sp.stop(s) }
 
 // stop unregisters a subscriber.
-func (h *Space) stop(s *Subscriber) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (sp *Space) stop(s *Subscriber) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
 	remove := func(l []*Subscriber) ([]*Subscriber, bool) {
 		for i, x := range l {
 			if x == s {
@@ -509,44 +405,44 @@ func (h *Space) stop(s *Subscriber) {
 	}
 	var ok bool
 	if topic.IsFilter(s.filter) {
-		h.wild, ok = remove(h.wild)
+		sp.wild, ok = remove(sp.wild)
 	} else {
 		var l []*Subscriber
-		l, ok = remove(h.exact[s.filter])
+		l, ok = remove(sp.exact[s.filter])
 		if len(l) == 0 {
-			delete(h.exact, s.filter)
+			delete(sp.exact, s.filter)
 		} else {
-			h.exact[s.filter] = l
+			sp.exact[s.filter] = l
 		}
 	}
 	if ok {
-		h.nsubs--
-		h.interest(s.filter, -1)
+		sp.nsubs--
+		sp.interest(s.filter, -1)
 	}
 	s.release()
 }
 
 // Shutdown refuses new work (ErrShuttingDown) and ends every subscription
 // once its queue is drained.
-func (h *Space) Shutdown() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.closing = true
-	for _, l := range h.exact {
+func (sp *Space) Shutdown() {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.closing = true
+	for _, l := range sp.exact {
 		for _, s := range l {
 			s.finish()
 		}
 	}
-	for _, s := range h.wild {
+	for _, s := range sp.wild {
 		s.finish()
 	}
 }
 
 // Closing reports whether Shutdown was called.
-func (h *Space) Closing() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.closing
+func (sp *Space) Closing() bool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.closing
 }
 
 func cmpU64(a, b uint64) int {
@@ -590,22 +486,22 @@ type Stats struct {
 }
 
 // Stats returns a snapshot of the space's sizes and counters.
-func (h *Space) Stats() Stats {
-	s := Stats{Dropped: h.stats.dropped.Load(), CutOff: h.stats.cutOff.Load()}
-	h.mu.Lock()
-	s.Subscriptions = h.nsubs
-	s.Topics = len(h.topics)
-	s.HistoryMessages = h.histMsgs
-	s.HistoryBytes = h.histSize
-	s.LastSeq = h.seq
-	s.Retained = h.retainedCount
-	s.RetainedBytes = h.retainedSize
-	subs := make([]*Subscriber, 0, h.nsubs)
-	for _, l := range h.exact {
+func (sp *Space) Stats() Stats {
+	s := Stats{Dropped: sp.stats.dropped.Load(), CutOff: sp.stats.cutOff.Load()}
+	sp.mu.Lock()
+	s.Subscriptions = sp.nsubs
+	s.Topics = len(sp.topics)
+	s.HistoryMessages = sp.histMsgs
+	s.HistoryBytes = sp.histSize
+	s.LastSeq = sp.seq
+	s.Retained = sp.retainedCount
+	s.RetainedBytes = sp.retainedSize
+	subs := make([]*Subscriber, 0, sp.nsubs)
+	for _, l := range sp.exact {
 		subs = append(subs, l...)
 	}
-	subs = append(subs, h.wild...)
-	h.mu.Unlock()
+	subs = append(subs, sp.wild...)
+	sp.mu.Unlock()
 	for _, sub := range subs {
 		d := sub.depth()
 		s.QueueDepthSum += d
