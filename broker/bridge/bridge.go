@@ -306,6 +306,10 @@ func (br *Bridge) Start() error {
 			cc.KeepAlive = uint16(max(ka*2/3/time.Second, 1))
 		}
 	}
+	if br.v311 {
+		cc.TlsCfg = nil
+		cc.AttemptConnection = br.attempt311
+	}
 	cm, err := autopaho.NewConnection(br.ctx, cc)
 	if err != nil {
 		br.cancel()
