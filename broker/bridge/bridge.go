@@ -109,12 +109,16 @@ type item struct {
 
 // Bridge is one running bridge.
 type Bridge struct {
-	cfg    Config
-	b      *broker.Broker
-	log    *slog.Logger
-	origin string
-	tlsCfg *tls.Config
-	u      *url.URL
+	cfg Config
+	// given is the table as New got it (Manager.Reload compares it).
+	given Config
+	// managed: a Manager's tap hands the bridge its messages.
+	managed bool
+	b       *broker.Broker
+	log     *slog.Logger
+	origin  string
+	tlsCfg  *tls.Config
+	u       *url.URL
 	// quic is set for an mqtt-quic:// or https:// upstream: its tuning
 	// profile.
 	quic *quictune.Profile
@@ -170,6 +174,7 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 	if err := CheckAuth(cfg, b.Auth()); err != nil {
 		return nil, err
 	}
+	given := cfg
 	if cfg.DownAlert <= 0 {
 		cfg.DownAlert = DefaultDownAlert
 	}
@@ -177,7 +182,7 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 	if err != nil {
 		return nil, fail("url", err)
 	}
-	br := &Bridge{cfg: cfg, b: b, log: log.With("bridge", cfg.Name), origin: Origin(cfg.Name), u: u, wake: make(chan struct{}, 1), done: make(chan struct{}), changed: make(chan struct{})}
+	br := &Bridge{cfg: cfg, b: b, log: log.With("bridge", cfg.Name), origin: Origin(cfg.Name), given: given, u: u, wake: make(chan struct{}, 1), done: make(chan struct{}), changed: make(chan struct{})}
 	https := strings.EqualFold(u.Scheme, "https")
 	if strings.EqualFold(u.Scheme, "mqtt-quic") || https {
 		if br.quic, err = quictune.Load(cfg.Tuning); err != nil {
@@ -258,7 +263,7 @@ func (br *Bridge) Start() error {
 	br.downAt = time.Now() // down until the first connection
 	br.mu.Unlock()
 	br.unreport = br.b.AddBridge(br)
-	if len(br.cfg.Out) > 0 {
+	if len(br.cfg.Out) > 0 && !br.managed {
 		br.b.AddTap(br.tap)
 	}
 	if br.h3 != nil {
@@ -372,6 +377,11 @@ func (br *Bridge) Close(ctx context.Context) error {
 	if br.h3 != nil {
 		br.h3.close()
 	}
+	br.mu.Lock()
+	br.up = false // a disconnect we asked for calls no OnConnectionDown
+	br.connLost()
+	br.notifyLocked()
+	br.mu.Unlock()
 	select {
 	case <-br.done:
 	case <-ctx.Done():
