@@ -93,7 +93,8 @@ type Stats struct {
 	Echoes uint64
 	// Connects counts upstream connections made, ConnectFailures the
 	// attempts that failed; Subscribed the SUBACKs of the in filters
-	// received (one a connection).
+	// received (one a connection; https://: one a subscription of an in
+	// filter the upstream accepted).
 	Connects, ConnectFailures, Subscribed uint64
 	// LastError is the last connection or publish error ("" if none).
 	LastError string

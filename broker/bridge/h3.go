@@ -67,7 +67,18 @@ func (br *Bridge) newH3Link() *h3Link {
 	case br.cfg.Password != "":
 		l.auth = "Bearer " + br.cfg.Password
 	}
-	l.tr = &http3.Transport{TLSClientConfig: br.tlsCfg, QUICConfig: br.quic.QUICConfig(), DisableCompression: true, Dial: br.dialH3}
+	qc := br.quic.QUICConfig()
+	if qc.KeepAlivePeriod == 0 {
+		// A profile without keep-alive ("default"): an out-only bridge
+		// with nothing to send would lose its connection to the idle
+		// timeout and make it again, over and over.
+		idle := qc.MaxIdleTimeout
+		if idle == 0 {
+			idle = 30 * time.Second // quic-go's
+		}
+		qc.KeepAlivePeriod = idle / 2
+	}
+	l.tr = &http3.Transport{TLSClientConfig: br.tlsCfg, QUICConfig: qc, DisableCompression: true, Dial: br.dialH3}
 	return l
 }
 
