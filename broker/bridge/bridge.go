@@ -130,6 +130,9 @@ type Bridge struct {
 	// echo drops inbound copies of the bridge's own publishes where the
 	// upstream cannot be asked for No Local (MQTT 3.1.1, HTTP/3).
 	echo *echoGuard
+	// echoIn are the remote in filters: only a message going up on a
+	// topic they match can come back.
+	echoIn []string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -191,8 +194,11 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 		}
 	}
 	br.v311 = cfg.MQTTVersion == "3.1.1" && !https
-	if br.v311 || https {
+	if (br.v311 || https) && len(cfg.In) > 0 {
 		br.echo = newEchoGuard()
+		for _, f := range cfg.In {
+			br.echoIn = append(br.echoIn, cfg.RemotePrefix+f)
+		}
 	}
 	if strings.EqualFold(u.Scheme, "mqtts") || br.quic != nil {
 		tc := &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
@@ -623,7 +629,7 @@ func (br *Bridge) publishUp(id uint64, topic string, payload []byte, retain bool
 	if conn == nil {
 		return upStopped
 	}
-	if br.echo != nil {
+	if br.echo != nil && matchAny(br.echoIn, topic) {
 		br.echo.sent(topic, payload)
 	}
 	if br.h3 != nil {
