@@ -8,8 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
+	"os/signal"
 	"sync"
+	"syscall"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/bridge"
@@ -18,13 +19,16 @@ import (
 
 // The bridges of `quiot broker`: the [[bridge]] tables of its
 // configuration file (docs/bridge.md). A table with an error stops the
-// broker before it starts, naming the bridge and the key.
+// broker before it starts, naming the bridge and the key. SIGHUP reads the
+// tables again (bridge.Manager.Reload: unchanged bridges keep running);
+// the ACL's reload (cmd_broker_auth.go) gets the same signal.
 
 type bridgeState struct {
+	path string // the configuration file ("" none)
 	cfgs []bridge.Config
 
-	mu      sync.Mutex // running is read by metrics scrapes
-	running []*bridge.Bridge
+	mu  sync.Mutex // mgr is read by metrics scrapes
+	mgr *bridge.Manager
 }
 
 func init() {
@@ -40,9 +44,9 @@ func init() {
 // parsed reads the [[bridge]] tables of the file --config names (a missing
 // file at the default path means no bridges, as for the [broker] table).
 func (s *bridgeState) parsed(fs *flag.FlagSet) error {
-	s.cfgs = nil
+	s.cfgs, s.path = nil, ""
 	s.mu.Lock()
-	s.running = nil
+	s.mgr = nil
 	s.mu.Unlock()
 	f := fs.Lookup(config.FlagName)
 	if f == nil || f.Value.String() == "" {
@@ -58,7 +62,7 @@ func (s *bridgeState) parsed(fs *flag.FlagSet) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	s.cfgs = cfgs
+	s.cfgs, s.path = cfgs, path
 	return nil
 }
 
@@ -70,46 +74,74 @@ func (s *bridgeState) configure(opts *broker.Options, _ io.Writer) error {
 			return err
 		}
 	}
-	if len(s.cfgs) > 0 {
+	if s.path != "" {
 		metricsCollectors = append(metricsCollectors, bridge.Collector(func() []*bridge.Bridge {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			return slices.Clone(s.running)
+			if s.mgr == nil {
+				return nil
+			}
+			return s.mgr.Bridges()
 		}))
 	}
 	return nil
 }
 
-// start runs the bridges; each connects in the background.
-func (s *bridgeState) start(_ context.Context, b *broker.Broker, _ *broker.Options, log *slog.Logger, stdout io.Writer) (func(context.Context) error, error) {
-	if len(s.cfgs) == 0 {
+// start runs the bridges (each connects in the background) and reloads
+// them on SIGHUP.
+func (s *bridgeState) start(ctx context.Context, b *broker.Broker, opts *broker.Options, log *slog.Logger, stdout io.Writer) (func(context.Context) error, error) {
+	if s.path == "" {
 		return nil, nil
 	}
-	stop := func(ctx context.Context) error {
-		s.mu.Lock()
-		running := s.running
-		s.running = nil
-		s.mu.Unlock()
-		for _, br := range running {
-			_ = br.Close(ctx)
-		}
-		return nil
+	mgr := bridge.NewManager(b, log)
+	if err := mgr.Reload(ctx, s.cfgs); err != nil {
+		_ = mgr.Close(context.Background())
+		return nil, err
 	}
+	s.mu.Lock()
+	s.mgr = mgr
+	s.mu.Unlock()
 	for _, c := range s.cfgs {
-		br, err := bridge.New(b, c, log)
-		if err == nil {
-			if err = br.Start(); err != nil {
-				_ = br.Close(context.Background()) // releases its store
-			}
-		}
-		if err != nil {
-			_ = stop(context.Background())
-			return nil, err
-		}
-		s.mu.Lock()
-		s.running = append(s.running, br)
-		s.mu.Unlock()
 		fmt.Fprintf(stdout, "bridge %s: %s (out %v, in %v)\n", c.Name, c.URL, c.Out, c.In)
 	}
-	return stop, nil
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-hup:
+				s.reload(ctx, mgr, opts, log)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func(ctx context.Context) error {
+		signal.Stop(hup)
+		close(done)
+		<-stopped
+		return mgr.Close(ctx)
+	}, nil
+}
+
+// reload applies the file's [[bridge]] tables as they are now; a file
+// with an error changes nothing.
+func (s *bridgeState) reload(ctx context.Context, mgr *bridge.Manager, opts *broker.Options, log *slog.Logger) {
+	cfgs, err := bridge.LoadFile(s.path)
+	for _, c := range cfgs {
+		if err == nil {
+			err = bridge.CheckAuth(c, opts.Auth)
+		}
+	}
+	if err != nil {
+		log.Error("SIGHUP: bridge tables not reloaded: the running bridges stay", "config", s.path, "err", err)
+		return
+	}
+	if err := mgr.Reload(ctx, cfgs); err != nil {
+		log.Error("SIGHUP: bridges reloaded with errors", "err", err)
+		return
+	}
+	log.Info("SIGHUP: bridges reloaded", "config", s.path, "bridges", len(cfgs))
 }

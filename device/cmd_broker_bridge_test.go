@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -194,11 +195,53 @@ reconnect_min = "50ms"
 			t.Errorf("metrics lack %s:\n%s", want, body)
 		}
 	}
+
+	// SIGHUP with a second table added: it starts, cloud keeps running.
+	got2 := make(chan client.Message, 4)
+	subscribed2 := make(chan struct{})
+	go func() {
+		_ = upc.Subscribe(client.WithSubscribed(sctx, func() { close(subscribed2) }), "site-2/#", 0, func(m client.Message) { got2 <- m })
+	}()
+	select {
+	case <-subscribed2:
+	case <-ctx.Done():
+		t.Fatal("second upstream subscription never started")
+	}
+	cfg += fmt.Sprintf("\n[[bridge]]\nname = \"second\"\nurl = \"mqtt://%s\"\nout = [\"other/#\"]\nremote_prefix = \"site-2/\"\n", ms.TCPAddr())
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(stderr.String(), "SIGHUP: bridges reloaded") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no reload line in the log:\n%s", stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if _, err := edge.Publish(ctx, "other/x", []byte("via-second"), client.PublishOptions{QoS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got2:
+		if m.Topic != "site-2/other/x" || string(m.Payload) != "via-second" {
+			t.Fatalf("upstream got %s %q", m.Topic, m.Payload)
+		}
+	case <-ctx.Done():
+		t.Fatalf("the bridge added by SIGHUP never forwarded: %s", stderr.String())
+	}
+
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stderr.String(), `msg="bridge connected" bridge=cloud`) {
-		t.Fatalf("no connect line in the log:\n%s", stderr.String())
+	log := stderr.String()
+	if !strings.Contains(log, `msg="bridge connected" bridge=cloud`) {
+		t.Fatalf("no connect line in the log:\n%s", log)
+	}
+	if n := strings.Count(log, "bridge=cloud"); strings.Count(log, `msg="bridge starting" bridge=cloud`) != 1 || strings.Contains(log, "reconnected: resuming\" bridge=cloud") {
+		t.Fatalf("cloud was restarted or reconnected by the reload (%d lines):\n%s", n, log)
 	}
 }

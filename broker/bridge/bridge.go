@@ -1,7 +1,8 @@
 // Package bridge joins the broker's topic space to an upstream MQTT broker
 // (mosquitto, EMQX, HiveMQ, another quiot) over mqtt://, mqtts:// or
 // mqtt-quic:// (MQTT over QUIC, single stream, with a QUIC tuning
-// profile), MQTT 5.
+// profile), MQTT 5 or 3.1.1, or to another quiot over https:// (HTTP/3,
+// the pub-sub protocol of docs/pubsub.md: h3.go).
 //
 // Messages the broker accepts on a topic matching one of the bridge's out
 // filters are forwarded up under RemotePrefix+topic; messages the upstream
@@ -9,8 +10,10 @@
 // and are published locally with Origin "bridge:NAME" under the bridge's
 // Identity, through the broker's one authorization check (auth.Allow).
 // A message that came in over a bridge is never forwarded back over it (by
-// origin, and the remote subscriptions ask for MQTT 5 No Local); topics
-// starting with $ never cross.
+// origin, and the remote subscriptions ask for MQTT 5 No Local, or, where
+// there is none (MQTT 3.1.1, HTTP/3), the upstream's copies of the
+// bridge's own publishes are dropped: echo.go); topics starting with $
+// never cross.
 //
 // Going up, messages wait in a bounded in-memory queue (Config.QueueMessages
 // and QueueBytes; beyond them the oldest is dropped and counted) while the
@@ -40,6 +43,7 @@ import (
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
@@ -83,9 +87,14 @@ type Stats struct {
 	// those the local ACL or the broker refused, or that were outside the
 	// bridge's prefix and in filters.
 	In, InRefused uint64
+	// Echoes counts messages from the upstream dropped as copies of the
+	// bridge's own publishes (MQTT 3.1.1 and https:// upstreams, which
+	// cannot be asked for MQTT 5's No Local).
+	Echoes uint64
 	// Connects counts upstream connections made, ConnectFailures the
 	// attempts that failed; Subscribed the SUBACKs of the in filters
-	// received (one a connection).
+	// received (one a connection; https://: one a subscription of an in
+	// filter the upstream accepted).
 	Connects, ConnectFailures, Subscribed uint64
 	// LastError is the last connection or publish error ("" if none).
 	LastError string
@@ -101,14 +110,29 @@ type item struct {
 
 // Bridge is one running bridge.
 type Bridge struct {
-	cfg    Config
-	b      *broker.Broker
-	log    *slog.Logger
-	origin string
-	tlsCfg *tls.Config
-	u      *url.URL
-	// quic is set for an mqtt-quic:// upstream: its tuning profile.
+	cfg Config
+	// given is the table as New got it (Manager.Reload compares it).
+	given Config
+	// managed: a Manager's tap hands the bridge its messages.
+	managed bool
+	b       *broker.Broker
+	log     *slog.Logger
+	origin  string
+	tlsCfg  *tls.Config
+	u       *url.URL
+	// quic is set for an mqtt-quic:// or https:// upstream: its tuning
+	// profile.
 	quic *quictune.Profile
+	// h3 is set for an https:// upstream (another quiot over HTTP/3).
+	h3 *h3Link
+	// v311 speaks MQTT 3.1.1 (mqtt_version = "3.1.1") under paho's MQTT 5.
+	v311 bool
+	// echo drops inbound copies of the bridge's own publishes where the
+	// upstream cannot be asked for No Local (MQTT 3.1.1, HTTP/3).
+	echo *echoGuard
+	// echoIn are the remote in filters: only a message going up on a
+	// topic they match can come back.
+	echoIn []string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -139,7 +163,7 @@ type Bridge struct {
 	lastErr  string
 	changed  chan struct{} // closed and replaced on every change of Stats
 
-	sent, dropped, refused, in, inRefused, connects, connFailures, subscribed atomic.Uint64
+	sent, dropped, refused, in, inRefused, echoes, connects, connFailures, subscribed atomic.Uint64
 }
 
 // New checks cfg against the broker (inbound messages need an ACL or an
@@ -154,6 +178,7 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 	if err := CheckAuth(cfg, b.Auth()); err != nil {
 		return nil, err
 	}
+	given := cfg
 	if cfg.DownAlert <= 0 {
 		cfg.DownAlert = DefaultDownAlert
 	}
@@ -161,10 +186,18 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 	if err != nil {
 		return nil, fail("url", err)
 	}
-	br := &Bridge{cfg: cfg, b: b, log: log.With("bridge", cfg.Name), origin: Origin(cfg.Name), u: u, wake: make(chan struct{}, 1), done: make(chan struct{}), changed: make(chan struct{})}
-	if strings.EqualFold(u.Scheme, "mqtt-quic") {
+	br := &Bridge{cfg: cfg, b: b, log: log.With("bridge", cfg.Name), origin: Origin(cfg.Name), given: given, u: u, wake: make(chan struct{}, 1), done: make(chan struct{}), changed: make(chan struct{})}
+	https := strings.EqualFold(u.Scheme, "https")
+	if strings.EqualFold(u.Scheme, "mqtt-quic") || https {
 		if br.quic, err = quictune.Load(cfg.Tuning); err != nil {
 			return nil, fail("tuning", err)
+		}
+	}
+	br.v311 = cfg.MQTTVersion == "3.1.1" && !https
+	if (br.v311 || https) && len(cfg.In) > 0 {
+		br.echo = newEchoGuard()
+		for _, f := range cfg.In {
+			br.echoIn = append(br.echoIn, cfg.RemotePrefix+f)
 		}
 	}
 	if strings.EqualFold(u.Scheme, "mqtts") || br.quic != nil {
@@ -189,9 +222,15 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 		}
 		if br.quic != nil {
 			tc.NextProtos = []string{mqttALPN}
+			if https {
+				tc.NextProtos, tc.MinVersion = []string{http3.NextProtoH3}, tls.VersionTLS13
+			}
 			br.quic.ApplyClientTLS(tc)
 		}
 		br.tlsCfg = tc
+	}
+	if https {
+		br.h3 = br.newH3Link()
 	}
 	br.connCtx, br.connLost = context.WithCancel(context.Background())
 	br.connLost() // not connected yet
@@ -231,8 +270,13 @@ func (br *Bridge) Start() error {
 	br.downAt = time.Now() // down until the first connection
 	br.mu.Unlock()
 	br.unreport = br.b.AddBridge(br)
-	if len(br.cfg.Out) > 0 {
+	if len(br.cfg.Out) > 0 && !br.managed {
 		br.b.AddTap(br.tap)
+	}
+	if br.h3 != nil {
+		br.startH3()
+		br.startSending()
+		return nil
 	}
 	back := backoff.Backoff{Base: br.cfg.ReconnectMin, Max: br.cfg.ReconnectMax}
 	var password []byte
@@ -274,6 +318,10 @@ func (br *Bridge) Start() error {
 			cc.KeepAlive = uint16(max(ka*2/3/time.Second, 1))
 		}
 	}
+	if br.v311 {
+		cc.TlsCfg = nil
+		cc.AttemptConnection = br.attempt311
+	}
 	cm, err := autopaho.NewConnection(br.ctx, cc)
 	if err != nil {
 		br.cancel()
@@ -282,15 +330,21 @@ func (br *Bridge) Start() error {
 	br.mu.Lock()
 	br.cm = cm
 	br.mu.Unlock()
+	br.startSending()
+	return nil
+}
+
+// startSending logs the start and runs the goroutines that send the queue
+// up.
+func (br *Bridge) startSending() {
 	br.log.Info("bridge starting", "url", br.cfg.URL, "out", br.cfg.Out, "in", br.cfg.In, "remote_prefix", br.cfg.RemotePrefix,
-		"qos", br.cfg.QoS, "queue_messages", br.cfg.QueueMessages, "queue_bytes", br.cfg.QueueBytes)
+		"qos", br.cfg.QoS, "mqtt_version", br.cfg.MQTTVersion, "queue_messages", br.cfg.QueueMessages, "queue_bytes", br.cfg.QueueBytes)
 	if br.sp != nil {
 		go br.spoolIn()
 		go br.sendSpool()
 	} else {
 		go br.send()
 	}
-	return nil
 }
 
 // Close disconnects from the upstream. Without a store, messages still
@@ -327,6 +381,14 @@ func (br *Bridge) Close(ctx context.Context) error {
 		_ = cm.Disconnect(ctx)
 	}
 	br.cancel()
+	if br.h3 != nil {
+		br.h3.close()
+	}
+	br.mu.Lock()
+	br.up = false // a disconnect we asked for calls no OnConnectionDown
+	br.connLost()
+	br.notifyLocked()
+	br.mu.Unlock()
 	select {
 	case <-br.done:
 	case <-ctx.Done():
@@ -355,6 +417,7 @@ func (br *Bridge) Stats() Stats {
 	br.mu.Unlock()
 	s.Sent, s.Dropped, s.Refused = br.sent.Load(), br.dropped.Load(), br.refused.Load()
 	s.In, s.InRefused, s.Connects, s.Subscribed = br.in.Load(), br.inRefused.Load(), br.connects.Load(), br.subscribed.Load()
+	s.Echoes = br.echoes.Load()
 	s.ConnectFailures = br.connFailures.Load()
 	if br.sp != nil {
 		st := br.sp.Stats()
@@ -511,7 +574,7 @@ func (br *Bridge) send() {
 		if it == nil {
 			return
 		}
-		switch br.publishUp(it.topic, it.msg.Payload, it.msg.Retain, it.msg.Time) {
+		switch br.publishUp(it.id, it.topic, it.msg.Payload, it.msg.Retain, it.msg.Time) {
 		case upSent:
 			br.sent.Add(1) // before pop, which notifies
 			br.pop(it)
@@ -533,7 +596,7 @@ func (br *Bridge) sendSpool() {
 			return
 		}
 		for {
-			r := br.publishUp(m.Topic, m.Payload, m.Retain, m.Time)
+			r := br.publishUp(m.ID, m.Topic, m.Payload, m.Retain, m.Time)
 			if r == upStopped {
 				return
 			}
@@ -561,15 +624,21 @@ const (
 // publishUp publishes one message on the current connection and waits for
 // its PUBACK (QoS 1); after a cut it waits for the connection's end (or a
 // pause) before returning upRetry.
-func (br *Bridge) publishUp(topic string, payload []byte, retain bool, sent int64) int {
+func (br *Bridge) publishUp(id uint64, topic string, payload []byte, retain bool, sent int64) int {
 	conn := br.connection()
 	if conn == nil {
 		return upStopped
 	}
+	if br.echo != nil && matchAny(br.echoIn, topic) {
+		br.echo.sent(topic, payload)
+	}
+	if br.h3 != nil {
+		return br.publishH3(conn, id, topic, payload, retain, sent)
+	}
 	ctx, cancel := context.WithCancel(br.ctx)
 	stop := context.AfterFunc(conn, cancel)
 	p := &paho.Publish{Topic: topic, Payload: payload, QoS: br.cfg.QoS, Retain: retain}
-	if sent > 0 { // the publisher's send time, as quiot's MQTT clients carry it
+	if sent > 0 && !br.v311 { // the publisher's send time, as quiot's MQTT clients carry it
 		p.Properties = &paho.PublishProperties{User: paho.UserProperties{{Key: wire.MQTTTimeProperty, Value: strconv.FormatInt(sent, 10)}}}
 	}
 	pr, err := br.cm.Publish(ctx, p)
@@ -588,6 +657,12 @@ func (br *Bridge) publishUp(topic string, payload []byte, retain bool, sent int6
 	}
 	// The connection was lost (or the publish could not be written): send
 	// it again on the next connection.
+	return br.cut(conn, topic, err)
+}
+
+// cut records a publish cut by err and waits for the connection's end (or
+// a pause) before it is sent again: upRetry, or upStopped.
+func (br *Bridge) cut(conn context.Context, topic string, err error) int {
 	br.setErr(err.Error())
 	br.log.Debug("bridge publish cut; retrying on the next connection", "topic", topic, "error", err)
 	select {
@@ -681,6 +756,26 @@ func (br *Bridge) setErr(s string) {
 // onUp runs when a connection is made: log, mark the connection, and
 // subscribe to the in filters.
 func (br *Bridge) onUp(cm *autopaho.ConnectionManager, ca *paho.Connack) {
+	br.markUp(ca.SessionPresent)
+	if len(br.cfg.In) == 0 {
+		return
+	}
+	subs := make([]paho.SubscribeOptions, 0, len(br.cfg.In))
+	for _, f := range br.cfg.In {
+		// RetainHandling 1: retained messages only for a subscription the
+		// session did not hold yet, so a persistent session's reconnect does
+		// not bring them down again. MQTT 3.1.1 has none of these options.
+		o := paho.SubscribeOptions{Topic: br.cfg.RemotePrefix + f, QoS: br.cfg.QoS}
+		if !br.v311 {
+			o.NoLocal, o.RetainAsPublished, o.RetainHandling = true, true, 1
+		}
+		subs = append(subs, o)
+	}
+	go br.subscribeMQTT(cm, subs)
+}
+
+// markUp records a new upstream connection and logs it.
+func (br *Bridge) markUp(sessionPresent bool) {
 	n := br.connects.Add(1)
 	br.mu.Lock()
 	br.connCtx, br.connLost = context.WithCancel(context.Background())
@@ -693,39 +788,31 @@ func (br *Bridge) onUp(cm *autopaho.ConnectionManager, ca *paho.Connack) {
 	br.notifyLocked()
 	br.mu.Unlock()
 	if n == 1 {
-		br.log.Info("bridge connected", "url", br.cfg.URL, "session_present", ca.SessionPresent, "queued", queued)
+		br.log.Info("bridge connected", "url", br.cfg.URL, "session_present", sessionPresent, "queued", queued)
 	} else {
-		br.log.Info("bridge reconnected: resuming", "url", br.cfg.URL, "down_for", down.Round(time.Millisecond), "session_present", ca.SessionPresent, "queued", queued, "dropped_total", br.dropped.Load())
+		br.log.Info("bridge reconnected: resuming", "url", br.cfg.URL, "down_for", down.Round(time.Millisecond), "session_present", sessionPresent, "queued", queued, "dropped_total", br.dropped.Load())
 	}
-	if len(br.cfg.In) == 0 {
+}
+
+// subscribeMQTT subscribes upstream to the in filters.
+func (br *Bridge) subscribeMQTT(cm *autopaho.ConnectionManager, subs []paho.SubscribeOptions) {
+	ctx, cancel := context.WithTimeout(br.ctx, 30*time.Second)
+	defer cancel()
+	sa, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs})
+	if err != nil {
+		br.setErr("subscribe: " + err.Error())
+		br.log.Warn("bridge: subscribing upstream failed; retried on the next connection", "error", err)
 		return
 	}
-	subs := make([]paho.SubscribeOptions, 0, len(br.cfg.In))
-	for _, f := range br.cfg.In {
-		// RetainHandling 1: retained messages only for a subscription the
-		// session did not hold yet, so a persistent session's reconnect does
-		// not bring them down again.
-		subs = append(subs, paho.SubscribeOptions{Topic: br.cfg.RemotePrefix + f, QoS: br.cfg.QoS, NoLocal: true, RetainAsPublished: true, RetainHandling: 1})
+	for i, r := range sa.Reasons {
+		if r >= 0x80 && i < len(subs) {
+			br.setErr(fmt.Sprintf("upstream refused subscription %q (reason 0x%02x)", subs[i].Topic, r))
+			br.log.Warn("bridge: upstream refused a subscription", "filter", subs[i].Topic, "reason", fmt.Sprintf("0x%02x", r))
+		}
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(br.ctx, 30*time.Second)
-		defer cancel()
-		sa, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs})
-		if err != nil {
-			br.setErr("subscribe: " + err.Error())
-			br.log.Warn("bridge: subscribing upstream failed; retried on the next connection", "error", err)
-			return
-		}
-		for i, r := range sa.Reasons {
-			if r >= 0x80 && i < len(subs) {
-				br.setErr(fmt.Sprintf("upstream refused subscription %q (reason 0x%02x)", subs[i].Topic, r))
-				br.log.Warn("bridge: upstream refused a subscription", "filter", subs[i].Topic, "reason", fmt.Sprintf("0x%02x", r))
-			}
-		}
-		br.subscribed.Add(1)
-		br.notify()
-		br.log.Debug("bridge subscribed upstream", "filters", len(subs))
-	}()
+	br.subscribed.Add(1)
+	br.notify()
+	br.log.Debug("bridge subscribed upstream", "filters", len(subs))
 }
 
 // onDown runs when the connection is lost; autopaho reconnects.
@@ -767,12 +854,31 @@ func (br *Bridge) onConnectError(err error) {
 // up once this returns, so once the broker accepted it (or refused it for
 // good).
 func (br *Bridge) inbound(p *paho.Publish) {
-	local, ok := strings.CutPrefix(p.Topic, br.cfg.RemotePrefix)
+	sent := int64(0)
+	if p.Properties != nil {
+		if v := p.Properties.User.Get(wire.MQTTTimeProperty); v != "" {
+			if ns, err := strconv.ParseInt(v, 10, 64); err == nil && ns > 0 {
+				sent = ns
+			}
+		}
+	}
+	br.bringDown(p.Topic, p.Payload, p.QoS, p.Retain, sent)
+}
+
+// bringDown handles a message from the upstream on remote topic t (see
+// inbound); sent is the publisher's send time (0: unknown, now).
+func (br *Bridge) bringDown(t string, payload []byte, qos byte, retain bool, sent int64) {
+	local, ok := strings.CutPrefix(t, br.cfg.RemotePrefix)
 	refuse := func(why string, args ...any) {
 		br.inRefused.Add(1)
-		br.log.Debug("bridge: inbound message refused", append([]any{"topic", p.Topic, "why", why}, args...)...)
+		br.log.Debug("bridge: inbound message refused", append([]any{"topic", t, "why", why}, args...)...)
 	}
 	defer br.notify()
+	if br.echo != nil && br.echo.echoed(t, payload) {
+		br.echoes.Add(1)
+		br.log.Debug("bridge: dropped the upstream's copy of a message it published", "topic", t)
+		return
+	}
 	switch {
 	case !ok || local == "":
 		refuse("outside remote_prefix")
@@ -789,20 +895,14 @@ func (br *Bridge) inbound(p *paho.Publish) {
 		br.log.Warn("bridge: inbound message refused by the ACL", "topic", local, "identity", br.cfg.Identity, "error", err)
 		return
 	}
-	qos := p.QoS
 	if qos > 1 {
 		qos = 1
 	}
-	sent := time.Now().UnixNano()
-	if p.Properties != nil {
-		if v := p.Properties.User.Get(wire.MQTTTimeProperty); v != "" {
-			if ns, err := strconv.ParseInt(v, 10, 64); err == nil && ns > 0 {
-				sent = ns
-			}
-		}
+	if sent <= 0 {
+		sent = time.Now().UnixNano()
 	}
 	_, err := br.b.Publish(br.ctx, broker.Message{
-		Topic: local, Payload: p.Payload, QoS: qos, Retain: p.Retain,
+		Topic: local, Payload: payload, QoS: qos, Retain: retain,
 		Time: sent, Origin: br.origin, Identity: br.cfg.Identity,
 	})
 	if err != nil {

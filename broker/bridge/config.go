@@ -34,9 +34,9 @@ type Config struct {
 	// Name names the bridge in logs, errors and the origin of the
 	// messages it brings in ("bridge:NAME").
 	Name string
-	// URL is the upstream broker: mqtt://host[:1883], mqtts://host[:8883]
-	// or mqtt-quic://host[:14567] (MQTT over QUIC, as quiot, EMQX and
-	// NanoMQ speak it).
+	// URL is the upstream broker: mqtt://host[:1883], mqtts://host[:8883],
+	// mqtt-quic://host[:14567] (MQTT over QUIC, as quiot, EMQX and NanoMQ
+	// speak it) or https://host[:4433] (another quiot over HTTP/3).
 	URL string
 	// Out are the local filters whose messages are forwarded up.
 	Out []string
@@ -62,7 +62,8 @@ type Config struct {
 	// Tuning names the QUIC tuning profile of an mqtt-quic:// upstream
 	// (internal/quictune: "lean", "default" or a TOML file); default lean.
 	Tuning string
-	// MQTTVersion is "5" (the only one built yet).
+	// MQTTVersion is "5" or "3.1.1" (also written 3 or 4); an https://
+	// upstream speaks no MQTT.
 	MQTTVersion string
 	// KeepAlive is the MQTT keep-alive.
 	KeepAlive time.Duration
@@ -320,18 +321,16 @@ func (c *Config) check(fail func(key, format string, args ...any) error) error {
 		}
 	}
 	if c.URL == "" {
-		return fail("url", "required (mqtt://host:1883, mqtts://host:8883 or mqtt-quic://host:14567)")
+		return fail("url", "required (mqtt://host:1883, mqtts://host:8883, mqtt-quic://host:14567 or https://host:4433)")
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil {
 		return fail("url", "%v", err)
 	}
 	switch strings.ToLower(u.Scheme) {
-	case "mqtt", "mqtts", "mqtt-quic":
-	case "https":
-		return fail("url", "scheme %s:// is not built yet (mqtt://, mqtts:// and mqtt-quic:// are)", u.Scheme)
+	case "mqtt", "mqtts", "mqtt-quic", "https":
 	default:
-		return fail("url", "scheme %q: want mqtt://, mqtts:// or mqtt-quic://", u.Scheme)
+		return fail("url", "scheme %q: want mqtt://, mqtts://, mqtt-quic:// or https://", u.Scheme)
 	}
 	if u.Hostname() == "" {
 		return fail("url", "%q has no host", c.URL)
@@ -364,10 +363,15 @@ func (c *Config) check(fail func(key, format string, args ...any) error) error {
 	switch c.MQTTVersion {
 	case "5", "5.0":
 		c.MQTTVersion = "5"
-	case "3.1.1", "4", "3.1", "3":
-		return fail("mqtt_version", "%q is not built yet: only \"5\" (MQTT 5) is", c.MQTTVersion)
+	case "3.1.1", "4", "3":
+		c.MQTTVersion = "3.1.1"
+	case "3.1":
+		return fail("mqtt_version", "%q (MQTT 3.1, protocol level 3) is not supported: \"3.1.1\" or \"5\"", c.MQTTVersion)
 	default:
-		return fail("mqtt_version", "%q: want \"5\"", c.MQTTVersion)
+		return fail("mqtt_version", "%q: want \"5\" or \"3.1.1\"", c.MQTTVersion)
+	}
+	if c.MQTTVersion == "3.1.1" && strings.EqualFold(u.Scheme, "https") {
+		return fail("mqtt_version", "an https:// upstream speaks quiot's HTTP/3 protocol, not MQTT: leave mqtt_version out")
 	}
 	if _, err := quictune.Load(c.Tuning); err != nil {
 		return fail("tuning", "%v", err)
@@ -376,7 +380,7 @@ func (c *Config) check(fail func(key, format string, args ...any) error) error {
 		return fail("cert_file", "cert_file and key_file go together")
 	}
 	if strings.EqualFold(u.Scheme, "mqtt") && (c.CAFile != "" || c.CertFile != "") {
-		return fail("ca_file", "ca_file, cert_file and key_file need an mqtts:// or mqtt-quic:// url")
+		return fail("ca_file", "ca_file, cert_file and key_file need an mqtts://, mqtt-quic:// or https:// url")
 	}
 	for _, f := range []struct{ key, path string }{{"ca_file", c.CAFile}, {"cert_file", c.CertFile}, {"key_file", c.KeyFile}} {
 		if f.path == "" {

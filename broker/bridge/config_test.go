@@ -83,7 +83,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad name", "name = \"a b\"\n" + ok, `"a b"`, "name", "only letters"},
 		{"no url", "name = \"x\"\nout = [\"a\"]\n", `"x"`, "url", "required"},
 		{"bad scheme", "name = \"x\"\nurl = \"http://h\"\nout = [\"a\"]\n", `"x"`, "url", "want mqtt://"},
-		{"https later", "name = \"x\"\nurl = \"https://h\"\nout = [\"a\"]\n", `"x"`, "url", "not built yet"},
+		{"https mqtt version", "name = \"x\"\nurl = \"https://h\"\nout = [\"a\"]\nmqtt_version = 3\n", `"x"`, "mqtt_version", "not MQTT"},
 		{"down_alert 0", "name = \"x\"\n" + ok + "down_alert = \"0s\"\n", `"x"`, "down_alert", "must be positive"},
 		{"unknown tuning", "name = \"x\"\nurl = \"mqtt-quic://h\"\nout = [\"a\"]\ntuning = \"fast\"\n", `"x"`, "tuning", "unknown tuning profile"},
 		{"no filters", "name = \"x\"\nurl = \"mqtt://h\"\n", `"x"`, "out", "needs out or in"},
@@ -93,7 +93,8 @@ func TestParseErrors(t *testing.T) {
 		{"unknown", "name = \"x\"\n" + ok + "colour = 1\n", `"x"`, "colour", "unknown key"},
 		{"qos 2", "name = \"x\"\n" + ok + "qos = 2\n", `"x"`, "qos", "want 0 or 1"},
 		{"qos string", "name = \"x\"\n" + ok + "qos = \"1\"\n", `"x"`, "qos", "want an integer"},
-		{"mqtt 3.1.1", "name = \"x\"\n" + ok + "mqtt_version = \"3.1.1\"\n", `"x"`, "mqtt_version", "not built yet"},
+		{"mqtt 3.1", "name = \"x\"\n" + ok + "mqtt_version = \"3.1\"\n", `"x"`, "mqtt_version", "not supported"},
+		{"mqtt 4.0", "name = \"x\"\n" + ok + "mqtt_version = \"4.0\"\n", `"x"`, "mqtt_version", "want \"5\" or \"3.1.1\""},
 		{"keepalive", "name = \"x\"\n" + ok + "keepalive = \"soon\"\n", `"x"`, "keepalive", "invalid duration"},
 		{"keepalive 0", "name = \"x\"\n" + ok + "keepalive = \"0s\"\n", `"x"`, "keepalive", "want 1s"},
 		{"backoff", "name = \"x\"\n" + ok + "reconnect_min = \"10s\"\nreconnect_max = \"1s\"\n", `"x"`, "reconnect_max", "below reconnect_min"},
@@ -122,6 +123,15 @@ func TestParseErrors(t *testing.T) {
 	_, err := bridge.Parse([]byte("[[bridge]]\nname = \"x\"\nurl = \"mqtt://h\"\nout = [\"a\"]\n[[bridge]]\nname = \"x\"\nurl = \"mqtt://h\"\nout = [\"a\"]\n"))
 	if err == nil || !strings.Contains(err.Error(), "two bridges") {
 		t.Fatalf("duplicate names: %v", err)
+	}
+	for _, v := range []string{`"3.1.1"`, "3", "4", `"4"`} {
+		cs, err := bridge.Parse([]byte("[[bridge]]\nname = \"x\"\nurl = \"mqtt://h\"\nout = [\"a\"]\nmqtt_version = " + v + "\n"))
+		if err != nil || cs[0].MQTTVersion != "3.1.1" {
+			t.Errorf("mqtt_version = %s: %v %+v, want 3.1.1", v, err, cs)
+		}
+	}
+	if cs, err := bridge.Parse([]byte("[[bridge]]\nname = \"x\"\nurl = \"https://h\"\nout = [\"a\"]\n")); err != nil || cs[0].URL != "https://h" {
+		t.Errorf("https:// upstream: %v %+v", err, cs)
 	}
 	if cs, err := bridge.Parse([]byte("[broker]\nlisten = \":1\"\n")); err != nil || cs != nil {
 		t.Fatalf("no bridges: %v %v", cs, err)

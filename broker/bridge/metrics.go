@@ -47,6 +47,7 @@ func (c Collector) WritePrometheus(w io.Writer) {
 		{"dropped_total", "counter", "Messages dropped from a full queue or store (the oldest first) or expired in the store.", func(s Stats) float64 { return float64(s.Dropped) }},
 		{"refused_total", "counter", "Messages the upstream refused (PUBACK reason 0x80 or above), not sent again.", func(s Stats) float64 { return float64(s.Refused) }},
 		{"received_total", "counter", "Messages brought down and accepted by this broker.", func(s Stats) float64 { return float64(s.In) }},
+		{"echoes_total", "counter", "Messages from the upstream dropped as copies of the bridge's own publishes (MQTT 3.1.1 and https:// upstreams, without No Local).", func(s Stats) float64 { return float64(s.Echoes) }},
 		{"denied_total", "counter", "Messages from the upstream refused here (ACL, outside prefix or in filters, $ topics, broker errors).", func(s Stats) float64 { return float64(s.InRefused) }},
 		{"connects_total", "counter", "Connections made to the upstream.", func(s Stats) float64 { return float64(s.Connects) }},
 		{"connect_failures_total", "counter", "Connection attempts that failed.", func(s Stats) float64 { return float64(s.ConnectFailures) }},

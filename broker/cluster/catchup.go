@@ -87,7 +87,7 @@ func (l *Link) catchUp(since time.Time) {
 		}
 		nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
 		if nm.Subject == l.o.Prefix+".gap" {
-			l.remoteGap(nm.Data)
+			l.remoteGap(nm.Data, "catch-up")
 		} else if t, err := DecodeTopic(strings.TrimPrefix(nm.Subject, l.subjM)); err == nil && wanted(filters, t) {
 			select {
 			case l.recv <- nm:

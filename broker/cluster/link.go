@@ -218,8 +218,13 @@ type Link struct {
 
 	// fault, set by tests only (export_test.go), fails a bucket put (op
 	// "put", the key) or a gap announcement (op "gap", the note's topics
-	// joined by ",") when it returns an error.
+	// joined by ",") when it returns an error; it is also told of a remote
+	// gap note's arrival (op "remote-gap-enter", key the path), its
+	// taking (op "remote-gap") or its being ignored (op
+	// "remote-gap-ignored"), where a test may hold the caller.
 	fault atomic.Pointer[func(op, key string) error]
+
+	gapMu sync.Mutex // remoteGap's check and announcement, one note at a time
 }
 
 // gapNote is a run of dropped messages (this broker's message ids) and
@@ -908,10 +913,21 @@ type gapBody struct {
 // remoteGap notes a gap another broker announced (once, whether it came
 // live, in a catch-up or through the stream) and tells the local
 // subscribers of its topics (all of them when it does not name them all).
-func (l *Link) remoteGap(body []byte) {
+//
+// The note is marked seen and its subscribers told under l.gapMu, so a
+// second copy (another path) returns only once the first one's
+// announcement is queued: a caller that goes on to apply the origin's
+// later messages cannot deliver them ahead of the gap. via names the path
+// ("core", "stream", "catch-up") for the test seam.
+func (l *Link) remoteGap(body []byte, via string) {
 	if len(body) > 64<<10 {
 		body = body[:64<<10] // a bound on what is remembered; it no longer parses
 	}
+	if f := l.fault.Load(); f != nil {
+		_ = (*f)("remote-gap-enter", via)
+	}
+	l.gapMu.Lock()
+	defer l.gapMu.Unlock()
 	l.mu.Lock()
 	_, seen := l.gapsSeen[string(body)]
 	if !seen {
@@ -923,6 +939,9 @@ func (l *Link) remoteGap(body []byte) {
 	l.mu.Unlock()
 	if seen {
 		return
+	}
+	if f := l.fault.Load(); f != nil {
+		_ = (*f)("remote-gap", via)
 	}
 	var g gapBody
 	if err := json.Unmarshal(body, &g); err != nil || g.More {
@@ -939,7 +958,19 @@ func (l *Link) remoteGap(body []byte) {
 // interestLoop keeps the NATS subscriptions equal to the local interest.
 func (l *Link) interestLoop() {
 	defer l.wg.Done()
-	gapSub, err := l.nc.Subscribe(l.o.Prefix+".gap", func(m *nats.Msg) { l.remoteGap(m.Data) })
+	gapSub, err := l.nc.Subscribe(l.o.Prefix+".gap", func(m *nats.Msg) {
+		if l.seqMode.Load() {
+			// With cluster-wide numbers the stream consumer reads every gap
+			// note in its place among the messages (seq.go); taken here too,
+			// out of that order, a note could be marked seen by this path
+			// while the consumer goes on to the origin's later messages.
+			if f := l.fault.Load(); f != nil {
+				_ = (*f)("remote-gap-ignored", "core")
+			}
+			return
+		}
+		l.remoteGap(m.Data, "core")
+	})
 	if err != nil {
 		l.log.Warn("cluster link: couldn't subscribe to gap announcements", "err", err)
 	}

@@ -589,7 +589,7 @@ func (l *Link) live(t string, seq uint64) bool {
 func (l *Link) applyStream(nm *nats.Msg, seq uint64) {
 	if nm.Subject == l.o.Prefix+".gap" {
 		l.b.Space().AdvanceSequence(seq)
-		l.remoteGap(nm.Data)
+		l.remoteGap(nm.Data, "stream")
 		return
 	}
 	in, err := l.parseMsg(nm)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -146,17 +147,48 @@ func TestResumeOnAnotherBroker(t *testing.T) {
 // NATS restarts): it is announced again before anything held is sent.
 func TestSequencedHoldAndGaps(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		fails int32 // gap announcements made to fail first
+		name      string
+		fails     int32 // gap announcements made to fail first
+		coreFirst bool  // b takes the note's live copy first and is held there
 	}{
-		{"announced", 0},
-		{"announcement fails twice", 2},
+		{"announced", 0, false},
+		{"announcement fails twice", 2, false},
+		{"live copy of the note first", 0, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testSequencedHoldAndGaps(t, tc.fails) })
+		t.Run(tc.name, func(t *testing.T) { testSequencedHoldAndGaps(t, tc.fails, tc.coreFirst) })
 	}
 }
 
-func testSequencedHoldAndGaps(t *testing.T, fails int32) {
+// holdCoreGap makes b's link take a gap note's live copy (core NATS)
+// before the stream's and holds that path, once it has taken the note,
+// until firstRead is closed: b's stream consumer must not deliver the
+// origin's later messages before b's subscribers are told of the gap
+// (a fresh-clone make test saw m3 first). The stream's copy waits until
+// the live one was taken or ignored.
+func holdCoreGap(t *testing.T, l *cluster.Link, firstRead <-chan struct{}) {
+	coreDone := make(chan struct{})
+	var once sync.Once
+	cluster.SetRemoteGapHook(l, func(op, via string) {
+		switch {
+		case via == "core" && op == "remote-gap-ignored":
+			once.Do(func() { close(coreDone) })
+		case via == "core" && op == "remote-gap":
+			once.Do(func() { close(coreDone) })
+			select {
+			case <-firstRead:
+			case <-time.After(timeout): // bounds a hang only
+			}
+		case via == "stream" && op == "remote-gap-enter":
+			select {
+			case <-coreDone:
+			case <-time.After(timeout):
+				t.Errorf("b's live copy of the gap note never came")
+			}
+		}
+	})
+}
+
+func testSequencedHoldAndGaps(t *testing.T, fails int32, coreFirst bool) {
 	nc := startNATS(t, 1)
 	pki := testutil.NewPKI(t)
 	mod := func(_ *broker.Options, co *cluster.Options) {
@@ -195,14 +227,23 @@ func testSequencedHoldAndGaps(t *testing.T, fails int32) {
 
 	var tries atomic.Int32
 	cluster.SetGapFault(a.link, func(topics string) error {
+		if coreFirst && tries.Load() == 0 {
+			// b's live copy of the note needs b's NATS subscription back.
+			waitFor(t, func() bool { return b.link.Stats().Connected }, "b's link back")
+		}
 		if topics == "u/x" && tries.Add(1) <= fails {
 			return errors.New("no response from stream")
 		}
 		return nil
 	})
+	firstRead := make(chan struct{})
+	if coreFirst {
+		holdCoreGap(t, b.link, firstRead)
+	}
 	nc.restart(0)
 	// b: the gap note from a (through the stream), then m3..m7 in order.
 	f = sb.next()
+	close(firstRead)
 	if g, err := f.Gap(); err != nil || g.Topic != "u/x" {
 		t.Fatalf("b's subscriber after NATS is back: %+v, want a's gap on u/x", f)
 	}

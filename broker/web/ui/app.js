@@ -202,6 +202,19 @@
         el('td', { class: 'num' }, fmtNum(p.MessagesOut)), el('td', { class: 'num' }, rout)));
     }
     $('protos').tBodies[0].replaceChildren(...rows);
+    // Bridges (docs/bridge.md): connected since, or down since (degraded
+    // once down longer than its down_alert, as /healthz says).
+    const brs = b.Bridges || [];
+    $('bridges').hidden = brs.length === 0;
+    $('bridges').tBodies[0].replaceChildren(...brs.map((x) => {
+      const state = x.Connected ? 'up ' + fmtAge(Date.parse(x.ConnectedSince))
+        : (x.Degraded ? 'degraded, down ' : 'down ') + (x.DownSince ? fmtAge(Date.parse(x.DownSince)) : '');
+      const err = el('td', { class: 'val', title: x.Degraded || x.LastError || '' }, x.LastError || '');
+      return el('tr', { 'data-bridge': x.Name, class: x.Connected ? '' : (x.Degraded ? 'bad' : 'down') },
+        el('td', {}, x.Name), el('td', {}, x.URL), el('td', { class: 'state' }, state),
+        el('td', { class: 'num' }, fmtNum(x.Queued)), el('td', { class: 'num' }, fmtNum(x.Sent)),
+        el('td', { class: 'num' }, fmtNum(x.Dropped)), err);
+    }));
   }
 
   // --- topic tree ------------------------------------------------------
