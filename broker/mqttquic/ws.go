@@ -206,6 +206,16 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "service unavailable: the MQTT server is starting", http.StatusServiceUnavailable)
 		return
 	}
+	if testHookWSAuthenticated != nil {
+		testHookWSAuthenticated()
+	}
+	// The identity and the ACL generation it holds from are taken before
+	// the upgrade is answered: a client that reloads the ACL as soon as
+	// it has its 101 must not find its connection judged after the reload.
+	var sess *wsSession
+	if l.core != nil {
+		sess = sessionOf(r, l.core.Auth()) // ws_session.go
+	}
 	c, err := l.up.Upgrade(w, r, nil) // answers a bad upgrade itself
 	if err != nil {
 		l.log.Debug("mqtt websocket upgrade failed", "listener", l.id, "remote", r.RemoteAddr, "error", err)
@@ -220,10 +230,7 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A message larger than an MQTT packet may be is refused (close
 	// 1009) from its frame header, never read into memory.
 	c.SetReadLimit(l.limit)
-	wc := &wsConn{c: c, size: sizeWatch{max: uint32(l.limit)}}
-	if l.core != nil {
-		wc.sess = sessionOf(r, l.core.Auth()) // ws_session.go
-	}
+	wc := &wsConn{c: c, size: sizeWatch{max: uint32(l.limit)}, sess: sess}
 	var nc net.Conn = wc
 	if r.TLS != nil {
 		nc = &wssConn{wsConn: wc, cs: *r.TLS}
@@ -243,6 +250,11 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.log.Debug("mqtt websocket session ended", "listener", l.id, "remote", remote, "error", err)
 	}()
 }
+
+// testHookWSAuthenticated, set by tests only, runs once the broker's
+// browser part has judged an upgrade request's session token, before the
+// listener binds it to the connection.
+var testHookWSAuthenticated func()
 
 func (l *wsListener) track(c *wsConn) bool {
 	l.mu.Lock()

@@ -41,10 +41,12 @@ type wsSession struct {
 // browser part leaves the session cookie alone. Bad credentials bind
 // nothing: the CONNECT is judged as every other.
 func sessionOf(r *http.Request, a *auth.Authenticator) *wsSession {
-	gen := a.Generation() // before authenticating: a reload after it is noticed
-	if id, ok := web.IdentityFrom(r.Context()); ok {
+	if id, gen, ok := web.TokenFrom(r.Context()); ok {
+		// Rights are checked from the token's issue: a reload since then
+		// that changed the identity's rights ends it, whenever it came.
 		return &wsSession{id: id, gen: gen}
 	}
+	gen := a.Generation() // before authenticating: a reload after it is noticed
 	if user, pass, ok := r.BasicAuth(); ok {
 		if id, ok := a.Basic(user, pass); ok {
 			return &wsSession{id: id, gen: gen}

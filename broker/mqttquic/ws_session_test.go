@@ -287,3 +287,37 @@ func TestWebSocketSessionTokenEnded(t *testing.T) {
 		t.Fatalf("CONNECT after the reload on a connection upgraded before it: CONNACK 0x%02x, want 0x86", code)
 	}
 }
+
+// TestWebSocketSessionTokenReloadBeforeBinding: an ACL reload that
+// changes an identity's rights after the browser part accepted its session
+// token, but before the listener bound the connection to it, still ends
+// the token for that connection (its CONNECT is refused). The listener
+// took the ACL generation after answering the upgrade, so a reload that
+// came as the 101 went out was missed (one run in about thirty of
+// TestWebSocketSessionTokenEnded accepted such a CONNECT).
+func TestWebSocketSessionTokenReloadBeforeBinding(t *testing.T) {
+	b := startSessionBroker(t, Limits{})
+	wsURL := "wss://" + b.h3.Broker.TCPAddr().String() + broker.MQTTWebSocketPath
+	tok := b.login(t, "bob", "pw-bob")
+	reloaded := false
+	testHookWSAuthenticated = func() {
+		if reloaded {
+			return
+		}
+		reloaded = true
+		if err := os.WriteFile(b.aclFile, []byte(strings.Replace(sessionACL, `publish   = ["b/#"]`, `publish   = ["b/x"]`, 1)), 0o600); err != nil {
+			t.Error(err)
+		}
+		if err := b.acl.Reload(); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { testHookWSAuthenticated = nil })
+	upgraded := wsUpgrade(t, b.pki, wsURL, cookieHeader(tok, b.origin()))
+	if !reloaded {
+		t.Fatal("the upgrade did not pass the hook")
+	}
+	if _, code := connectOn(t, upgraded, connectOpts{id: "reload-before-binding", clean: true}); code != packets.ErrBadUsernameOrPassword.Code {
+		t.Fatalf("CONNECT after a reload that came before the binding: CONNACK 0x%02x, want 0x86", code)
+	}
+}

@@ -183,6 +183,17 @@ func IdentityFrom(ctx context.Context) (id string, ok bool) {
 	return s.id, true
 }
 
+// TokenFrom returns the identity a valid session token gave the request
+// and the ACL generation the token was issued under (the one its rights
+// are checked from, auth.Authenticator.StillValid), if any.
+func TokenFrom(ctx context.Context) (id string, gen uint64, ok bool) {
+	s, ok := ctx.Value(identityKey{}).(*session)
+	if !ok {
+		return "", 0, false
+	}
+	return s.id, s.tok.Generation, true
+}
+
 // session is what the middleware learned about a request's token.
 type session struct {
 	id  string
