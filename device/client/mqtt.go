@@ -123,9 +123,25 @@ func newMQTT(u *url.URL, opts *Options) (Client, error) {
 	return c, nil
 }
 
-// keepAlive is the MQTT keep-alive in seconds: the profile's QUIC
-// keep-alive when set, else two thirds of the idle timeout, so PINGREQs
-// always arrive before QUIC's idle timer closes a quiet connection.
+// mqttMinKeepAlive is the shortest MQTT keep-alive of an MQTT over QUIC
+// connection whose QUIC keep-alive is on (keepAlive).
+const mqttMinKeepAlive = 60 * time.Second
+
+// keepAlive is the MQTT keep-alive in seconds (docs/TUNING.md, "MQTT
+// keep-alive").
+//
+// Over QUIC with a QUIC keep-alive, QUIC's PINGs keep the NAT mapping and
+// the idle timer alive and its idle timeout finds a dead path, so the MQTT
+// keep-alive only checks that the broker's MQTT side still answers: the
+// idle timeout, at least 60 s. It must not follow the QUIC keep-alive: paho
+// ends the connection when a PINGRESP comes later than one keep-alive
+// period, which a short period turns into a reconnect whenever a path
+// change delays an answer by a second or two.
+//
+// Without a QUIC keep-alive (and over TCP, where the profile's keep-alive
+// period stands for the transport's) the PINGREQs are what keeps a quiet
+// connection open: the profile's keep-alive when set, else two thirds of
+// the idle timeout, so they always arrive before the idle timer fires.
 func (c *mqttClient) keepAlive() uint16 {
 	p := c.opts.Profile
 	idle := time.Duration(p.MaxIdleTimeout)
@@ -133,7 +149,10 @@ func (c *mqttClient) keepAlive() uint16 {
 		idle = 30 * time.Second
 	}
 	ka := time.Duration(p.KeepAlivePeriod)
-	if ka == 0 || ka >= idle {
+	switch {
+	case c.quic && ka > 0 && ka < idle:
+		ka = max(idle, mqttMinKeepAlive)
+	case ka == 0 || ka >= idle:
 		ka = idle * 2 / 3
 	}
 	s := int(ka / time.Second)
