@@ -68,7 +68,7 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.maxBackoff, "max-backoff", 30*time.Second, "cap of the reconnect backoff")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.metricsOut, "metrics-out", "", "write this role's metrics (the eight of docs/BENCH.md, with diagnostics) as JSON to this file on exit")
-	fs.StringVar(&f.session, "session-file", "", "keep TLS sessions in this file (mode 0600; it holds resumption secrets) so the next run resumes: a shorter handshake and, with allow_0rtt, the first publish in 0-RTT data; it also keeps the last connection's RTT, from which lean holds the next handshake's probes back (HTTP/3)")
+	fs.StringVar(&f.session, "session-file", "", "keep TLS sessions in this file (mode 0600; it holds resumption secrets) so the next run resumes: a shorter handshake and, with allow_0rtt, the first publish in 0-RTT data; it also keeps the last connection's RTT, from which lean holds the next handshake's probes back")
 }
 
 // options turns the flags into client options and a logger.

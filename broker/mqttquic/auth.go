@@ -34,6 +34,10 @@ type authHook struct {
 	mq     *mqtt.Server
 	limits Limits
 	log    *slog.Logger
+	// certs says the QUIC listener asks for client certificates: a
+	// CONNECT from 0-RTT data then waits for the handshake to read one
+	// (authenticate).
+	certs bool
 	// topics bounds topic names and filters: the HTTP side's limits
 	// (broker.Limits MaxTopicLength, MaxTopicLevels; topicLimitsOf).
 	topics topic.Limits
@@ -126,7 +130,12 @@ type tlsState interface {
 // authenticate returns the identity of a CONNECT, or ok false; throttled
 // (wrapping auth.ErrThrottled) when the password was not checked because
 // the client's address sent too many wrong ones (auth.BasicFrom).
-func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id string, ok bool, throttled error) {
+//
+// certs says client certificates may be presented. Over QUIC, reading the
+// TLS state of a connection still in its handshake (CONNECT in 0-RTT data)
+// blocks until the handshake completes; without certificates there is
+// nothing to read, so such a CONNECT is served at once (early.go).
+func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet, certs bool) (id string, ok bool, throttled error) {
 	if a.Admit(cl.Net.Remote) != nil {
 		return "", false, nil // no ACL: loopback clients only
 	}
@@ -148,7 +157,7 @@ func authenticate(a *auth.Authenticator, cl *mqtt.Client, pk packets.Packet) (id
 		}
 		return id, true, nil
 	}
-	if ts, isTLS := cl.Net.Conn.(tlsState); isTLS {
+	if ts, isTLS := cl.Net.Conn.(tlsState); isTLS && (certs || !handshakePending(cl)) {
 		cs := ts.ConnectionState()
 		if len(cs.PeerCertificates) > 0 && len(cs.VerifiedChains) > 0 {
 			// A CN that is no identity (a wildcard, '/', NUL) or has no
@@ -182,7 +191,7 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		h.noteRefusal("mqtt connect refused", broker.ReasonForbidden, "client", cl.ID, "remote", cl.Net.Remote, "why", err.Error())
 		return h.refuse(cl, packets.ErrNotAuthorized, packets.Err3NotAuthorized)
 	}
-	id, ok, throttled := authenticate(a, cl, pk)
+	id, ok, throttled := authenticate(a, cl, pk, h.certs)
 	if throttled != nil {
 		h.noteRefusal("mqtt connect refused", broker.ReasonThrottled, "client", cl.ID, "remote", cl.Net.Remote, "why", throttled.Error())
 		return h.refuse(cl, packets.ErrConnectionRateExceeded, packets.Err3ServerUnavailable)

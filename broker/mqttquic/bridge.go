@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -150,7 +151,26 @@ func (b *bridge) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		}
 	}
 	m.Identity, _ = b.auth.identityOf(cl.ID)
-	if _, err := b.core.Publish(context.Background(), m); err != nil {
+	if handshakePending(cl) && !earlySafe(pk, time.Now()) && !awaitHandshake(cl) {
+		return pk, packets.ErrRejectPacket // a 0-RTT replay, or the connection ended (early.go)
+	}
+	var err error
+	repeat := false
+	if id := userProperty(pk, wire.MQTTMsgIDProperty); id != "" {
+		if oc, ok := b.core.(onceCore); ok {
+			_, repeat, err = oc.PublishOnce(context.Background(), m, id)
+		} else {
+			_, err = b.core.Publish(context.Background(), m)
+		}
+	} else {
+		_, err = b.core.Publish(context.Background(), m)
+	}
+	if err == nil && repeat {
+		// Published before (a replay, or sent again after a lost
+		// connection): acknowledged, not delivered or retained again.
+		return pk, packets.CodeSuccessIgnore
+	}
+	if err != nil {
 		b.Refused.Add(1)
 		if r, ok := broker.RefusalOf(err); ok {
 			countRefused(b.core, r)

@@ -268,6 +268,11 @@ func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 	if v, ok := h.conns.Load(cl.Net.Conn); ok {
 		v.(*connTrack).pre() // CONNECT read: mochi's keepalive deadline follows
 	}
+	// A CONNECT from 0-RTT data takes over a live session only once the
+	// handshake has shown it is no replay (early.go).
+	if handshakePending(cl) && liveSession(h.mq, cl) && !awaitHandshake(cl) {
+		return packets.ErrServerUnavailable
+	}
 	if cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval > 0 {
 		// A session that may outlive its connection gets no topic
 		// aliases from the server: mochi queues a delivery as sent (with
@@ -503,9 +508,16 @@ func tooLarge(pk packets.Packet) bool {
 }
 
 // OnPacketRead answers the PUBLISH packets mochi would leave unanswered.
-// It never refuses a packet itself (a refusal here would close the
-// connection): mochi then processes it as usual.
+// It refuses (which closes the connection) only a packet from 0-RTT data
+// whose handshake never completed: mochi otherwise processes it as usual.
 func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	// From 0-RTT data only CONNECT (checked in OnConnect), PUBLISH
+	// (checked in the bridge's OnPublish) and PINGREQ are served before
+	// the handshake completes (early.go); a connection whose handshake
+	// fails ends here.
+	if t := pk.FixedHeader.Type; t != packets.Connect && t != packets.Publish && t != packets.Pingreq && handshakePending(cl) && !awaitHandshake(cl) {
+		return pk, packets.ErrServerUnavailable
+	}
 	if h.flowed.Load() {
 		h.restoreHeld(cl) // before this packet (perhaps their PUBACK) is processed
 		if t := pk.FixedHeader.Type; cl.Properties.Props.ReceiveMaximum > 0 && (t == packets.Puback || t == packets.Pubcomp) {

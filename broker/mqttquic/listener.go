@@ -65,7 +65,7 @@ type QUICListener struct {
 	log *slog.Logger
 
 	tr     *quic.Transport
-	ln     *quic.Listener
+	ln     quicAcceptor
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -78,6 +78,14 @@ type QUICListener struct {
 }
 
 var _ listeners.Listener = (*QUICListener)(nil)
+
+// quicAcceptor is a *quic.Listener, or a *quic.EarlyListener when the
+// configuration allows 0-RTT.
+type quicAcceptor interface {
+	Accept(ctx context.Context) (*quic.Conn, error)
+	Addr() net.Addr
+	Close() error
+}
 
 // NewQUICListener returns a listener; Init opens the socket.
 func NewQUICListener(cfg ListenerConfig) *QUICListener {
@@ -140,7 +148,15 @@ func (l *QUICListener) Init(log *slog.Logger) error {
 	if qc == nil {
 		qc = &quic.Config{}
 	}
-	ln, err := l.tr.Listen(tc, qc)
+	var ln quicAcceptor
+	var err error
+	if qc.Allow0RTT {
+		// Connections come before their handshake completes, with the
+		// client's 0-RTT data (early.go).
+		ln, err = l.tr.ListenEarly(tc, qc)
+	} else {
+		ln, err = l.tr.Listen(tc, qc)
+	}
 	if err != nil {
 		if l.cfg.PacketConn == nil {
 			_ = pc.Close()

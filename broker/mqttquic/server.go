@@ -246,6 +246,7 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Broker != nil {
 		ah := newAuthHook(mq, opts.Broker, opts.Limits, opts.Logger)
+		ah.certs = opts.ClientCAs != nil || opts.TLS != nil && opts.TLS.ClientAuth != tls.NoClientCert
 		if err := mq.AddHook(ah, nil); err != nil {
 			return nil, fmt.Errorf("mqtt server: add auth hook: %w", err)
 		}

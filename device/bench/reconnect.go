@@ -52,7 +52,7 @@ type ReconnectOptions struct {
 	// Payload is the message size in bytes; zero means 256.
 	Payload int
 	// ProbeHold passes the previous wake-up's smoothed RTT as the next
-	// one's client.Options.HandshakeRTT (HTTP/3 only): handshake probes
+	// one's client.Options.HandshakeRTT: handshake probes
 	// are held back for 1.5 of it.
 	ProbeHold bool
 	// Logger receives diagnostics; nil means discard.
@@ -332,14 +332,15 @@ type ReconnectVariant struct {
 
 // DefaultReconnectVariants compares HTTP/3 with and without 0-RTT, with
 // the probe hold that lean sets by default (the RTT from the session file)
-// and without it, and MQTT over QUIC at its best (session resumption and
-// the token's RTT; MQTT's CONNECT is not sent in 0-RTT data, and its client
-// has no probe hold).
+// and without it, and MQTT over QUIC with session resumption, the token's
+// RTT and the probe hold, with 0-RTT (CONNECT and the first PUBLISH in the
+// first flight) and without.
 func DefaultReconnectVariants() []ReconnectVariant {
 	return []ReconnectVariant{
 		{Name: "HTTP/3, 0-RTT, hold from the session file (lean's default)", Proto: ProtoH3, ZeroRTT: true, SessionRTT: true},
 		{Name: "HTTP/3, 0-RTT, no hold", Proto: ProtoH3, ZeroRTT: true},
 		{Name: "HTTP/3, no 0-RTT, hold from the session file", Proto: ProtoH3, SessionRTT: true},
+		{Name: "MQTT/QUIC, 0-RTT, hold from the session file", Proto: ProtoMQTT, ZeroRTT: true, SessionRTT: true},
 		{Name: "MQTT/QUIC", Proto: ProtoMQTT, SessionRTT: true},
 	}
 }

@@ -900,10 +900,14 @@ func (c *h3Client) Close() error {
 	return err
 }
 
-// Used0RTT reports whether c is an HTTP/3 client whose current connection
-// sent application data in 0-RTT (resumed session, allow_0rtt); false for
-// other clients and without a connection.
+// Used0RTT reports whether c is an HTTP/3 or MQTT over QUIC client whose
+// current connection sent application data in 0-RTT (resumed session,
+// allow_0rtt); false for other clients and without a connection.
 func Used0RTT(c Client) bool {
+	if m, ok := c.(*mqttClient); ok {
+		qc := m.currentQUIC()
+		return qc != nil && qc.ConnectionState().Used0RTT
+	}
 	h, ok := c.(*h3Client)
 	if !ok {
 		return false

@@ -136,8 +136,14 @@ func handshakeHold(o *Options, broker string) (rtt time.Duration, fromSession bo
 
 // HandshakeHold returns the RTT c's handshake probe hold started from
 // (probes are held for 1.5 x it; 0: no hold) and whether it came from the
-// session cache; zero for other clients and before c's first connection.
+// session cache; zero for clients other than HTTP/3 and MQTT over QUIC and
+// before c's first connection.
 func HandshakeHold(c Client) (rtt time.Duration, fromSession bool) {
+	if m, ok := c.(*mqttClient); ok {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.hold, m.holdFromSession
+	}
 	h, ok := c.(*h3Client)
 	if !ok {
 		return 0, false
@@ -147,10 +153,16 @@ func HandshakeHold(c Client) (rtt time.Duration, fromSession bool) {
 	return h.hold, h.holdFromSession
 }
 
-// SmoothedRTT returns the smoothed RTT of c's current HTTP/3 connection
-// (0 for other clients and without a connection): what a later client of
+// SmoothedRTT returns the smoothed RTT of c's current HTTP/3 or MQTT over
+// QUIC connection (0 for other clients and without a connection): what a later client of
 // the same broker may pass as Options.HandshakeRTT.
 func SmoothedRTT(c Client) time.Duration {
+	if m, ok := c.(*mqttClient); ok {
+		if qc := m.currentQUIC(); qc != nil {
+			return qc.ConnectionStats().SmoothedRTT
+		}
+		return 0
+	}
 	h, ok := c.(*h3Client)
 	if !ok {
 		return 0

@@ -89,6 +89,14 @@ type mqttClient struct {
 
 	report *connReport
 
+	// early is a publish offered for the first connection's 0-RTT data
+	// (mqtt0rtt.go); the dial that takes it clears it.
+	early *mqttEarly
+	// hold is the RTT the handshake probe hold uses (0: none);
+	// holdFromSession says it came from the session cache (h3probe.go).
+	hold            time.Duration
+	holdFromSession bool
+
 	connects  atomic.Int64
 	handshake atomic.Int64 // ns, first connection
 	dialStart atomic.Int64 // unix ns of the current TCP attempt
@@ -123,9 +131,25 @@ func newMQTT(u *url.URL, opts *Options) (Client, error) {
 	return c, nil
 }
 
-// keepAlive is the MQTT keep-alive in seconds: the profile's QUIC
-// keep-alive when set, else two thirds of the idle timeout, so PINGREQs
-// always arrive before QUIC's idle timer closes a quiet connection.
+// mqttMinKeepAlive is the shortest MQTT keep-alive of an MQTT over QUIC
+// connection whose QUIC keep-alive is on (keepAlive).
+const mqttMinKeepAlive = 60 * time.Second
+
+// keepAlive is the MQTT keep-alive in seconds (docs/TUNING.md, "MQTT
+// keep-alive").
+//
+// Over QUIC with a QUIC keep-alive, QUIC's PINGs keep the NAT mapping and
+// the idle timer alive and its idle timeout finds a dead path, so the MQTT
+// keep-alive only checks that the broker's MQTT side still answers: the
+// idle timeout, at least 60 s. It must not follow the QUIC keep-alive: paho
+// ends the connection when a PINGRESP comes later than one keep-alive
+// period, which a short period turns into a reconnect whenever a path
+// change delays an answer by a second or two.
+//
+// Without a QUIC keep-alive (and over TCP, where the profile's keep-alive
+// period stands for the transport's) the PINGREQs are what keeps a quiet
+// connection open: the profile's keep-alive when set, else two thirds of
+// the idle timeout, so they always arrive before the idle timer fires.
 func (c *mqttClient) keepAlive() uint16 {
 	p := c.opts.Profile
 	idle := time.Duration(p.MaxIdleTimeout)
@@ -133,7 +157,10 @@ func (c *mqttClient) keepAlive() uint16 {
 		idle = 30 * time.Second
 	}
 	ka := time.Duration(p.KeepAlivePeriod)
-	if ka == 0 || ka >= idle {
+	switch {
+	case c.quic && ka > 0 && ka < idle:
+		ka = max(idle, mqttMinKeepAlive)
+	case ka == 0 || ka >= idle:
 		ka = idle * 2 / 3
 	}
 	s := int(ka / time.Second)
@@ -209,15 +236,56 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 	if err != nil {
 		return nil, err
 	}
-	qc, err := tr.Dial(hctx, ua, c.tlsConfig(), qconf)
+	dialQUIC := tr.Dial
+	if qconf.Allow0RTT {
+		// With a session ticket the connection comes back at once, and
+		// CONNECT (and an early PUBLISH) go in 0-RTT data (mqtt0rtt.go).
+		dialQUIC = tr.DialEarly
+	}
+	c.mu.Lock()
+	early := c.early
+	c.early = nil
+	c.mu.Unlock()
+	handed := false
+	defer func() {
+		if early != nil && !handed {
+			early.finish(0, nil, errEarlyLost) // it did not go out: publish the ordinary way
+		}
+	}()
+	qc, err := dialQUIC(hctx, ua, c.tlsConfig(), qconf)
 	if err != nil {
 		if ctx.Err() == nil && hctx.Err() != nil {
 			err = errors.New("no answer over UDP in time")
 		}
 		return nil, &dialError{addr: c.addr, err: fmt.Errorf("mqtt-quic: %w", err)}
 	}
-	if c.handshake.Load() == 0 {
+	select {
+	case <-qc.HandshakeComplete():
 		c.handshake.CompareAndSwap(0, int64(time.Since(start)))
+	default: // 0-RTT: the handshake completes with the broker's answer
+		early0 := early
+		go func() {
+			select {
+			case <-qc.HandshakeComplete():
+				c.handshake.CompareAndSwap(0, int64(time.Since(start)))
+			case <-qc.Context().Done():
+			}
+		}()
+		if early0 != nil {
+			s, err := qc.OpenStream() // 0-RTT: within the limits the ticket remembered
+			if err == nil {
+				c.mu.Lock()
+				if c.outage != nil {
+					c.outage.arm()
+				}
+				c.qc = qc
+				mig := c.mig
+				c.mu.Unlock()
+				mig.connected(qc)
+				handed = true
+				return newEarlyConn(streamconn.New(qc, s, true), early0), nil
+			}
+		}
 	}
 	c.mu.Lock()
 	if c.outage != nil {
@@ -253,6 +321,10 @@ func (c *mqttClient) transport() (*quic.Transport, error) {
 	}
 	pc, u := sock.pc, sock.udp
 	c.outage = sock.outage
+	c.hold, c.holdFromSession = handshakeHold(c.opts, c.addr)
+	if c.hold > 0 {
+		pc = newProbeGovernor(pc, c.hold*3/2) // h3probe.go
+	}
 	c.tr = &quic.Transport{Conn: pc}
 	if u != nil {
 		c.mig = startMigrator(c.ctx, c.opts.Logger, u, c.tr, c.currentQUIC)
@@ -445,22 +517,35 @@ func (c *mqttClient) Publish(ctx context.Context, topic string, payload []byte, 
 		return Ack{}, fmt.Errorf("mqtt publish: qos %d not supported (want 0 or 1)", opts.QoS)
 	}
 	sent := opts.Sent
+	early := c.offerEarly(topic, payload, opts)
+	msgID := ""
 	for {
 		cm, err := c.connected(ctx)
 		if err != nil {
 			return Ack{}, err
 		}
-		if opts.Sent.IsZero() {
+		if early != nil {
+			if ack, done, err := c.awaitEarly(ctx, early, topic); done {
+				return ack, err
+			}
+			if early.wasWritten() {
+				msgID, sent = early.id, early.sent // perhaps published: the same id again
+			}
+			early = nil
+		}
+		if opts.Sent.IsZero() && msgID == "" {
 			sent = time.Now()
 		}
+		user := paho.UserProperties{{Key: MQTTTimeProperty, Value: strconv.FormatInt(sent.UnixNano(), 10)}}
+		if msgID != "" {
+			user = append(user, paho.UserProperty{Key: wire.MQTTMsgIDProperty, Value: msgID})
+		}
 		p := &paho.Publish{
-			QoS:     opts.QoS,
-			Retain:  opts.Retain,
-			Topic:   topic,
-			Payload: payload,
-			Properties: &paho.PublishProperties{
-				User: paho.UserProperties{{Key: MQTTTimeProperty, Value: strconv.FormatInt(sent.UnixNano(), 10)}},
-			},
+			QoS:        opts.QoS,
+			Retain:     opts.Retain,
+			Topic:      topic,
+			Payload:    payload,
+			Properties: &paho.PublishProperties{User: user},
 		}
 		pr, err := cm.Publish(ctx, p)
 		if err == nil {
@@ -676,6 +761,13 @@ func (c *mqttClient) Close() error {
 	cm := c.cm
 	tr, own := c.tr, c.ownPC
 	c.mu.Unlock()
+	if qc := c.currentQUIC(); qc != nil {
+		// The next client of this broker starts its probe hold from
+		// this connection's RTT (h3probe.go).
+		if m, ok := c.opts.SessionCache.(RTTMemory); ok {
+			m.SetLastRTT(c.addr, qc.ConnectionStats().SmoothedRTT)
+		}
+	}
 	if cm != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_ = cm.Disconnect(ctx)

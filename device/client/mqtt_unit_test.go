@@ -12,26 +12,36 @@ import (
 
 func TestMQTTKeepAlive(t *testing.T) {
 	d := func(x time.Duration) quictune.Duration { return quictune.Duration(x) }
+	lab := quictune.Lean()
+	lab.KeepAlivePeriod = d(time.Second)
 	tests := []struct {
 		name string
+		quic bool
 		p    *quictune.Profile
 		want uint16
 	}{
-		{"default: 2/3 of quic-go's 30 s idle timeout", quictune.Default(), 20},
-		{"lean: its keep-alive period", quictune.Lean(), 25},
-		{"keep-alive at the idle timeout is lowered", &quictune.Profile{MaxIdleTimeout: d(9 * time.Second), KeepAlivePeriod: d(9 * time.Second)}, 6},
-		{"short idle timeout", &quictune.Profile{MaxIdleTimeout: d(time.Second)}, 1},
-		{"long idle timeout", &quictune.Profile{MaxIdleTimeout: d(300 * time.Hour)}, 65535},
+		{"default: 2/3 of quic-go's 30 s idle timeout", true, quictune.Default(), 20},
+		{"lean over QUIC: its idle timeout, not its QUIC keep-alive", true, quictune.Lean(), 90},
+		{"1 s QUIC keep-alive: the idle timeout", true, lab, 90},
+		{"QUIC keep-alive, short idle timeout: at least 60 s", true, &quictune.Profile{MaxIdleTimeout: d(10 * time.Second), KeepAlivePeriod: d(2 * time.Second)}, 60},
+		{"lean over TCP: its keep-alive period", false, quictune.Lean(), 25},
+		{"keep-alive at the idle timeout is lowered", true, &quictune.Profile{MaxIdleTimeout: d(9 * time.Second), KeepAlivePeriod: d(9 * time.Second)}, 6},
+		{"short idle timeout", true, &quictune.Profile{MaxIdleTimeout: d(time.Second)}, 1},
+		{"long idle timeout", true, &quictune.Profile{MaxIdleTimeout: d(300 * time.Hour)}, 65535},
+		{"long idle timeout with QUIC keep-alive", true, &quictune.Profile{MaxIdleTimeout: d(300 * time.Hour), KeepAlivePeriod: d(time.Minute)}, 65535},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &mqttClient{opts: &Options{Profile: tt.p}}
+			c := &mqttClient{opts: &Options{Profile: tt.p}, quic: tt.quic}
 			if got := c.keepAlive(); got != tt.want {
 				t.Fatalf("keepAlive() = %d, want %d", got, tt.want)
 			}
 			idle := time.Duration(tt.p.MaxIdleTimeout)
 			if idle == 0 {
 				idle = 30 * time.Second
+			}
+			if tt.quic && tt.p.KeepAlivePeriod > 0 && time.Duration(tt.p.KeepAlivePeriod) < idle {
+				return // QUIC's PINGs keep the connection open
 			}
 			if time.Duration(c.keepAlive())*time.Second >= idle && idle > time.Second {
 				t.Fatalf("keep-alive %d s not below the idle timeout %v", c.keepAlive(), idle)

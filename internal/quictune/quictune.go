@@ -77,7 +77,7 @@ type Profile struct {
 	// Clients only; a client's Options.HandshakeRTT (the RTT of an earlier
 	// connection) takes precedence.
 	HandshakeRTT Duration `toml:"handshake_rtt" json:"handshake_rtt"`
-	// HandshakeRTTFromSession lets an HTTP/3 client whose session cache
+	// HandshakeRTTFromSession lets a client (HTTP/3, MQTT over QUIC) whose session cache
 	// remembers the RTT of its last connection to the broker (the
 	// publisher's --session-file) hold its handshake probes for 1.5 x that
 	// RTT, as handshake_rtt does, when neither handshake_rtt nor the

@@ -43,6 +43,10 @@ const (
 	// repeat of the id gets the first answer, which makes a replayed
 	// publish (0-RTT data) harmless.
 	HeaderMsgID = "Quiot-Msg-Id"
+	// MQTTMsgIDProperty is the MQTT 5 user property carrying a PUBLISH's
+	// client message id, HeaderMsgID's counterpart: the broker publishes
+	// an id once, which makes a replayed PUBLISH (0-RTT data) harmless.
+	MQTTMsgIDProperty = "quiot-msg-id"
 	// HeaderPayload carries a publish's payload, base64url without
 	// padding, when the request has no body (a 0-RTT publish).
 	HeaderPayload = "Quiot-Payload"
