@@ -133,8 +133,16 @@ func (m *migrator) migrate(ctx context.Context, qc *quic.Conn, broker *net.UDPAd
 	m.log.Info("local address changed; probing the broker from the new address", "from", from, "to", to)
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout(qc))
 	defer cancel()
+	received := qc.ConnectionStats().PacketsReceived
 	if err := p.Probe(pctx); err != nil {
 		_ = p.Close()
+		if followed(received, qc.ConnectionStats().PacketsReceived, qc.Context().Err()) {
+			// Unanswered because the broker already moved the connection
+			// (probeTimeout): it answered the device's other packets,
+			// which can only reach it at the new address now.
+			m.log.Info("local address changed; the broker already follows the new address", "from", from, "to", to, "broker", broker.String())
+			return
+		}
 		m.log.Debug("new path not validated: the broker already follows the new address, or it is not reachable yet", "to", to, "error", err)
 		return
 	}
@@ -148,4 +156,13 @@ func (m *migrator) migrate(ctx context.Context, qc *quic.Conn, broker *net.UDPAd
 	// data race), so the path is closed instead.
 	_ = p.Close()
 	m.log.Info("local address changed; the broker validated the new address", "from", from, "to", to, "broker", broker.String())
+}
+
+// followed reports whether a connection whose probe of a new path went
+// unanswered still hears from the broker: packets received during the
+// probe (before, after: the connection's count of received packets) on a
+// connection still open. The old address is gone when a probe starts (the
+// source address towards the broker changed), so they came to the new one.
+func followed(before, after uint64, closed error) bool {
+	return closed == nil && after > before
 }

@@ -563,7 +563,8 @@ func (h *probeLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h *probeLog) WithGroup(string) slog.Handler            { return h }
 func (h *probeLog) Handle(_ context.Context, r slog.Record) error {
 	switch {
-	case strings.HasPrefix(r.Message, "local address changed; the broker validated"):
+	case strings.HasPrefix(r.Message, "local address changed; the broker validated"),
+		strings.HasPrefix(r.Message, "local address changed; the broker already follows"):
 		h.mu.Lock()
 		h.validated++
 		h.mu.Unlock()
@@ -576,7 +577,9 @@ func (h *probeLog) Handle(_ context.Context, r slog.Record) error {
 }
 
 // TestMigrationRepeated: six address changes in a row on one connection,
-// each probed and validated by the broker (every probe takes one of the
+// each probed and validated by the broker (or followed by it before the
+// probe: a fresh-clone make test saw the second change's probe go
+// unanswered that way) (every probe takes one of the
 // broker's connection IDs, which closing the path gives back), and the
 // connection still publishes after each.
 func TestMigrationRepeated(t *testing.T) {
@@ -621,7 +624,12 @@ func TestMigrationRepeated(t *testing.T) {
 				}
 				select {
 				case m := <-h.outcome:
-					if !strings.Contains(m, "validated the new address") {
+					// Validated by the probe, or the probe unanswered
+					// because the device's own packets from the new address
+					// reached the broker first (quic-go answers a challenge
+					// only from another address): both are the connection
+					// at its new address.
+					if !strings.Contains(m, "validated the new address") && !strings.Contains(m, "already follows the new address") {
 						t.Fatalf("address change %d (%s -> %s): %s", i+1, from, to, m)
 					}
 				case <-ctx.Done():
@@ -635,7 +643,7 @@ func TestMigrationRepeated(t *testing.T) {
 			v := h.validated
 			h.mu.Unlock()
 			if r := c.Stats().Reconnects; r != 0 || v != changes {
-				t.Fatalf("%d of %d probes validated, %d reconnects; want all, none", v, changes, r)
+				t.Fatalf("%d of %d address changes validated or followed, %d reconnects; want all, none", v, changes, r)
 			}
 		})
 	}
