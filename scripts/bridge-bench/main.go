@@ -1,18 +1,21 @@
 // Command bridge-bench compares quiot's bridge with mosquitto's own
-// bridge under the same load and the same upstream outage
-// (docs/bridge.md, results in docs/results/bridge/README.md).
+// bridge under the same load, the same emulated link and the same blackout
+// of it (docs/bridge.md, results in docs/results/bridge/README.md).
 //
-// Each variant runs its own edge broker, upstream broker and a link
-// between them that counts the bytes crossing it (a TCP relay, or
-// internal/netimpair's UDP relay for MQTT over QUIC). A mosquitto_pub -l
-// publishes QoS 1 messages of -size bytes on the edge at -rate; a
-// mosquitto_sub (QoS 1) on the upstream records what arrives. In the
-// middle of the run the link is cut for -outage: the TCP relay closes its
-// connections and refuses new ones (the upstream is gone), the UDP relay
-// drops every datagram (a silent blackout).
+// Each variant runs its own edge broker, upstream broker and link between
+// them, all variants at once. The link emulates -link's profile of
+// internal/linkprofile and counts the bytes crossing it: for MQTT over
+// QUIC and HTTP/3 internal/netimpair's UDP relay; for MQTT/TCP and
+// MQTT/TLS a userspace TCP relay that shapes the byte stream with the
+// profile's delay, jitter and rate, and turns its losses into
+// retransmission delays (tcplink.go). A mosquitto_pub -l publishes QoS 1
+// messages of -size bytes on the edge at -rate; a mosquitto_sub (QoS 1)
+// on the upstream records what arrives. In the middle of the run the link
+// is cut for -outage: a silent blackout (nothing crosses, connections
+// stay open; -tcp-outage close closes the TCP connections instead).
 //
 //	go build -o /tmp/quiot ./device
-//	go run ./scripts/bridge-bench -quiot /tmp/quiot -duration 2m -outage 30s
+//	go run ./scripts/bridge-bench -quiot /tmp/quiot -link nbiot -duration 10m -outage 60s
 //
 // It needs mosquitto, mosquitto_pub and mosquitto_sub (Debian's
 // mosquitto and mosquitto-clients) and openssl-free Go only.
@@ -44,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quiot/quiot/internal/linkprofile"
 	"github.com/quiot/quiot/internal/netimpair"
 )
 
@@ -56,7 +60,13 @@ var (
 	grace    = flag.Duration("grace", 60*time.Second, "wait after the last publish for the last messages")
 	only     = flag.String("only", "", "comma-separated variants to run, by number from 1 (default all)")
 	keep     = flag.Bool("keep", false, "keep the working directory (configurations, logs) and print its path")
+	linkName = flag.String("link", "", "link profile of internal/linkprofile (lan, nbiot, sat, ...) on every variant's link; empty: loopback unimpaired")
+	tcpOut   = flag.String("tcp-outage", "hold", "outage of the TCP link: hold (silent blackout: connections stay open, nothing crosses) or close (connections closed, new ones refused)")
+	seed     = flag.Uint64("seed", 1, "seed of the link models")
 )
+
+// profile is the link profile of -link (zero: unimpaired).
+var profile linkprofile.Profile
 
 const (
 	upUser = "bridge"
@@ -76,6 +86,16 @@ type result struct {
 
 func main() {
 	flag.Parse()
+	if *linkName != "" {
+		p, err := linkprofile.Get(*linkName)
+		if err != nil {
+			log.Fatal(err)
+		}
+		profile = p
+	}
+	if *tcpOut != "hold" && *tcpOut != "close" {
+		log.Fatalf("-tcp-outage %q: want hold or close", *tcpOut)
+	}
 	dir, err := os.MkdirTemp("", "bridge-bench-")
 	if err != nil {
 		log.Fatal(err)
@@ -92,7 +112,8 @@ func main() {
 	}{
 		{"quiot -> mosquitto, MQTT/TLS", func(v *variant) error { return v.quiotToMosquitto(true) }},
 		{"quiot -> mosquitto, MQTT/TCP", func(v *variant) error { return v.quiotToMosquitto(false) }},
-		{"quiot -> quiot, MQTT over QUIC", func(v *variant) error { return v.quiotToQuiot() }},
+		{"quiot -> quiot, MQTT over QUIC", func(v *variant) error { return v.quiotToQuiot(false) }},
+		{"quiot -> quiot, HTTP/3", func(v *variant) error { return v.quiotToQuiot(true) }},
 		{"mosquitto -> mosquitto (bridge), MQTT/TLS", func(v *variant) error { return v.mosquittoToMosquitto(true) }},
 		{"mosquitto -> mosquitto (bridge), MQTT/TCP", func(v *variant) error { return v.mosquittoToMosquitto(false) }},
 	}
@@ -115,6 +136,11 @@ func main() {
 		}()
 	}
 	wg.Wait()
+	ln := "loopback, unimpaired"
+	if *linkName != "" {
+		ln = fmt.Sprintf("%s (up %s, down %s)", *linkName, dirString(profile.Up), dirString(profile.Down))
+	}
+	fmt.Printf("link: %s; TCP outage mode %s\n", ln, *tcpOut)
 	fmt.Printf("load: %.3g msg/s of %d B QoS 1 for %v, link cut for %v from %v\n\n", *rate, *size, *duration, *outage, (*duration-*outage)/2)
 	fmt.Println("| variant | published | lost | duplicates | wire bytes/msg (up + down) | recovery (s) | edge RSS end / max (kB) | edge CPU (s) |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
@@ -228,7 +254,7 @@ func (v *variant) quiotToMosquitto(useTLS bool) error {
 	if useTLS {
 		target = tlsPort
 	}
-	tl, err := newTCPLink(target)
+	tl, err := newLinkTCP(target)
 	if err != nil {
 		return err
 	}
@@ -244,25 +270,47 @@ func (v *variant) quiotToMosquitto(useTLS bool) error {
 	return v.measure(edgePort, plain, []string{"-u", upUser, "-P", upPass})
 }
 
-func (v *variant) quiotToQuiot() error {
-	quicPort, tcpPort := freeUDP(), freeTCP()
-	if _, err := v.start(*quiotBin, "broker", "--cert", v.pki.certFile, "--key", v.pki.keyFile, "--listen", "127.0.0.1:0",
+// quiotToQuiot bridges a quiot edge to a quiot upstream over MQTT over
+// QUIC, or over HTTP/3 (https://) with h3.
+func (v *variant) quiotToQuiot(h3 bool) error {
+	quicPort, h3Port, tcpPort := freeUDP(), freeUDP(), freeTCP()
+	if _, err := v.start(*quiotBin, "broker", "--cert", v.pki.certFile, "--key", v.pki.keyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", h3Port),
 		"--mqtt-quic", fmt.Sprintf("127.0.0.1:%d", quicPort), "--mqtt-tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort), "--metrics-listen", "", "--log-level", "warn"); err != nil {
 		return err
 	}
 	if err := waitTCP(tcpPort); err != nil {
 		return err
 	}
-	r, err := netimpair.New(netimpair.Options{Upstream: fmt.Sprintf("127.0.0.1:%d", quicPort)})
+	target, scheme := quicPort, "mqtt-quic"
+	if h3 {
+		target, scheme = h3Port, "https"
+	}
+	r, err := netimpair.New(netimpair.Options{Upstream: fmt.Sprintf("127.0.0.1:%d", target), Up: profile.Up, Down: profile.Down,
+		Seed: *seed, SpinWindow: -1})
 	if err != nil {
 		return err
 	}
 	v.link = udpLink{r}
-	edgePort, err := v.quiotEdge(fmt.Sprintf("mqtt-quic://localhost:%d", r.Addr().Port), fmt.Sprintf("ca_file = %q\ntuning = \"lean\"\n", v.pki.caFile))
+	edgePort, err := v.quiotEdge(fmt.Sprintf("%s://localhost:%d", scheme, r.Addr().Port), fmt.Sprintf("ca_file = %q\ntuning = \"lean\"\n", v.pki.caFile))
 	if err != nil {
 		return err
 	}
 	return v.measure(edgePort, tcpPort, nil)
+}
+
+// newLinkTCP is the TCP link to port with -link's profile and
+// -tcp-outage's mode.
+func newLinkTCP(port int) (*tcpLink, error) {
+	return newTCPLink(port, profile.Up, profile.Down, profile.RTT(), *tcpOut == "hold", *seed)
+}
+
+// dirString describes one direction of a profile.
+func dirString(d netimpair.Direction) string {
+	s := fmt.Sprintf("delay %v±%v, loss %.3g%%", d.Delay, d.Jitter, d.MeanLossPct())
+	if d.RateKbit > 0 {
+		s += fmt.Sprintf(", %g kbit/s, queue %d", d.RateKbit, d.QueueLimit)
+	}
+	return s
 }
 
 // quiotEdge starts `quiot broker` with one bridge to url; it returns its
@@ -312,7 +360,7 @@ func (v *variant) mosquittoToMosquitto(useTLS bool) error {
 	if useTLS {
 		target = tlsPort
 	}
-	tl, err := newTCPLink(target)
+	tl, err := newLinkTCP(target)
 	if err != nil {
 		return err
 	}
@@ -554,93 +602,21 @@ warming:
 	return nil
 }
 
-// tcpLink relays TCP connections to the upstream and counts their bytes.
-type tcpLink struct {
-	l        net.Listener
-	target   string
-	up, down atomic.Uint64
-	down_    atomic.Bool
-	mu       sync.Mutex
-	conns    []net.Conn
-}
-
-func newTCPLink(port int) (*tcpLink, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	t := &tcpLink{l: l, target: fmt.Sprintf("127.0.0.1:%d", port)}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			if t.down_.Load() {
-				_ = c.Close()
-				continue
-			}
-			u, err := net.Dial("tcp", t.target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			t.mu.Lock()
-			t.conns = append(t.conns, c, u)
-			t.mu.Unlock()
-			go func() { copyCount(c, u, &t.down); _ = c.Close(); _ = u.Close() }()
-			go func() { copyCount(u, c, &t.up); _ = c.Close(); _ = u.Close() }()
-		}
-	}()
-	return t, nil
-}
-
-// copyCount relays src to dst, counting the bytes as they cross.
-func copyCount(dst, src net.Conn, n *atomic.Uint64) {
-	buf := make([]byte, 32<<10)
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			n.Add(uint64(k))
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (t *tcpLink) addr() string { return t.l.Addr().String() }
-
-func (t *tcpLink) cut(on bool) {
-	t.down_.Store(on)
-	if !on {
-		return
-	}
-	t.mu.Lock()
-	for _, c := range t.conns {
-		_ = c.Close()
-	}
-	t.conns = nil
-	t.mu.Unlock()
-}
-
-// bytes counts the TCP payload bytes that crossed each way.
-func (t *tcpLink) bytes() (uint64, uint64) { return t.up.Load(), t.down.Load() }
-
-func (t *tcpLink) close() { _ = t.l.Close(); t.cut(true) }
-
 type udpLink struct{ r *netimpair.Relay }
 
 func (u udpLink) addr() string { return u.r.Addr().String() }
 func (u udpLink) cut(on bool)  { u.r.SetBlackout(on) }
 func (u udpLink) close()       { _ = u.r.Close() }
+
+// bytes counts what crossed each way: the UDP payload delivered plus 28 B
+// of IPv4 and UDP header per datagram.
 func (u udpLink) bytes() (uint64, uint64) {
 	s := u.r.Stats()
-	return s.Up.ForwardedBytes, s.Down.ForwardedBytes
+	return s.Up.ForwardedBytes + udpHeader*s.Up.Forwarded, s.Down.ForwardedBytes + udpHeader*s.Down.Forwarded
 }
+
+// udpHeader is the IPv4 + UDP header per datagram.
+const udpHeader = 28
 
 func username() string {
 	if u, err := user.Current(); err == nil {
