@@ -77,7 +77,7 @@ type result struct {
 	name                      string
 	published, received, dups int
 	lost                      int
-	wireUp, wireDown          uint64
+	wire                      counts
 	recovery                  time.Duration
 	rssKB, maxRSSKB           int64
 	cpu                       time.Duration
@@ -142,8 +142,8 @@ func main() {
 	}
 	fmt.Printf("link: %s; TCP outage mode %s\n", ln, *tcpOut)
 	fmt.Printf("load: %.3g msg/s of %d B QoS 1 for %v, link cut for %v from %v\n\n", *rate, *size, *duration, *outage, (*duration-*outage)/2)
-	fmt.Println("| variant | published | lost | duplicates | wire bytes/msg (up + down) | recovery (s) | edge RSS end / max (kB) | edge CPU (s) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| variant | published | lost | duplicates | wire bytes/msg (up + down) | packets/msg (up + down) | recovery (s) | edge RSS end / max (kB) | edge CPU (s) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		if r.name == "" {
 			continue
@@ -157,8 +157,10 @@ func main() {
 		if r.recovery < 0 {
 			rec = "never (lost)"
 		}
-		fmt.Printf("| %s | %d | %d | %d | %.0f (%.0f + %.0f) | %s | %d / %d | %.2f |\n", r.name, r.published, r.lost, r.dups,
-			per(r.wireUp+r.wireDown), per(r.wireUp), per(r.wireDown), rec, r.rssKB, r.maxRSSKB, r.cpu.Seconds())
+		w := r.wire
+		fmt.Printf("| %s | %d | %d | %d | %.0f (%.0f + %.0f) | %.2f (%.2f + %.2f) | %s | %d / %d | %.2f |\n", r.name, r.published, r.lost, r.dups,
+			per(w.bytesUp+w.bytesDown), per(w.bytesUp), per(w.bytesDown), per(w.pktsUp+w.pktsDown), per(w.pktsUp), per(w.pktsDown),
+			rec, r.rssKB, r.maxRSSKB, r.cpu.Seconds())
 	}
 }
 
@@ -173,11 +175,19 @@ type variant struct {
 	res   result
 }
 
+// counts are the bytes (headers included) and packets (datagrams or
+// segments) that crossed a link each way.
+type counts struct{ bytesUp, bytesDown, pktsUp, pktsDown uint64 }
+
+func (c counts) sub(o counts) counts {
+	return counts{c.bytesUp - o.bytesUp, c.bytesDown - o.bytesDown, c.pktsUp - o.pktsUp, c.pktsDown - o.pktsDown}
+}
+
 // link is the edge -> upstream path with a byte count and a cut.
 type link interface {
 	addr() string
 	cut(on bool)
-	bytes() (up, down uint64)
+	count() counts
 	close()
 }
 
@@ -479,7 +489,7 @@ warming:
 	for len(arrivals) > 0 {
 		<-arrivals
 	}
-	up0, down0 := v.link.bytes()
+	c0 := v.link.count()
 	cpu0 := cpuTime(v.edge.Process.Pid)
 
 	var maxRSS atomic.Int64
@@ -500,7 +510,7 @@ warming:
 	}()
 
 	seen := map[int]int{}
-	var lastAt = map[int]time.Time{}
+	var lastAt, firstAt = map[int]time.Time{}, map[int]time.Time{}
 	var distinct atomic.Int64
 	done := make(chan struct{})
 	go func() {
@@ -510,6 +520,7 @@ warming:
 			}
 			if seen[a.seq] == 0 {
 				distinct.Add(1)
+				firstAt[a.seq] = a.at
 			}
 			seen[a.seq]++
 			lastAt[a.seq] = a.at
@@ -522,6 +533,7 @@ warming:
 	cutAt := start.Add((*duration - *outage) / 2)
 	backAt := cutAt.Add(*outage)
 	n := int(duration.Seconds() * *rate)
+	pubAt := make([]time.Time, n)
 	cutDone, backDone := false, false
 	lastBeforeBack := -1
 	for i := 0; i < n; i++ {
@@ -551,6 +563,7 @@ warming:
 		if !backDone {
 			lastBeforeBack = i
 		}
+		pubAt[i] = time.Now()
 		if _, err := io.WriteString(in, line(fmt.Sprintf("%08d ", i))); err != nil {
 			return err
 		}
@@ -570,12 +583,13 @@ warming:
 	v.res.cpu = cpuTime(v.edge.Process.Pid) - cpu0
 	close(stopRSS)
 	v.res.maxRSSKB = maxRSS.Load()
-	up1, down1 := v.link.bytes()
+	wire := v.link.count().sub(c0)
 	_ = in.Close()
 	_ = sub.Process.Signal(syscall.SIGTERM)
 	<-done
 	v.res.published = n
-	v.res.wireUp, v.res.wireDown = up1-up0, down1-down0
+	v.writeArrivals(start, cutAt, backAt, pubAt, firstAt, seen)
+	v.res.wire = wire
 	for i := 0; i < n; i++ {
 		c := seen[i]
 		if c == 0 {
@@ -602,6 +616,22 @@ warming:
 	return nil
 }
 
+// writeArrivals writes arrivals.csv in the variant's directory: each
+// message's publish time, first arrival and copies, in seconds from the
+// start of the load.
+func (v *variant) writeArrivals(start, cutAt, backAt time.Time, pubAt []time.Time, firstAt map[int]time.Time, seen map[int]int) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# cut %.3f back %.3f\nseq,published,arrived,copies\n", cutAt.Sub(start).Seconds(), backAt.Sub(start).Seconds())
+	for i, p := range pubAt {
+		arr := ""
+		if t, ok := firstAt[i]; ok {
+			arr = fmt.Sprintf("%.3f", t.Sub(start).Seconds())
+		}
+		fmt.Fprintf(&b, "%d,%.3f,%s,%d\n", i, p.Sub(start).Seconds(), arr, seen[i])
+	}
+	_ = os.WriteFile(filepath.Join(v.dir, "arrivals.csv"), []byte(b.String()), 0o600)
+}
+
 type udpLink struct{ r *netimpair.Relay }
 
 func (u udpLink) addr() string { return u.r.Addr().String() }
@@ -610,9 +640,9 @@ func (u udpLink) close()       { _ = u.r.Close() }
 
 // bytes counts what crossed each way: the UDP payload delivered plus 28 B
 // of IPv4 and UDP header per datagram.
-func (u udpLink) bytes() (uint64, uint64) {
+func (u udpLink) count() counts {
 	s := u.r.Stats()
-	return s.Up.ForwardedBytes + udpHeader*s.Up.Forwarded, s.Down.ForwardedBytes + udpHeader*s.Down.Forwarded
+	return counts{s.Up.ForwardedBytes + udpHeader*s.Up.Forwarded, s.Down.ForwardedBytes + udpHeader*s.Down.Forwarded, s.Up.Forwarded, s.Down.Forwarded}
 }
 
 // udpHeader is the IPv4 + UDP header per datagram.

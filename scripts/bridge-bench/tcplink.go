@@ -330,10 +330,10 @@ func (t *tcpLink) cut(on bool) {
 	}
 }
 
-// bytes counts what crossed each way: the payload delivered plus 40 B per
+// count counts what crossed each way: the payload delivered plus 40 B per
 // segment on the edge's leg (TCP_INFO's segs_in and segs_out of the
 // relay's sockets, open and closed).
-func (t *tcpLink) bytes() (uint64, uint64) {
+func (t *tcpLink) count() counts {
 	t.mu.Lock()
 	su, sd := t.segsUp, t.segsDown
 	for p := range t.pairs {
@@ -342,7 +342,7 @@ func (t *tcpLink) bytes() (uint64, uint64) {
 		sd += b
 	}
 	t.mu.Unlock()
-	return t.up.Load() + tcpHeader*su, t.down.Load() + tcpHeader*sd
+	return counts{t.up.Load() + tcpHeader*su, t.down.Load() + tcpHeader*sd, su, sd}
 }
 
 func (t *tcpLink) close() {
