@@ -465,27 +465,39 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 		}
 		return s + "\n"
 	}
-	// Warm up: the bridge is connected once a message goes through.
+	// Warm up: the bridge is connected once a message goes through; the
+	// load starts once every warm-up message arrived (the bridge's queue
+	// is empty).
 	warm := time.NewTicker(time.Second)
-	deadline := time.After(60 * time.Second)
-warming:
-	for {
+	deadline := time.After(120 * time.Second)
+	sent, got := 0, 0
+	for got == 0 {
 		if _, err := io.WriteString(in, line("warm ")); err != nil {
 			return err
 		}
+		sent++
 		select {
 		case a := <-arrivals:
 			if a.seq == -1 {
-				break warming
+				got++
 			}
 		case <-warm.C:
 		case <-deadline:
-			return fmt.Errorf("no message through the bridge in 60s")
+			return fmt.Errorf("no message through the bridge in 120s")
 		}
 	}
 	warm.Stop()
-	// Drain the remaining warm-ups.
-	time.Sleep(2 * time.Second)
+	for got < sent {
+		select {
+		case a := <-arrivals:
+			if a.seq == -1 {
+				got++
+			}
+		case <-deadline:
+			return fmt.Errorf("%d of %d warm-up messages through the bridge in 120s", got, sent)
+		}
+	}
+	time.Sleep(2 * time.Second) // late duplicates
 	for len(arrivals) > 0 {
 		<-arrivals
 	}
