@@ -17,9 +17,11 @@ import (
 // jitter and rate (internal/netimpair's Link model, 40 B of IPv4+TCP
 // header per segment for the rate), shared by all connections like one
 // radio link. A byte stream cannot lose bytes: a segment the model drops
-// (random, burst or queue loss) is sent again after a retransmission
-// timeout (the base RTT + 200 ms, doubling while it is lost again), and
-// everything behind it waits (head-of-line blocking), as TCP does.
+// (random or burst loss) is sent again after a retransmission timeout
+// (the base RTT + 200 ms, doubling while it is lost again), and everything
+// behind it waits (head-of-line blocking), as TCP does. TCP's congestion
+// control is taken as ideal: the link's queue has no limit (no queue
+// drops), a burst waits for the rate.
 //
 // The outage has two modes:
 //
@@ -63,18 +65,17 @@ func (s *shaper) admit(n int) time.Time {
 	for first := true; first || n > 0; first = false {
 		seg := min(n, tcpMSS)
 		n -= seg
-		var extra time.Duration
-		rto := s.rto
+		t, rto := now, s.rto
 		for {
-			at, cause := s.link.Admit(now, seg)
+			at, cause := s.link.Admit(t, seg)
 			if cause == netimpair.Kept {
-				at = at.Add(extra)
 				if at.After(dep) {
 					dep = at
 				}
 				break
 			}
-			extra += rto
+			// Lost: sent again after the retransmission timeout.
+			t = t.Add(rto)
 			rto = min(2*rto, tcpMaxRTO)
 		}
 	}
@@ -119,6 +120,9 @@ func newTCPLink(port int, up, down netimpair.Direction, rtt time.Duration, hold 
 		return nil, fmt.Errorf("tcp link: %w", err)
 	}
 	up.Overhead, down.Overhead = tcpHeader, tcpHeader
+	// TCP's congestion control keeps its queue from overflowing (taken as
+	// ideal: the link's queue has no limit here).
+	up.QueueLimit, down.QueueLimit = 1<<30, 1<<30
 	rto := rtt + tcpMinRTO
 	t := &tcpLink{
 		l: l, target: fmt.Sprintf("127.0.0.1:%d", port), hold: hold, rtt: rtt,
