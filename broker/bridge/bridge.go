@@ -309,9 +309,11 @@ func (br *Bridge) Start() error {
 			},
 		},
 	}
+	// Each MQTT packet in one write (packetConn): paho's several writes
+	// a packet would be several TLS records and TCP segments.
+	cc.TlsCfg = nil
+	cc.AttemptConnection = br.attempt5
 	if br.quic != nil {
-		cc.TlsCfg = nil
-		cc.AttemptConnection = br.dialQUIC
 		if ka := time.Duration(br.quic.MaxIdleTimeout); ka > 0 && br.cfg.KeepAlive >= ka {
 			// PINGREQs must come before QUIC's idle timer closes a
 			// quiet connection (the profile's keep-alive usually does).

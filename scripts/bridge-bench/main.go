@@ -1,18 +1,21 @@
 // Command bridge-bench compares quiot's bridge with mosquitto's own
-// bridge under the same load and the same upstream outage
-// (docs/bridge.md, results in docs/results/bridge/README.md).
+// bridge under the same load, the same emulated link and the same blackout
+// of it (docs/bridge.md, results in docs/results/bridge/README.md).
 //
-// Each variant runs its own edge broker, upstream broker and a link
-// between them that counts the bytes crossing it (a TCP relay, or
-// internal/netimpair's UDP relay for MQTT over QUIC). A mosquitto_pub -l
-// publishes QoS 1 messages of -size bytes on the edge at -rate; a
-// mosquitto_sub (QoS 1) on the upstream records what arrives. In the
-// middle of the run the link is cut for -outage: the TCP relay closes its
-// connections and refuses new ones (the upstream is gone), the UDP relay
-// drops every datagram (a silent blackout).
+// Each variant runs its own edge broker, upstream broker and link between
+// them, all variants at once. The link emulates -link's profile of
+// internal/linkprofile and counts the bytes crossing it: for MQTT over
+// QUIC and HTTP/3 internal/netimpair's UDP relay; for MQTT/TCP and
+// MQTT/TLS a userspace TCP relay that shapes the byte stream with the
+// profile's delay, jitter and rate, and turns its losses into
+// retransmission delays (tcplink.go). A mosquitto_pub -l publishes QoS 1
+// messages of -size bytes on the edge at -rate; a mosquitto_sub (QoS 1)
+// on the upstream records what arrives. In the middle of the run the link
+// is cut for -outage: a silent blackout (nothing crosses, connections
+// stay open; -tcp-outage close closes the TCP connections instead).
 //
 //	go build -o /tmp/quiot ./device
-//	go run ./scripts/bridge-bench -quiot /tmp/quiot -duration 2m -outage 30s
+//	go run ./scripts/bridge-bench -quiot /tmp/quiot -link nbiot -duration 10m -outage 60s
 //
 // It needs mosquitto, mosquitto_pub and mosquitto_sub (Debian's
 // mosquitto and mosquitto-clients) and openssl-free Go only.
@@ -44,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quiot/quiot/internal/linkprofile"
 	"github.com/quiot/quiot/internal/netimpair"
 )
 
@@ -56,7 +60,13 @@ var (
 	grace    = flag.Duration("grace", 60*time.Second, "wait after the last publish for the last messages")
 	only     = flag.String("only", "", "comma-separated variants to run, by number from 1 (default all)")
 	keep     = flag.Bool("keep", false, "keep the working directory (configurations, logs) and print its path")
+	linkName = flag.String("link", "", "link profile of internal/linkprofile (lan, nbiot, sat, ...) on every variant's link; empty: loopback unimpaired")
+	tcpOut   = flag.String("tcp-outage", "hold", "outage of the TCP link: hold (silent blackout: connections stay open, nothing crosses) or close (connections closed, new ones refused)")
+	seed     = flag.Uint64("seed", 1, "seed of the link models")
 )
+
+// profile is the link profile of -link (zero: unimpaired).
+var profile linkprofile.Profile
 
 const (
 	upUser = "bridge"
@@ -67,7 +77,7 @@ type result struct {
 	name                      string
 	published, received, dups int
 	lost                      int
-	wireUp, wireDown          uint64
+	wire                      counts
 	recovery                  time.Duration
 	rssKB, maxRSSKB           int64
 	cpu                       time.Duration
@@ -76,6 +86,16 @@ type result struct {
 
 func main() {
 	flag.Parse()
+	if *linkName != "" {
+		p, err := linkprofile.Get(*linkName)
+		if err != nil {
+			log.Fatal(err)
+		}
+		profile = p
+	}
+	if *tcpOut != "hold" && *tcpOut != "close" {
+		log.Fatalf("-tcp-outage %q: want hold or close", *tcpOut)
+	}
 	dir, err := os.MkdirTemp("", "bridge-bench-")
 	if err != nil {
 		log.Fatal(err)
@@ -92,7 +112,8 @@ func main() {
 	}{
 		{"quiot -> mosquitto, MQTT/TLS", func(v *variant) error { return v.quiotToMosquitto(true) }},
 		{"quiot -> mosquitto, MQTT/TCP", func(v *variant) error { return v.quiotToMosquitto(false) }},
-		{"quiot -> quiot, MQTT over QUIC", func(v *variant) error { return v.quiotToQuiot() }},
+		{"quiot -> quiot, MQTT over QUIC", func(v *variant) error { return v.quiotToQuiot(false) }},
+		{"quiot -> quiot, HTTP/3", func(v *variant) error { return v.quiotToQuiot(true) }},
 		{"mosquitto -> mosquitto (bridge), MQTT/TLS", func(v *variant) error { return v.mosquittoToMosquitto(true) }},
 		{"mosquitto -> mosquitto (bridge), MQTT/TCP", func(v *variant) error { return v.mosquittoToMosquitto(false) }},
 	}
@@ -115,9 +136,14 @@ func main() {
 		}()
 	}
 	wg.Wait()
+	ln := "loopback, unimpaired"
+	if *linkName != "" {
+		ln = fmt.Sprintf("%s (up %s, down %s)", *linkName, dirString(profile.Up), dirString(profile.Down))
+	}
+	fmt.Printf("link: %s; TCP outage mode %s\n", ln, *tcpOut)
 	fmt.Printf("load: %.3g msg/s of %d B QoS 1 for %v, link cut for %v from %v\n\n", *rate, *size, *duration, *outage, (*duration-*outage)/2)
-	fmt.Println("| variant | published | lost | duplicates | wire bytes/msg (up + down) | recovery (s) | edge RSS end / max (kB) | edge CPU (s) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| variant | published | lost | duplicates | wire bytes/msg (up + down) | packets/msg (up + down) | recovery (s) | edge RSS end / max (kB) | edge CPU (s) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		if r.name == "" {
 			continue
@@ -131,8 +157,10 @@ func main() {
 		if r.recovery < 0 {
 			rec = "never (lost)"
 		}
-		fmt.Printf("| %s | %d | %d | %d | %.0f (%.0f + %.0f) | %s | %d / %d | %.2f |\n", r.name, r.published, r.lost, r.dups,
-			per(r.wireUp+r.wireDown), per(r.wireUp), per(r.wireDown), rec, r.rssKB, r.maxRSSKB, r.cpu.Seconds())
+		w := r.wire
+		fmt.Printf("| %s | %d | %d | %d | %.0f (%.0f + %.0f) | %.2f (%.2f + %.2f) | %s | %d / %d | %.2f |\n", r.name, r.published, r.lost, r.dups,
+			per(w.bytesUp+w.bytesDown), per(w.bytesUp), per(w.bytesDown), per(w.pktsUp+w.pktsDown), per(w.pktsUp), per(w.pktsDown),
+			rec, r.rssKB, r.maxRSSKB, r.cpu.Seconds())
 	}
 }
 
@@ -147,11 +175,19 @@ type variant struct {
 	res   result
 }
 
+// counts are the bytes (headers included) and packets (datagrams or
+// segments) that crossed a link each way.
+type counts struct{ bytesUp, bytesDown, pktsUp, pktsDown uint64 }
+
+func (c counts) sub(o counts) counts {
+	return counts{c.bytesUp - o.bytesUp, c.bytesDown - o.bytesDown, c.pktsUp - o.pktsUp, c.pktsDown - o.pktsDown}
+}
+
 // link is the edge -> upstream path with a byte count and a cut.
 type link interface {
 	addr() string
 	cut(on bool)
-	bytes() (up, down uint64)
+	count() counts
 	close()
 }
 
@@ -228,7 +264,7 @@ func (v *variant) quiotToMosquitto(useTLS bool) error {
 	if useTLS {
 		target = tlsPort
 	}
-	tl, err := newTCPLink(target)
+	tl, err := newLinkTCP(target)
 	if err != nil {
 		return err
 	}
@@ -244,25 +280,47 @@ func (v *variant) quiotToMosquitto(useTLS bool) error {
 	return v.measure(edgePort, plain, []string{"-u", upUser, "-P", upPass})
 }
 
-func (v *variant) quiotToQuiot() error {
-	quicPort, tcpPort := freeUDP(), freeTCP()
-	if _, err := v.start(*quiotBin, "broker", "--cert", v.pki.certFile, "--key", v.pki.keyFile, "--listen", "127.0.0.1:0",
+// quiotToQuiot bridges a quiot edge to a quiot upstream over MQTT over
+// QUIC, or over HTTP/3 (https://) with h3.
+func (v *variant) quiotToQuiot(h3 bool) error {
+	quicPort, h3Port, tcpPort := freeUDP(), freeUDP(), freeTCP()
+	if _, err := v.start(*quiotBin, "broker", "--cert", v.pki.certFile, "--key", v.pki.keyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", h3Port),
 		"--mqtt-quic", fmt.Sprintf("127.0.0.1:%d", quicPort), "--mqtt-tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort), "--metrics-listen", "", "--log-level", "warn"); err != nil {
 		return err
 	}
 	if err := waitTCP(tcpPort); err != nil {
 		return err
 	}
-	r, err := netimpair.New(netimpair.Options{Upstream: fmt.Sprintf("127.0.0.1:%d", quicPort)})
+	target, scheme := quicPort, "mqtt-quic"
+	if h3 {
+		target, scheme = h3Port, "https"
+	}
+	r, err := netimpair.New(netimpair.Options{Upstream: fmt.Sprintf("127.0.0.1:%d", target), Up: profile.Up, Down: profile.Down,
+		Seed: *seed, SpinWindow: -1})
 	if err != nil {
 		return err
 	}
 	v.link = udpLink{r}
-	edgePort, err := v.quiotEdge(fmt.Sprintf("mqtt-quic://localhost:%d", r.Addr().Port), fmt.Sprintf("ca_file = %q\ntuning = \"lean\"\n", v.pki.caFile))
+	edgePort, err := v.quiotEdge(fmt.Sprintf("%s://localhost:%d", scheme, r.Addr().Port), fmt.Sprintf("ca_file = %q\ntuning = \"lean\"\n", v.pki.caFile))
 	if err != nil {
 		return err
 	}
 	return v.measure(edgePort, tcpPort, nil)
+}
+
+// newLinkTCP is the TCP link to port with -link's profile and
+// -tcp-outage's mode.
+func newLinkTCP(port int) (*tcpLink, error) {
+	return newTCPLink(port, profile.Up, profile.Down, profile.RTT(), *tcpOut == "hold", *seed)
+}
+
+// dirString describes one direction of a profile.
+func dirString(d netimpair.Direction) string {
+	s := fmt.Sprintf("delay %v±%v, loss %.3g%%", d.Delay, d.Jitter, d.MeanLossPct())
+	if d.RateKbit > 0 {
+		s += fmt.Sprintf(", %g kbit/s, queue %d", d.RateKbit, d.QueueLimit)
+	}
+	return s
 }
 
 // quiotEdge starts `quiot broker` with one bridge to url; it returns its
@@ -312,7 +370,7 @@ func (v *variant) mosquittoToMosquitto(useTLS bool) error {
 	if useTLS {
 		target = tlsPort
 	}
-	tl, err := newTCPLink(target)
+	tl, err := newLinkTCP(target)
 	if err != nil {
 		return err
 	}
@@ -407,31 +465,43 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 		}
 		return s + "\n"
 	}
-	// Warm up: the bridge is connected once a message goes through.
+	// Warm up: the bridge is connected once a message goes through; the
+	// load starts once every warm-up message arrived (the bridge's queue
+	// is empty).
 	warm := time.NewTicker(time.Second)
-	deadline := time.After(60 * time.Second)
-warming:
-	for {
+	deadline := time.After(120 * time.Second)
+	sent, got := 0, 0
+	for got == 0 {
 		if _, err := io.WriteString(in, line("warm ")); err != nil {
 			return err
 		}
+		sent++
 		select {
 		case a := <-arrivals:
 			if a.seq == -1 {
-				break warming
+				got++
 			}
 		case <-warm.C:
 		case <-deadline:
-			return fmt.Errorf("no message through the bridge in 60s")
+			return fmt.Errorf("no message through the bridge in 120s")
 		}
 	}
 	warm.Stop()
-	// Drain the remaining warm-ups.
-	time.Sleep(2 * time.Second)
+	for got < sent {
+		select {
+		case a := <-arrivals:
+			if a.seq == -1 {
+				got++
+			}
+		case <-deadline:
+			return fmt.Errorf("%d of %d warm-up messages through the bridge in 120s", got, sent)
+		}
+	}
+	time.Sleep(2 * time.Second) // late duplicates
 	for len(arrivals) > 0 {
 		<-arrivals
 	}
-	up0, down0 := v.link.bytes()
+	c0 := v.link.count()
 	cpu0 := cpuTime(v.edge.Process.Pid)
 
 	var maxRSS atomic.Int64
@@ -452,7 +522,7 @@ warming:
 	}()
 
 	seen := map[int]int{}
-	var lastAt = map[int]time.Time{}
+	var lastAt, firstAt = map[int]time.Time{}, map[int]time.Time{}
 	var distinct atomic.Int64
 	done := make(chan struct{})
 	go func() {
@@ -462,6 +532,7 @@ warming:
 			}
 			if seen[a.seq] == 0 {
 				distinct.Add(1)
+				firstAt[a.seq] = a.at
 			}
 			seen[a.seq]++
 			lastAt[a.seq] = a.at
@@ -474,6 +545,7 @@ warming:
 	cutAt := start.Add((*duration - *outage) / 2)
 	backAt := cutAt.Add(*outage)
 	n := int(duration.Seconds() * *rate)
+	pubAt := make([]time.Time, n)
 	cutDone, backDone := false, false
 	lastBeforeBack := -1
 	for i := 0; i < n; i++ {
@@ -503,6 +575,7 @@ warming:
 		if !backDone {
 			lastBeforeBack = i
 		}
+		pubAt[i] = time.Now()
 		if _, err := io.WriteString(in, line(fmt.Sprintf("%08d ", i))); err != nil {
 			return err
 		}
@@ -522,12 +595,13 @@ warming:
 	v.res.cpu = cpuTime(v.edge.Process.Pid) - cpu0
 	close(stopRSS)
 	v.res.maxRSSKB = maxRSS.Load()
-	up1, down1 := v.link.bytes()
+	wire := v.link.count().sub(c0)
 	_ = in.Close()
 	_ = sub.Process.Signal(syscall.SIGTERM)
 	<-done
 	v.res.published = n
-	v.res.wireUp, v.res.wireDown = up1-up0, down1-down0
+	v.writeArrivals(start, cutAt, backAt, pubAt, firstAt, seen)
+	v.res.wire = wire
 	for i := 0; i < n; i++ {
 		c := seen[i]
 		if c == 0 {
@@ -554,93 +628,37 @@ warming:
 	return nil
 }
 
-// tcpLink relays TCP connections to the upstream and counts their bytes.
-type tcpLink struct {
-	l        net.Listener
-	target   string
-	up, down atomic.Uint64
-	down_    atomic.Bool
-	mu       sync.Mutex
-	conns    []net.Conn
-}
-
-func newTCPLink(port int) (*tcpLink, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	t := &tcpLink{l: l, target: fmt.Sprintf("127.0.0.1:%d", port)}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			if t.down_.Load() {
-				_ = c.Close()
-				continue
-			}
-			u, err := net.Dial("tcp", t.target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			t.mu.Lock()
-			t.conns = append(t.conns, c, u)
-			t.mu.Unlock()
-			go func() { copyCount(c, u, &t.down); _ = c.Close(); _ = u.Close() }()
-			go func() { copyCount(u, c, &t.up); _ = c.Close(); _ = u.Close() }()
+// writeArrivals writes arrivals.csv in the variant's directory: each
+// message's publish time, first arrival and copies, in seconds from the
+// start of the load.
+func (v *variant) writeArrivals(start, cutAt, backAt time.Time, pubAt []time.Time, firstAt map[int]time.Time, seen map[int]int) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# cut %.3f back %.3f\nseq,published,arrived,copies\n", cutAt.Sub(start).Seconds(), backAt.Sub(start).Seconds())
+	for i, p := range pubAt {
+		arr := ""
+		if t, ok := firstAt[i]; ok {
+			arr = fmt.Sprintf("%.3f", t.Sub(start).Seconds())
 		}
-	}()
-	return t, nil
-}
-
-// copyCount relays src to dst, counting the bytes as they cross.
-func copyCount(dst, src net.Conn, n *atomic.Uint64) {
-	buf := make([]byte, 32<<10)
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			n.Add(uint64(k))
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
+		fmt.Fprintf(&b, "%d,%.3f,%s,%d\n", i, p.Sub(start).Seconds(), arr, seen[i])
 	}
+	_ = os.WriteFile(filepath.Join(v.dir, "arrivals.csv"), []byte(b.String()), 0o600)
 }
-
-func (t *tcpLink) addr() string { return t.l.Addr().String() }
-
-func (t *tcpLink) cut(on bool) {
-	t.down_.Store(on)
-	if !on {
-		return
-	}
-	t.mu.Lock()
-	for _, c := range t.conns {
-		_ = c.Close()
-	}
-	t.conns = nil
-	t.mu.Unlock()
-}
-
-// bytes counts the TCP payload bytes that crossed each way.
-func (t *tcpLink) bytes() (uint64, uint64) { return t.up.Load(), t.down.Load() }
-
-func (t *tcpLink) close() { _ = t.l.Close(); t.cut(true) }
 
 type udpLink struct{ r *netimpair.Relay }
 
 func (u udpLink) addr() string { return u.r.Addr().String() }
 func (u udpLink) cut(on bool)  { u.r.SetBlackout(on) }
 func (u udpLink) close()       { _ = u.r.Close() }
-func (u udpLink) bytes() (uint64, uint64) {
+
+// bytes counts what crossed each way: the UDP payload delivered plus 28 B
+// of IPv4 and UDP header per datagram.
+func (u udpLink) count() counts {
 	s := u.r.Stats()
-	return s.Up.ForwardedBytes, s.Down.ForwardedBytes
+	return counts{s.Up.ForwardedBytes + udpHeader*s.Up.Forwarded, s.Down.ForwardedBytes + udpHeader*s.Down.Forwarded, s.Up.Forwarded, s.Down.Forwarded}
 }
+
+// udpHeader is the IPv4 + UDP header per datagram.
+const udpHeader = 28
 
 func username() string {
 	if u, err := user.Current(); err == nil {
