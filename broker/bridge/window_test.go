@@ -250,3 +250,50 @@ reconnect_max = "200ms"
 		})
 	}
 }
+
+// TestRefusedInWindow: messages the upstream refuses (mosquitto's ACL:
+// PUBACK reason 0x87) among a stream of publishes in flight are counted
+// as refused and given up; the others arrive once each, in order.
+func TestRefusedInWindow(t *testing.T) {
+	pki := testutil.NewPKI(t)
+	mq := startMosquittoACL(t, pki, false, "user "+upUser+"\ntopic readwrite sensors/#\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	edge := startEdge(t, pki)
+	up := mq.sub(ctx, t, "sensors/#")
+	br := startBridge(t, edge.Broker, config(t, fmt.Sprintf(`
+[[bridge]]
+name          = "cloud"
+url           = "mqtt://127.0.0.1:%s"
+out           = ["sensors/#", "other/#"]
+username      = %q
+password      = %q
+`, mq.port, upUser, upPass)))
+	if err := br.WaitFor(ctx, func(s bridge.Stats) bool { return s.Connected }); err != nil {
+		t.Fatalf("bridge never connected: %+v", br.Stats())
+	}
+	const total = 40
+	var want []string
+	refused := 0
+	for i := range total {
+		if i%5 == 2 {
+			publish(ctx, t, edge.Broker, "other/x", fmt.Sprintf("r-%d", i), false)
+			refused++
+			continue
+		}
+		publish(ctx, t, edge.Broker, "sensors/seq", fmt.Sprintf("m-%d", i), false)
+		want = append(want, fmt.Sprintf("sensors/seq m-%d", i))
+	}
+	if err := br.WaitFor(ctx, func(s bridge.Stats) bool { return s.Queued == 0 }); err != nil {
+		t.Fatalf("stats %+v", br.Stats())
+	}
+	for i, w := range want {
+		if l := up.next(ctx, t, w); l != w {
+			t.Fatalf("message %d upstream: %q, want %q", i, l, w)
+		}
+	}
+	s := br.Stats()
+	if s.Refused != uint64(refused) || s.Sent != uint64(total-refused) || !strings.Contains(s.LastError, "0x87") {
+		t.Fatalf("stats %+v: want %d refused (0x87), %d sent", s, refused, total-refused)
+	}
+}
