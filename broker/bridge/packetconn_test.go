@@ -19,27 +19,47 @@ import (
 
 // recordCounter passes a TLS connection's raw bytes through and counts
 // the application-data records in them (TLS 1.2: the handshake is not
-// application data), whatever the TCP segments.
+// application data), whatever the TCP segments. It hands the TLS layer at
+// most one record a Read, so the count is of the records the server has
+// taken, not of those the socket held already (a record read ahead of the
+// packet the test stops at would be counted otherwise).
 type recordCounter struct {
 	net.Conn
-	buf     []byte
+	pending []byte // raw bytes received, not handed on yet
+	left    int    // bytes of the current record still to hand on
 	records atomic.Int64
 }
 
-func (c *recordCounter) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.buf = append(c.buf, p[:n]...)
-	for len(c.buf) >= 5 {
-		l := 5 + (int(c.buf[3])<<8 | int(c.buf[4]))
-		if len(c.buf) < l {
-			break
+// fill reads from the connection until pending holds n bytes.
+func (c *recordCounter) fill(n int) error {
+	buf := make([]byte, 4096)
+	for len(c.pending) < n {
+		k, err := c.Conn.Read(buf)
+		c.pending = append(c.pending, buf[:k]...)
+		if err != nil && len(c.pending) < n {
+			return err
 		}
-		if c.buf[0] == 23 { // application_data
+	}
+	return nil
+}
+
+func (c *recordCounter) Read(p []byte) (int, error) {
+	if c.left == 0 {
+		if err := c.fill(5); err != nil {
+			return 0, err
+		}
+		c.left = 5 + (int(c.pending[3])<<8 | int(c.pending[4]))
+		if c.pending[0] == 23 { // application_data
 			c.records.Add(1)
 		}
-		c.buf = c.buf[l:]
 	}
-	return n, err
+	if err := c.fill(1); err != nil {
+		return 0, err
+	}
+	n := copy(p, c.pending[:min(len(c.pending), c.left)])
+	c.pending = c.pending[n:]
+	c.left -= n
+	return n, nil
 }
 
 // TestOneRecordPerPacket: over mqtts:// each MQTT packet the bridge sends
