@@ -17,11 +17,13 @@
 //
 // Going up, messages wait in a bounded in-memory queue (Config.QueueMessages
 // and QueueBytes; beyond them the oldest is dropped and counted) while the
-// upstream is away, and are published one at a time: QoS 1 waits for the
-// PUBACK before the next, so order is kept and a message is removed from
-// the queue only once the upstream has it. A publish cut by a lost
-// connection is sent again on the next one (at least once). The queue is
-// not on disk: a restart of this broker loses what it held.
+// upstream is away, and are published in order with up to
+// Config.MaxInflight QoS 1 publishes awaiting their PUBACK (window.go): a
+// message is removed from the queue only once the upstream has it and
+// every message before it. Publishes cut by a lost connection are sent
+// again on the next one, in order (at least once). The queue is not on
+// disk unless Config.StoreDir is set: a restart of this broker loses what
+// it held.
 //
 // The keys of a [[bridge]] table are in docs/bridge.md.
 package bridge
@@ -157,11 +159,16 @@ type Bridge struct {
 	cm       *autopaho.ConnectionManager
 	connCtx  context.Context // ends when the current connection is lost
 	connLost context.CancelFunc
-	up       bool
-	upSince  time.Time
-	downAt   time.Time
-	lastErr  string
-	changed  chan struct{} // closed and replaced on every change of Stats
+	// dialedPubs counts the PUBLISH packets of the connection dialed last
+	// (packetConn), upPubs those of the current one (nil: not counted,
+	// https://).
+	dialedPubs, upPubs *written
+
+	up      bool
+	upSince time.Time
+	downAt  time.Time
+	lastErr string
+	changed chan struct{} // closed and replaced on every change of Stats
 
 	sent, dropped, refused, in, inRefused, echoes, connects, connFailures, subscribed atomic.Uint64
 }
@@ -181,6 +188,9 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 	given := cfg
 	if cfg.DownAlert <= 0 {
 		cfg.DownAlert = DefaultDownAlert
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = DefaultMaxInflight
 	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
@@ -340,12 +350,13 @@ func (br *Bridge) Start() error {
 // up.
 func (br *Bridge) startSending() {
 	br.log.Info("bridge starting", "url", br.cfg.URL, "out", br.cfg.Out, "in", br.cfg.In, "remote_prefix", br.cfg.RemotePrefix,
-		"qos", br.cfg.QoS, "mqtt_version", br.cfg.MQTTVersion, "queue_messages", br.cfg.QueueMessages, "queue_bytes", br.cfg.QueueBytes)
+		"qos", br.cfg.QoS, "mqtt_version", br.cfg.MQTTVersion, "queue_messages", br.cfg.QueueMessages, "queue_bytes", br.cfg.QueueBytes,
+		"max_inflight", br.cfg.MaxInflight)
 	if br.sp != nil {
 		go br.spoolIn()
-		go br.sendSpool()
+		go br.sendUp(spoolSource{br})
 	} else {
-		go br.send()
+		go br.sendUp(queueSource{br})
 	}
 }
 
@@ -531,142 +542,12 @@ func matchAny(filters []string, t string) bool {
 	return false
 }
 
-// head returns the oldest queued message, waiting for one.
-func (br *Bridge) head() *item {
-	for {
-		br.mu.Lock()
-		if len(br.q) > 0 {
-			it := br.q[0]
-			br.mu.Unlock()
-			return it
-		}
-		br.dropping = false
-		br.mu.Unlock()
-		select {
-		case <-br.wake:
-		case <-br.ctx.Done():
-			return nil
-		}
-	}
-}
-
-// pop removes it from the front of the queue unless it was dropped meanwhile.
-func (br *Bridge) pop(it *item) {
-	br.mu.Lock()
-	if len(br.q) > 0 && br.q[0].id == it.id {
-		br.qBytes -= it.cost
-		br.q[0] = nil
-		br.q = br.q[1:]
-		if len(br.q) == 0 {
-			br.q = nil // let the backing array go
-		}
-	}
-	if len(br.q) < br.cfg.QueueMessages && br.qBytes < br.cfg.QueueBytes {
-		br.dropping = false
-	}
-	br.notifyLocked()
-	br.mu.Unlock()
-}
-
-// send publishes the queue's messages up, one at a time, in order.
-func (br *Bridge) send() {
-	defer close(br.done)
-	for {
-		it := br.head()
-		if it == nil {
-			return
-		}
-		switch br.publishUp(it.id, it.topic, it.msg.Payload, it.msg.Retain, it.msg.Time) {
-		case upSent:
-			br.sent.Add(1) // before pop, which notifies
-			br.pop(it)
-		case upRefused:
-			br.pop(it)
-		case upStopped:
-			return
-		}
-	}
-}
-
-// sendSpool publishes the spool's messages up, one at a time, in order,
-// and acknowledges each in the spool once the upstream has it.
-func (br *Bridge) sendSpool() {
-	defer close(br.done)
-	for {
-		m, err := br.sp.Next(br.ctx)
-		if err != nil {
-			return
-		}
-		for {
-			r := br.publishUp(m.ID, m.Topic, m.Payload, m.Retain, m.Time)
-			if r == upStopped {
-				return
-			}
-			if r == upRetry {
-				continue
-			}
-			if r == upSent {
-				br.sent.Add(1)
-			}
-			br.sp.Ack(m.ID)
-			br.notify()
-			break
-		}
-	}
-}
-
-// Outcomes of publishUp.
-const (
-	upSent    = iota // the upstream has it
-	upRefused        // the upstream refused it: give it up
-	upRetry          // cut: try again
-	upStopped        // the bridge is closing
-)
-
-// publishUp publishes one message on the current connection and waits for
-// its PUBACK (QoS 1); after a cut it waits for the connection's end (or a
-// pause) before returning upRetry.
-func (br *Bridge) publishUp(id uint64, topic string, payload []byte, retain bool, sent int64) int {
-	conn := br.connection()
-	if conn == nil {
-		return upStopped
-	}
-	if br.echo != nil && matchAny(br.echoIn, topic) {
-		br.echo.sent(topic, payload)
-	}
-	if br.h3 != nil {
-		return br.publishH3(conn, id, topic, payload, retain, sent)
-	}
-	ctx, cancel := context.WithCancel(br.ctx)
-	stop := context.AfterFunc(conn, cancel)
-	p := &paho.Publish{Topic: topic, Payload: payload, QoS: br.cfg.QoS, Retain: retain}
-	if sent > 0 && !br.v311 { // the publisher's send time, as quiot's MQTT clients carry it
-		p.Properties = &paho.PublishProperties{User: paho.UserProperties{{Key: wire.MQTTTimeProperty, Value: strconv.FormatInt(sent, 10)}}}
-	}
-	pr, err := br.cm.Publish(ctx, p)
-	stop()
-	cancel()
-	switch {
-	case err == nil:
-		return upSent
-	case pr != nil && pr.ReasonCode >= 0x80:
-		br.refused.Add(1)
-		br.setErr(fmt.Sprintf("upstream refused a publish to %q (reason 0x%02x)", topic, pr.ReasonCode))
-		br.log.Warn("bridge: upstream refused a message; giving it up (counted in refused)", "topic", topic, "reason", fmt.Sprintf("0x%02x", pr.ReasonCode))
-		return upRefused
-	case br.ctx.Err() != nil:
-		return upStopped
-	}
-	// The connection was lost (or the publish could not be written): send
-	// it again on the next connection.
-	return br.cut(conn, topic, err)
-}
-
-// cut records a publish cut by err and waits for the connection's end (or
-// a pause) before it is sent again: upRetry, or upStopped.
+// cut records publishes cut by err (the first on topic) and waits for
+// the connection's end (or a pause) before they are sent again: upRetry,
+// or upStopped.
 func (br *Bridge) cut(conn context.Context, topic string, err error) int {
 	br.setErr(err.Error())
-	br.log.Debug("bridge publish cut; retrying on the next connection", "topic", topic, "error", err)
+	br.log.Debug("bridge publishes cut; sending them again on the next connection", "topic", topic, "error", err)
 	select {
 	case <-conn.Done():
 	case <-br.ctx.Done():
@@ -693,7 +574,7 @@ func (br *Bridge) spoolIn() {
 			br.setErr("store: " + err.Error())
 			br.log.Warn("bridge: could not store a message; dropped (counted in dropped)", "topic", it.topic, "error", err)
 		}
-		br.pop(it)
+		br.popThrough(it.id)
 	}
 }
 
@@ -721,21 +602,22 @@ func (br *Bridge) headOrDrained() *item {
 
 // connection waits until a connection is up and its OnConnectionUp has
 // run, and returns the context that ends when that connection is lost (nil
-// once the bridge is closed). autopaho's AwaitConnection may return before
+// once the bridge is closed) and the count of its PUBLISH packets (nil:
+// not counted). autopaho's AwaitConnection may return before
 // OnConnectionUp ran, when the last connection's context is still the one
 // at hand.
-func (br *Bridge) connection() context.Context {
+func (br *Bridge) connection() (context.Context, *written) {
 	for {
 		br.mu.Lock()
-		up, conn, ch := br.up, br.connCtx, br.changed
+		up, conn, pubs, ch := br.up, br.connCtx, br.upPubs, br.changed
 		br.mu.Unlock()
 		if up {
-			return conn
+			return conn, pubs
 		}
 		select {
 		case <-ch:
 		case <-br.ctx.Done():
-			return nil
+			return nil, nil
 		}
 	}
 }
@@ -782,6 +664,8 @@ func (br *Bridge) markUp(sessionPresent bool) {
 	br.mu.Lock()
 	br.connCtx, br.connLost = context.WithCancel(context.Background())
 	br.up, br.upSince = true, time.Now()
+	// autopaho dials one connection at a time: the last dialed is up.
+	br.upPubs, br.dialedPubs = br.dialedPubs, nil
 	down := time.Duration(0)
 	if !br.downAt.IsZero() {
 		down = time.Since(br.downAt)

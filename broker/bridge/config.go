@@ -26,6 +26,7 @@ const (
 	DefaultQueueMessages = 10000
 	DefaultQueueBytes    = 16 << 20
 	DefaultDownAlert     = 5 * time.Minute
+	DefaultMaxInflight   = 16
 )
 
 // Config is one bridge: a [[bridge]] table of the broker's configuration
@@ -85,6 +86,10 @@ type Config struct {
 	// beyond them the oldest is dropped and counted.
 	QueueMessages int
 	QueueBytes    int64
+	// MaxInflight is how many QoS 1 publishes may await their PUBACK at
+	// once (in order on the wire; fewer when the upstream's Receive
+	// Maximum is lower). An https:// upstream gets one at a time.
+	MaxInflight int
 	// StoreDir, when set, is a directory (one per bridge) where messages
 	// waiting to go up are kept on disk (internal/spool's log): they survive
 	// a restart of the broker. Empty: memory only.
@@ -160,14 +165,14 @@ func Parse(data []byte) ([]Config, error) {
 
 var keys = []string{"name", "url", "out", "in", "remote_prefix", "qos", "username", "password", "password_file",
 	"client_id", "ca_file", "cert_file", "key_file", "mqtt_version", "keepalive", "clean_start", "session_expiry",
-	"reconnect_min", "reconnect_max", "identity", "queue_messages", "queue_bytes", "store_dir", "store_max_bytes", "store_max_age", "tuning", "down_alert"}
+	"reconnect_min", "reconnect_max", "identity", "queue_messages", "queue_bytes", "store_dir", "store_max_bytes", "store_max_age", "tuning", "down_alert", "max_inflight"}
 
 func parseOne(i int, t map[string]any) (Config, error) {
 	c := Config{
 		QoS: 1, MQTTVersion: "5", Tuning: "lean", KeepAlive: DefaultKeepAlive, CleanStart: true,
 		ReconnectMin: DefaultReconnectMin, ReconnectMax: DefaultReconnectMax,
 		QueueMessages: DefaultQueueMessages, QueueBytes: DefaultQueueBytes,
-		DownAlert: DefaultDownAlert,
+		DownAlert: DefaultDownAlert, MaxInflight: DefaultMaxInflight,
 	}
 	who := fmt.Sprintf("#%d", i+1)
 	if n, ok := t["name"].(string); ok && n != "" {
@@ -258,6 +263,14 @@ func parseOne(i int, t map[string]any) (Config, error) {
 					return c, fail(k, "must be at least 1")
 				}
 				c.QueueBytes = n
+			}
+		case "max_inflight":
+			var n int64
+			if n, err = integer(v); err == nil {
+				if n < 1 || n > 65535 {
+					return c, fail(k, "%d: want 1 to 65535", n)
+				}
+				c.MaxInflight = int(n)
 			}
 		case "store_dir":
 			c.StoreDir, err = str(v)

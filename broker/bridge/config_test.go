@@ -46,6 +46,7 @@ store_dir     = "/var/lib/quiot/bridge-cloud"
 store_max_bytes = 1048576
 store_max_age = "24h"
 down_alert    = "90s"
+max_inflight  = 32
 
 [[bridge]]
 name = "second"
@@ -63,12 +64,12 @@ out  = "a/#"
 		c.KeepAlive != 30*time.Second || c.ReconnectMax != 5*time.Minute || c.QueueMessages != 100 || c.QueueBytes != 65536 ||
 		c.ClientID != "quiot-bridge-cloud" || c.RemotePrefix != "site-1/" || c.Identity != "cloud" ||
 		c.StoreDir != "/var/lib/quiot/bridge-cloud" || c.StoreMaxBytes != 1<<20 || c.StoreMaxAge != 24*time.Hour ||
-		c.DownAlert != 90*time.Second {
+		c.DownAlert != 90*time.Second || c.MaxInflight != 32 {
 		t.Fatalf("parsed %+v", c)
 	}
 	d := cs[1]
 	if d.QoS != 1 || !d.CleanStart || d.SessionExpiry != 0 || len(d.Out) != 1 || d.Out[0] != "a/#" || d.QueueMessages != bridge.DefaultQueueMessages ||
-		d.DownAlert != bridge.DefaultDownAlert || d.Tuning != "lean" {
+		d.DownAlert != bridge.DefaultDownAlert || d.Tuning != "lean" || d.MaxInflight != bridge.DefaultMaxInflight {
 		t.Fatalf("defaults %+v", d)
 	}
 }
@@ -106,6 +107,8 @@ func TestParseErrors(t *testing.T) {
 		{"prefix wildcard", "name = \"x\"\n" + ok + "remote_prefix = \"+/\"\n", `"x"`, "remote_prefix", ""},
 		{"identity", "name = \"x\"\n" + ok + "identity = \"a/b\"\n", `"x"`, "identity", ""},
 		{"queue", "name = \"x\"\n" + ok + "queue_messages = 0\n", `"x"`, "queue_messages", "at least 1"},
+		{"max_inflight 0", "name = \"x\"\n" + ok + "max_inflight = 0\n", `"x"`, "max_inflight", "want 1 to 65535"},
+		{"max_inflight big", "name = \"x\"\n" + ok + "max_inflight = 70000\n", `"x"`, "max_inflight", "want 1 to 65535"},
 		{"store age", "name = \"x\"\n" + ok + "store_max_age = \"-1h\"\n", `"x"`, "store_max_age", "must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

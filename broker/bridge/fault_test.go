@@ -23,9 +23,39 @@ type proxy struct {
 	target  string
 	swallow atomic.Bool
 	eaten   atomic.Int64 // bytes swallowed
-	ate     chan struct{}
-	mu      sync.Mutex
-	conns   []net.Conn
+	// eatenPubs counts the PUBLISH packets whose last byte was swallowed.
+	eatenPubs atomic.Int64
+	ate       chan struct{} // signalled after each swallowed read
+	mu        sync.Mutex
+	conns     []net.Conn
+}
+
+// mqttFramer follows the MQTT packets of one direction of a connection.
+type mqttFramer struct {
+	buf []byte
+}
+
+// feed adds b and returns the types of the packets it completed.
+func (f *mqttFramer) feed(b []byte) []byte {
+	f.buf = append(f.buf, b...)
+	var types []byte
+	for {
+		// Fixed header: type and flags, then the remaining length (a
+		// variable byte integer of up to 4 bytes).
+		n, mul, i := 0, 1, 1
+		for ; i < len(f.buf) && i <= 4; i++ {
+			n += int(f.buf[i]&0x7f) * mul
+			mul *= 128
+			if f.buf[i]&0x80 == 0 {
+				break
+			}
+		}
+		if i >= len(f.buf) || len(f.buf) < i+1+n {
+			return types
+		}
+		types = append(types, f.buf[0]>>4)
+		f.buf = f.buf[i+1+n:]
+	}
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -53,11 +83,18 @@ func startProxy(t *testing.T, target string) *proxy {
 			go func() { _, _ = io.Copy(c, u); _ = c.Close() }()
 			go func() {
 				buf := make([]byte, 32<<10)
+				var fr mqttFramer
 				for {
 					n, err := c.Read(buf)
 					if n > 0 {
+						types := fr.feed(buf[:n])
 						if p.swallow.Load() {
 							p.eaten.Add(int64(n))
+							for _, ty := range types {
+								if ty == 3 {
+									p.eatenPubs.Add(1)
+								}
+							}
 							select {
 							case p.ate <- struct{}{}:
 							default:
@@ -115,6 +152,11 @@ reconnect_max = "200ms"
 	publish(ctx, t, edge.Broker, "sensors/a", "before", false)
 	if l := up.next(ctx, t, "before"); l != "site-1/sensors/a before" {
 		t.Fatalf("upstream got %q", l)
+	}
+	// Its PUBACK may come after mosquitto_sub printed it (and the next
+	// publish need not wait for it).
+	if err := br.WaitFor(ctx, func(s bridge.Stats) bool { return s.Sent == 1 && s.Queued == 0 }); err != nil {
+		t.Fatal(err)
 	}
 	px.swallow.Store(true)
 	publish(ctx, t, edge.Broker, "sensors/a", "swallowed", false)

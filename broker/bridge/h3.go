@@ -186,47 +186,44 @@ func (l *h3Link) do(req *http.Request) (*http.Response, error) {
 	return l.tr.RoundTrip(req)
 }
 
-// publishH3 publishes one message over HTTP/3 with the message id
-// nonce-id: the upstream publishes a repeat of it once.
-func (br *Bridge) publishH3(conn context.Context, id uint64, topic string, payload []byte, retain bool, sent int64) int {
+// publishH3 publishes m over HTTP/3 with the message id nonce-id (the
+// upstream publishes a repeat of it once); ctx ends with the connection.
+func (br *Bridge) publishH3(ctx context.Context, m upMsg) (int, error) {
 	q := url.Values{}
 	if br.cfg.QoS == 0 {
 		q.Set(wire.QueryQoS, "0")
 	}
-	if retain {
+	if m.retain {
 		q.Set(wire.QueryRetain, "1")
 	}
-	ctx, cancel := context.WithCancel(br.ctx)
-	defer cancel()
-	stop := context.AfterFunc(conn, cancel)
-	defer stop()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, wire.PublishTopicURL(br.h3.base, topic, q).String(), bytes.NewReader(payload))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, wire.PublishTopicURL(br.h3.base, m.topic, q).String(), bytes.NewReader(m.payload))
 	if err != nil {
-		return br.refuse(topic, err.Error())
+		return br.refuse(m.topic, err.Error()), nil
 	}
-	req.ContentLength = int64(len(payload))
-	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(payload)), nil }
+	req.ContentLength = int64(len(m.payload))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(m.payload)), nil }
+	sent := m.time
 	if sent <= 0 {
 		sent = time.Now().UnixNano()
 	}
 	req.Header.Set(wire.HeaderTime, strconv.FormatInt(sent, 10))
-	req.Header.Set(wire.HeaderMsgID, br.h3.nonce+"-"+strconv.FormatUint(id, 10))
+	req.Header.Set(wire.HeaderMsgID, br.h3.nonce+"-"+strconv.FormatUint(m.id, 10))
 	resp, err := br.h3.do(req)
 	if err != nil {
 		if br.ctx.Err() != nil {
-			return upStopped
+			return upStopped, nil
 		}
-		return br.cut(conn, topic, err)
+		return upRetry, err
 	}
 	reason, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	_ = resp.Body.Close()
 	switch c := resp.StatusCode; {
 	case c/100 == 2:
-		return upSent
+		return upSent, nil
 	case c == http.StatusTooManyRequests || c == http.StatusServiceUnavailable || c == http.StatusTooEarly || c == http.StatusRequestTimeout || c/100 == 5:
-		return br.cut(conn, topic, fmt.Errorf("upstream answered %d %s", c, firstLine(reason)))
+		return upRetry, fmt.Errorf("upstream answered %d %s", c, firstLine(reason))
 	default:
-		return br.refuse(topic, fmt.Sprintf("%d %s", c, firstLine(reason)))
+		return br.refuse(m.topic, fmt.Sprintf("%d %s", c, firstLine(reason))), nil
 	}
 }
 
@@ -279,7 +276,7 @@ func (br *Bridge) h3Subscribe(filter string) {
 	st.reset()
 	attempt := 0
 	for {
-		conn := br.connection()
+		conn, _ := br.connection()
 		if conn == nil {
 			return
 		}

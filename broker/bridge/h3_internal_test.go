@@ -50,13 +50,13 @@ func TestHTTP3MessageIDDedup(t *testing.T) {
 		_ = c.Subscribe(client.WithSubscribed(ctx, func() { close(ready) }), "t/#", 0, func(m client.Message) { got <- string(m.Payload) })
 	}()
 	<-ready
-	conn := br.connection()
+	conn, _ := br.connection()
 	for i, tc := range []struct {
 		id      uint64
 		payload string
 	}{{7, "first"}, {7, "first"}, {8, "second"}} {
-		if r := br.publishH3(conn, tc.id, "t/x", []byte(tc.payload), false, 0); r != upSent {
-			t.Fatalf("publish %d: outcome %d, want sent", i, r)
+		if r, err := br.publishH3(conn, upMsg{id: tc.id, topic: "t/x", payload: []byte(tc.payload)}); r != upSent {
+			t.Fatalf("publish %d: outcome %d (%v), want sent", i, r, err)
 		}
 	}
 	for _, want := range []string{"first", "second"} {

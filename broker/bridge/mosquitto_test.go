@@ -60,6 +60,13 @@ func freePort(t *testing.T) string {
 // keeps sessions and queued messages across a restart (SIGTERM saves them).
 func startMosquitto(t *testing.T, pki *testutil.PKI, persist bool) *mosquitto {
 	t.Helper()
+	return startMosquittoACL(t, pki, persist, "")
+}
+
+// startMosquittoACL is startMosquitto with an ACL file's content (empty:
+// none, every user may do everything).
+func startMosquittoACL(t *testing.T, pki *testutil.PKI, persist bool, acl string) *mosquitto {
+	t.Helper()
 	bin := testenv.RequireTool(t, "mosquitto")
 	passwd := testenv.RequireTool(t, "mosquitto_passwd")
 	dir := t.TempDir()
@@ -81,6 +88,13 @@ func startMosquitto(t *testing.T, pki *testutil.PKI, persist bool) *mosquitto {
 	}
 	fmt.Fprintf(&conf, "per_listener_settings false\nallow_anonymous false\npassword_file %s\n", pwFile)
 	fmt.Fprintf(&conf, "log_dest stderr\nlog_type error\nlog_type warning\nlog_type notice\nlog_type information\nconnection_messages true\n")
+	if acl != "" {
+		aclFile := filepath.Join(dir, "acl")
+		if err := os.WriteFile(aclFile, []byte(acl), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&conf, "acl_file %s\n", aclFile)
+	}
 	if persist {
 		fmt.Fprintf(&conf, "persistence true\npersistence_location %s/\nautosave_interval 0\n", dir)
 	} else {

@@ -75,7 +75,10 @@ func (br *Bridge) attempt311(ctx context.Context, cc autopaho.ClientConfig, u *u
 	if err != nil {
 		return nil, err
 	}
-	return &v311Conn{Conn: c, r: bufio.NewReader(c), clean: br.cfg.CleanStart}, nil
+	// Under a packetConn: each packet whole (and paho's lock, which the
+	// translation needs: a packet's pieces from two goroutines must not
+	// interleave).
+	return br.dialed(&v311Conn{Conn: c, r: bufio.NewReader(c), clean: br.cfg.CleanStart}), nil
 }
 
 // v311Conn translates between paho's MQTT 5 and an MQTT 3.1.1 upstream.

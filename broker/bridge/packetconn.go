@@ -21,11 +21,15 @@ import (
 // It is a sync.Locker, as paho asks of a connection it did not dial
 // (autopaho.ClientConfig.AttemptConnection): paho holds the lock while it
 // writes one packet, so packets from its goroutines never interleave.
+//
+// It counts the PUBLISH packets written (pubs): the bridge starts a
+// publish only once the one before it is on the wire (window.go).
 type packetConn struct {
 	net.Conn
 	mu   sync.Mutex // paho's, held around each packet
 	wmu  sync.Mutex // the buffer's
 	wbuf []byte     // bytes of a packet not whole yet
+	pubs *written   // nil: not counted
 }
 
 // Lock and Unlock serialize paho's packet writes.
@@ -38,11 +42,14 @@ func (c *packetConn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.wbuf = append(c.wbuf, p...)
-	whole := 0
+	whole, pubs := 0, 0
 	for {
-		_, _, n, ok := splitPacket(c.wbuf[whole:])
+		first, _, n, ok := splitPacket(c.wbuf[whole:])
 		if !ok {
 			break
+		}
+		if first>>4 == pktPublish {
+			pubs++
 		}
 		whole += n
 	}
@@ -51,6 +58,9 @@ func (c *packetConn) Write(p []byte) (int, error) {
 	}
 	_, err := c.Conn.Write(c.wbuf[:whole])
 	c.wbuf = append(c.wbuf[:0], c.wbuf[whole:]...)
+	if pubs > 0 && c.pubs != nil {
+		c.pubs.add(pubs) // written or failed: either way the next may go
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -70,5 +80,15 @@ func (br *Bridge) attempt5(ctx context.Context, cc autopaho.ClientConfig, u *url
 	if err != nil {
 		return nil, err
 	}
-	return &packetConn{Conn: c}, nil
+	return br.dialed(c), nil
+}
+
+// dialed wraps a new upstream connection in a packetConn whose PUBLISH
+// count the bridge uses once the connection is up (markUp).
+func (br *Bridge) dialed(c net.Conn) *packetConn {
+	pc := &packetConn{Conn: c, pubs: newWritten()}
+	br.mu.Lock()
+	br.dialedPubs = pc.pubs
+	br.mu.Unlock()
+	return pc
 }
