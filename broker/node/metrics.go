@@ -55,4 +55,3 @@ func warnMetricsListen(log *slog.Logger, addr string) {
 	}
 	log.Warn("the metrics endpoint listens on a non-loopback address: anyone who reaches it reads the broker's metrics (plain HTTP, no authentication); listen on 127.0.0.1 (the default) or keep it behind a firewall (docs/security.md)", "address", addr)
 }
-

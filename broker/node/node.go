@@ -129,7 +129,8 @@ func (n *Node) closeUnstarted() {
 
 // Check checks c as Run would start it, without listening: the values,
 // the certificate and client CA, the browser options, the cluster options
-// and the data directory's state (readable, left unchanged).
+// and the data directory's state (opened and read as at start; nothing of
+// it is loaded into a broker).
 func Check(c Config) error {
 	dataDir := c.DataDir
 	c.DataDir = ""
