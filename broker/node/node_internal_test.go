@@ -92,7 +92,6 @@ func TestMetricsListenWarning(t *testing.T) {
 	}
 }
 
-
 // testLogger logs to a buffer.
 func testLogger() (*slog.Logger, *testutil.SyncBuffer) {
 	b := &testutil.SyncBuffer{}
