@@ -93,8 +93,11 @@ func flagError(err error) error {
 	if !errors.As(err, &fe) {
 		return err
 	}
-	if strings.HasPrefix(fe.Field, "Bridges[") {
+	switch {
+	case strings.HasPrefix(fe.Field, "Bridges["):
 		return fmt.Errorf("bridge: %w", fe.Err) // the error names the file's table and key
+	case fe.Field == "DataDir":
+		return fmt.Errorf("--data-dir %w", fe.Err) // a directory that does not open: no usage error
 	}
 	name := map[string]string{"HTTP.Listen": "listen", "Metrics.Listen": "metrics-listen", "TLS": "cert",
 		"Cluster": "cluster", "Cluster.URLs": "cluster"}[fe.Field]
@@ -250,17 +253,13 @@ func writeDevCert(path string, certPEM []byte) error {
 	return nil
 }
 
-// devListenFlags are the listener flags whose default --dev moves to
-// loopback (127.0.0.1) when the user did not give them.
-var devListenFlags = []string{"listen", "mqtt-quic"}
-
 // applyDevDefaults makes --dev listen on loopback only: each listener flag
-// of devListenFlags not given explicitly (on the command line or by a
+// whose default is on (--listen, --mqtt-quic) not given explicitly (on the command line or by a
 // configuration file) keeps its port on 127.0.0.1. Explicit flags win.
 func applyDevDefaults(fs *flag.FlagSet) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for _, name := range devListenFlags {
+	for _, name := range []string{"listen", "mqtt-quic"} {
 		fl := fs.Lookup(name)
 		if fl == nil || given[name] || fl.Value.String() == "" {
 			continue

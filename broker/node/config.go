@@ -182,8 +182,9 @@ func (c Cluster) credentials() bool {
 		c.CAFile != "" || c.CertFile != "" || c.KeyFile != ""
 }
 
-// FieldError is an invalid value in a Config: Field names it as a Go
-// selector from Config (e.g. "Metrics.Listen", "Cluster.URLs").
+// FieldError is an error about one field of a Config: an invalid value,
+// or (DataDir) a data directory that does not open. Field names it as a
+// Go selector from Config (e.g. "Metrics.Listen", "Cluster.URLs").
 type FieldError struct {
 	Field string
 	Err   error

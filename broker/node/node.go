@@ -105,11 +105,11 @@ func New(c Config) (*Node, error) {
 	if c.DataDir != "" {
 		if n.store, err = store.Open(store.Options{Dir: c.DataDir, Logger: n.log}); err != nil {
 			n.closeUnstarted()
-			return nil, fmt.Errorf("data directory %s: %w", c.DataDir, err)
+			return nil, &FieldError{Field: "DataDir", Err: fmt.Errorf("%s: %w", c.DataDir, err)}
 		}
 		if n.resetKey, err = store.ResetKey(c.DataDir); err != nil {
 			n.closeUnstarted()
-			return nil, fmt.Errorf("data directory %s: %w", c.DataDir, err)
+			return nil, &FieldError{Field: "DataDir", Err: fmt.Errorf("%s: %w", c.DataDir, err)}
 		}
 	}
 	return n, nil
@@ -146,15 +146,14 @@ func Check(c Config) error {
 		return nil
 	}
 	st, err := store.Open(store.Options{Dir: dataDir, Logger: n.log})
-	if err != nil {
-		return fmt.Errorf("data directory %s: %w", dataDir, err)
+	if err == nil {
+		_, err = st.Load()
+		if cerr := st.Close(); err == nil {
+			err = cerr
+		}
 	}
-	_, err = st.Load()
-	if cerr := st.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
-		return fmt.Errorf("data directory %s: %w", dataDir, err)
+		return &FieldError{Field: "DataDir", Err: fmt.Errorf("%s: %w", dataDir, err)}
 	}
 	return nil
 }

@@ -259,6 +259,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"bad metrics", func(c *node.Config) { c.Metrics.Listen = "nohost:port:x" }, "Metrics.Listen"},
 		{"cluster credentials without URLs", func(c *node.Config) { c.Cluster.Token = "x" }, "Cluster.URLs"},
 		{"negative cluster number", func(c *node.Config) { c.Cluster = node.Cluster{URLs: "nats://a:4222", HoldMessages: -1} }, "Cluster"},
+		{"data directory on a file", func(c *node.Config) { c.DataDir = c.TLS.CertFile }, "DataDir"},
 		{"inbound bridge without ACL", func(c *node.Config) {
 			c.Auth = nil
 			c.Bridges = []bridge.Config{{Name: "up", URL: "mqtt://h", Out: []string{"a/#"}}, {Name: "cloud", URL: "mqtt://h", In: []string{"cmd/#"}}}
