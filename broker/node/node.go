@@ -178,8 +178,8 @@ func (n *Node) brokerOptions() *broker.Options {
 	return o
 }
 
-// Start listens and starts every part: the HTTP broker, the ACL's
-// reloads, the bridges, the cluster link, the MQTT listeners and the
+// Start listens and starts every part: the HTTP broker, the bridges, the
+// reloads (ACL and bridges), the cluster link, the MQTT listeners and the
 // metrics endpoint, in this order. ctx bounds the bridges and the
 // reloads; stop the node with Close. When a part fails, what started is
 // closed again and the error names the part.
@@ -189,8 +189,8 @@ func (n *Node) Start(ctx context.Context) error {
 		run  func(context.Context) error
 	}{
 		{"broker", n.startBroker},
-		{"reload", n.startReload},
 		{"bridges", n.startBridges},
+		{"reload", n.startReload}, // after the bridges: it reloads them
 		{"cluster", n.startCluster},
 		{"mqtt", n.startMQTT},
 		{"metrics", n.startMetrics},
@@ -334,8 +334,8 @@ func (n *Node) ClusterID() string {
 func (n *Node) Done() <-chan struct{} { return n.b.Done() }
 
 // Close stops what Start started, in the reverse order: the metrics
-// endpoint, the MQTT listeners, the cluster link, the bridges, the
-// reloads, and last the HTTP broker, whose subscribers drain within ctx.
+// endpoint, the MQTT listeners, the cluster link, the reloads, the
+// bridges, and last the HTTP broker, whose subscribers drain within ctx.
 // On a node that did not start, it releases what New opened.
 func (n *Node) Close(ctx context.Context) error {
 	var errs []error
