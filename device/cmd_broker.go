@@ -10,14 +10,19 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/broker/node"
 	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/gctune"
 	"github.com/quiot/quiot/internal/quictune"
+	"github.com/quiot/quiot/internal/sdnotify"
 )
 
 func init() {
@@ -28,35 +33,79 @@ func init() {
 	})
 }
 
-// brokerExtension lets another cmd_*.go file add to `quiot broker` without
-// editing this file: extra flags, a step after flag parsing (e.g. a config
-// file), and listeners or services attached to the broker before it serves.
-// Register it from init with registerBrokerExtension.
-type brokerExtension struct {
-	// name identifies the extension in errors.
-	name string
-	// flags registers the extension's flags (optional).
-	flags func(fs *flag.FlagSet)
-	// parsed runs after the flags are parsed, before anything starts
-	// (optional); it may set flags (fs.Set) that the user did not give.
-	parsed func(fs *flag.FlagSet) error
-	// configure adjusts the broker's options before the broker is created
-	// (optional): e.g. a counting socket or a QUIC tracer. Returning
-	// errConfigChecked ends the command successfully (--check-config).
-	configure func(opts *broker.Options, stdout io.Writer) error
-	// start attaches to the running broker, after it listens and before
-	// the command waits for a signal (optional). The returned stop runs on
-	// shutdown, before the broker's own Shutdown, with the shutdown context.
-	// opts are the broker's options (certificates, client CA, tuning).
-	start func(ctx context.Context, b *broker.Broker, opts *broker.Options, log *slog.Logger, stdout io.Writer) (stop func(context.Context) error, err error)
+// brokerCmd is every flag of `quiot broker`, by group; config maps them
+// to the node.Config that broker/node runs. Each group lives in its
+// cmd_broker_*.go file (cmd_web.go for the browser part).
+type brokerCmd struct {
+	core    brokerFlags
+	auth    authFlags
+	bridges bridgeFlags
+	cluster clusterFlags
+	gc      gcFlags
+	limits  limitFlags
+	mqtt    mqttFlags
+	service serviceFlags
+	web     webFlags
 }
 
-var brokerExtensions []brokerExtension
+// register registers every flag of `quiot broker` on fs.
+func (c *brokerCmd) register(fs *flag.FlagSet) {
+	c.core.register(fs)
+	c.auth.register(fs)
+	c.cluster.register(fs)
+	c.gc.register(fs)
+	c.limits.register(fs)
+	c.mqtt.register(fs)
+	c.service.register(fs)
+	c.web.register(fs)
+}
 
-// registerBrokerExtension adds an extension; call it from init.
-//
-//lint:ignore U1000 called from the init of extension files (MQTT listeners, config, metrics)
-func registerBrokerExtension(e brokerExtension) { brokerExtensions = append(brokerExtensions, e) }
+// config maps the parsed flags (and the configuration file's values) to
+// the node's configuration. It prints the dev certificate's fingerprint.
+func (c *brokerCmd) config(stdout io.Writer, log *slog.Logger) (node.Config, error) {
+	cfg, err := c.core.config(stdout, log)
+	if err != nil {
+		return cfg, err
+	}
+	if err := c.auth.apply(cfg.Auth); err != nil {
+		return cfg, err
+	}
+	cfg.Bridges, cfg.BridgeFile = c.bridges.cfgs, c.bridges.path
+	cfg.Cluster = c.cluster.config()
+	if c.gc.opts, err = c.gc.options(); err != nil {
+		return cfg, fmt.Errorf("gc: %w", err)
+	}
+	if err := c.limits.apply(&cfg.HTTP.Limits); err != nil {
+		return cfg, err
+	}
+	cfg.MQTT = c.mqtt.config()
+	cfg.Metrics = node.Metrics{Listen: c.service.metricsListen, Trace: c.service.metricsTrace}
+	if cfg.HTTP.Web, err = c.web.options(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// flagError names, in an error of broker/node about a Config field, the
+// flag that set the field.
+func flagError(err error) error {
+	var fe *node.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	switch {
+	case strings.HasPrefix(fe.Field, "Bridges["):
+		return fmt.Errorf("bridge: %w", fe.Err) // the error names the file's table and key
+	case fe.Field == "DataDir":
+		return fmt.Errorf("--data-dir %w", fe.Err) // a directory that does not open: no usage error
+	}
+	name := map[string]string{"HTTP.Listen": "listen", "Metrics.Listen": "metrics-listen", "TLS": "cert",
+		"Cluster": "cluster", "Cluster.URLs": "cluster"}[fe.Field]
+	if name == "" {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return fmt.Errorf("%w: --%s: %v", errUsage, name, fe.Err)
+}
 
 // brokerFlags are the flags of `quiot broker` that this file owns.
 type brokerFlags struct {
@@ -78,6 +127,11 @@ type brokerFlags struct {
 	queuePolicy   string
 	maxSubs       int
 	shutdownGrace time.Duration
+	// dataDir keeps retained messages, resume history, the epoch and
+	// persistent MQTT sessions across restarts. Off by default (also with
+	// --dev, whose defaults an explicit --data-dir overrides); the packaged
+	// configuration sets /var/lib/quiot.
+	dataDir string
 }
 
 func (f *brokerFlags) register(fs *flag.FlagSet) {
@@ -99,43 +153,47 @@ func (f *brokerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.queuePolicy, "queue-policy", "drop-oldest", "when a subscriber's queue is full: drop-oldest or disconnect")
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 100, "subscriptions per connection")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 5*time.Second, "how long SIGTERM waits for subscribers to drain")
+	fs.StringVar(&f.dataDir, "data-dir", "", "directory where retained messages, resume history, the epoch and persistent MQTT sessions survive restarts (created 0700); empty = memory only")
 }
 
-// options turns the flags into broker options. It prints the dev
+// config turns the flags into the node's core configuration: listener,
+// certificate, tuning, ACL, limits, data directory. It prints the dev
 // certificate's fingerprint to stdout.
-func (f *brokerFlags) options(stdout io.Writer, log *slog.Logger) (*broker.Options, error) {
-	o := &broker.Options{Listen: f.listen, Logger: log, ClientCAFile: f.clientCA, ShutdownGrace: f.shutdownGrace}
+func (f *brokerFlags) config(stdout io.Writer, log *slog.Logger) (node.Config, error) {
+	o := node.Config{HTTP: node.HTTP{Listen: f.listen}, TLS: node.TLS{ClientCAFile: f.clientCA},
+		DataDir: f.dataDir, ShutdownGrace: f.shutdownGrace, Logger: log}
 	switch {
 	case f.dev && (f.cert != "" || f.key != ""):
-		return nil, fmt.Errorf("%w: --dev and --cert/--key exclude each other", errUsage)
+		return o, fmt.Errorf("%w: --dev and --cert/--key exclude each other", errUsage)
 	case f.dev:
 		c, err := certs.SelfSigned(nil, nil)
 		if err != nil {
-			return nil, err
+			return o, err
 		}
-		o.Certificates = []tls.Certificate{c.TLS}
+		o.TLS.Certificates = []tls.Certificate{c.TLS}
 		fp := certs.Fingerprint(c.TLS.Certificate[0])
 		fmt.Fprintf(stdout, "dev certificate (self-signed, localhost/127.0.0.1/::1) SHA-256 fingerprint: %s\n", fp)
 		f.devCertPEM = c.CertPEM // written once the broker listens (writeDevCert)
 	case f.cert == "" || f.key == "":
-		return nil, fmt.Errorf("%w: give --cert and --key, or --dev for a throwaway certificate", errUsage)
+		return o, fmt.Errorf("%w: give --cert and --key, or --dev for a throwaway certificate", errUsage)
 	default:
-		o.CertFile, o.KeyFile = f.cert, f.key
+		o.TLS.CertFile, o.TLS.KeyFile = f.cert, f.key
 	}
 	prof, err := quictune.Load(f.tuning)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --tuning: %v", errUsage, err)
+		return o, fmt.Errorf("%w: --tuning: %v", errUsage, err)
 	}
 	o.Tuning = prof
 	a, err := f.authenticator(log)
 	if err != nil {
-		return nil, err
+		return o, err
 	}
 	o.Auth = a
 	if f.maxPayload <= 0 || f.queue <= 0 || f.maxSubs <= 0 || f.historyBytes <= 0 || f.retainedBytes <= 0 || f.history < 0 {
-		return nil, fmt.Errorf("%w: limits must be positive (--history may be 0)", errUsage)
+		return o, fmt.Errorf("%w: limits must be positive (--history may be 0)", errUsage)
 	}
-	o.Limits = broker.Limits{
+	l := &o.HTTP.Limits
+	*l = broker.Limits{
 		MaxPayload:              f.maxPayload,
 		HistoryPerTopic:         f.history,
 		HistoryBytes:            f.historyBytes,
@@ -144,14 +202,14 @@ func (f *brokerFlags) options(stdout io.Writer, log *slog.Logger) (*broker.Optio
 		MaxSubscriptionsPerConn: f.maxSubs,
 	}
 	if f.history == 0 {
-		o.Limits.HistoryPerTopic = -1
+		l.HistoryPerTopic = -1
 	}
 	switch f.queuePolicy {
 	case "drop-oldest":
 	case "disconnect":
-		o.Limits.QueuePolicy = broker.Disconnect
+		l.QueuePolicy = broker.Disconnect
 	default:
-		return nil, fmt.Errorf("%w: --queue-policy %q (want drop-oldest or disconnect)", errUsage, f.queuePolicy)
+		return o, fmt.Errorf("%w: --queue-policy %q (want drop-oldest or disconnect)", errUsage, f.queuePolicy)
 	}
 	return o, nil
 }
@@ -195,17 +253,13 @@ func writeDevCert(path string, certPEM []byte) error {
 	return nil
 }
 
-// devListenFlags are the listener flags whose default --dev moves to
-// loopback (127.0.0.1) when the user did not give them.
-var devListenFlags = []string{"listen", "mqtt-quic"}
-
 // applyDevDefaults makes --dev listen on loopback only: each listener flag
-// of devListenFlags not given explicitly (on the command line or by a
+// whose default is on (--listen, --mqtt-quic) not given explicitly (on the command line or by a
 // configuration file) keeps its port on 127.0.0.1. Explicit flags win.
 func applyDevDefaults(fs *flag.FlagSet) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for _, name := range devListenFlags {
+	for _, name := range []string{"listen", "mqtt-quic"} {
 		fl := fs.Lookup(name)
 		if fl == nil || given[name] || fl.Value.String() == "" {
 			continue
@@ -252,107 +306,42 @@ func (f *brokerFlags) authenticator(log *slog.Logger) (*auth.Authenticator, erro
 
 func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("broker", stderr)
-	var bf brokerFlags
-	bf.register(fs)
-	for _, e := range brokerExtensions {
-		if e.flags != nil {
-			e.flags(fs)
-		}
-	}
+	var c brokerCmd
+	c.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	for _, e := range brokerExtensions {
-		if e.parsed != nil {
-			if err := e.parsed(fs); err != nil {
-				return fmt.Errorf("%s: %w", e.name, err)
-			}
-		}
+	if err := c.bridges.parsed(fs); err != nil {
+		return fmt.Errorf("bridge: %w", err)
 	}
-	if bf.dev {
+	if c.core.dev {
 		if err := applyDevDefaults(fs); err != nil {
 			return err
 		}
 	}
-	log, err := newLogger(stderr, bf.logLevel)
+	log, err := newLogger(stderr, c.core.logLevel)
 	if err != nil {
 		return err
 	}
-	opts, err := bf.options(stdout, log)
+	cfg, err := c.config(stdout, log)
 	if err != nil {
 		return err
 	}
-	for _, e := range brokerExtensions {
-		if e.configure != nil {
-			if err := e.configure(opts, stdout); errors.Is(err, errConfigChecked) {
-				return nil
-			} else if err != nil {
-				return fmt.Errorf("%s: %w", e.name, err)
-			}
+	if c.service.checkConfig {
+		if err := node.Check(cfg); err != nil {
+			return flagError(err)
 		}
+		fmt.Fprintln(stdout, "configuration OK")
+		return nil
 	}
-	b, err := broker.New(opts)
-	if err != nil {
-		return err
-	}
-	if err := b.Start(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "broker listening: https://%s (HTTP/3, UDP)", b.Addr())
-	if a := b.TCPAddr(); a != nil {
-		fmt.Fprintf(stdout, ", HTTP/1.1+HTTP/2 on TCP %s", a)
-	}
-	fmt.Fprintln(stdout)
-	if bf.devCertPEM != nil && bf.devCertOut != "" {
-		if err := writeDevCert(bf.devCertOut, bf.devCertPEM); err != nil {
-			log.Warn("dev certificate not written; clients can use --pin or --insecure", "error", err)
-		} else {
-			fmt.Fprintf(stdout, "dev certificate written to %s: clients trust it with --ca %s\n", bf.devCertOut, bf.devCertOut)
-		}
-	}
-
-	var stops []func(context.Context) error
-	var startErr error
-	for _, e := range brokerExtensions {
-		if e.start == nil {
-			continue
-		}
-		stop, err := e.start(ctx, b, opts, log, stdout)
-		if err != nil {
-			startErr = fmt.Errorf("%s: %w", e.name, err)
-			break
-		}
-		if stop != nil {
-			stops = append(stops, stop)
-		}
-	}
-	if startErr == nil {
-		select {
-		case <-ctx.Done():
-			log.Info("shutting down", "grace", bf.shutdownGrace)
-		case <-b.Done():
-		}
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), bf.shutdownGrace)
-	defer cancel()
-	var errs []error
-	if startErr != nil {
-		errs = append(errs, startErr)
-	}
-	for i := len(stops) - 1; i >= 0; i-- {
-		if err := stops[i](sctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := b.Shutdown(sctx); err != nil {
-		errs = append(errs, err)
-	}
-	st := b.Stats()
-	var parts []string
-	for _, p := range st.ProtocolNames() {
-		ps := st.Protocols[p]
-		parts = append(parts, fmt.Sprintf("%s in=%d out=%d conns=%d", p, ps.MessagesIn, ps.MessagesOut, ps.ConnsTotal))
-	}
-	log.Info("broker stopped", "protocols", strings.Join(parts, "; "), "dropped", st.Dropped, "cut_off", st.CutOff)
-	return errors.Join(errs...)
+	gctune.Apply(c.gc.opts)
+	// SIGHUP reloads the ACL file and the bridge tables (broker/node);
+	// without --auth and bridges it is logged and ignored.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	cfg.Reload = hup
+	cfg.OnReady = func(n *node.Node) { c.ready(ctx, n, cfg, stdout, log) }
+	cfg.OnStopping = sdnotify.Stopping
+	return flagError(node.Run(ctx, cfg))
 }

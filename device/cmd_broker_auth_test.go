@@ -12,11 +12,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/testenv"
 	"github.com/quiot/quiot/probe/netns"
@@ -190,61 +188,6 @@ func TestBrokerAuthModes(t *testing.T) {
 	f := brokerFlags{allowAnon: true, authFile: "acl.toml"}
 	if _, err := f.authenticator(slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("--allow-anonymous with --auth accepted")
-	}
-}
-
-// TestACLReloadOnSIGHUP: SIGHUP reloads the ACL file; a broken file keeps
-// the old rules; a credential's expiry refreshes the rules by itself.
-func TestACLReloadOnSIGHUP(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "acl.toml")
-	write := func(s string) {
-		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("[[user]]\nname = \"a\"\npublish = [\"x\"]\n")
-	f := brokerFlags{authFile: p}
-	log, logs := testLogger()
-	a, err := f.authenticator(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hup := make(chan os.Signal)
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		aclReloader(context.Background(), a, hup, done, log)
-	}()
-	t.Cleanup(func() { close(done); <-stopped })
-	_, changed := a.Watch()
-	write("[[user]]\nname = \"a\"\npublish = [\"y\"]\n")
-	hup <- syscall.SIGHUP
-	<-changed
-	if !a.Allow("a", auth.Publish, "y") || a.Allow("a", auth.Publish, "x") {
-		t.Fatal("rules not reloaded")
-	}
-	write("[[user]\n")
-	hup <- syscall.SIGHUP
-	hup <- syscall.SIGHUP // the reloader took the first one once this one is received
-	if !a.Allow("a", auth.Publish, "y") || !strings.Contains(logs.String(), "ACL reload failed") {
-		t.Fatalf("a broken file must keep the rules and be logged:\n%s", logs.String())
-	}
-	// A token that expires in a second: the reloader refreshes the rules
-	// at its expiry without a signal.
-	_, tok := auth.NewToken("a", time.Now().Add(time.Second).Truncate(time.Second).Add(time.Second), "")
-	write("[[user]]\nname = \"a\"\npublish = [\"y\"]\n" + tok.TOML())
-	_, changed = a.Watch()
-	hup <- syscall.SIGHUP
-	<-changed
-	gen, changed := a.Watch()
-	select {
-	case <-changed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no refresh within 30 s of the token's expiry")
-	}
-	if a.StillValid("a", gen) {
-		t.Error("connections that may have used the expired token kept")
 	}
 }
 

@@ -3,13 +3,16 @@ package main
 import (
 	"flag"
 	"time"
+
+	"github.com/quiot/quiot/broker/node"
 )
 
 // `quiot broker --cluster nats://h:4222,...`: brokers share one topic space,
 // its retained messages and history through a NATS cluster with JetStream
-// (broker/cluster, docs/cluster.md). The flags are the same in every build;
-// the 32-bit ARM (Pi edge) build has no cluster link and refuses --cluster
-// (cmd_broker_cluster_stub.go) unless built with -tags quiot_cluster.
+// (broker/cluster, docs/cluster.md). The flags are the same in every build
+// (a shared config file stays valid); the 32-bit ARM (Pi edge) build has no
+// cluster link and refuses --cluster (broker/node) unless built with -tags
+// quiot_cluster.
 
 type clusterFlags struct {
 	urls, name                                  string
@@ -20,18 +23,6 @@ type clusterFlags struct {
 	holdBytes                                   int64
 	ackTimeout, reconnectWait, maxReconnectWait time.Duration
 	localNumbering                              bool
-
-	clusterState // the link configure made (none in the Pi build)
-}
-
-func init() {
-	var f clusterFlags
-	registerBrokerExtension(brokerExtension{
-		name:      "cluster",
-		flags:     f.register,
-		configure: f.configure,
-		start:     f.start,
-	})
 }
 
 func (f *clusterFlags) register(fs *flag.FlagSet) {
@@ -53,4 +44,18 @@ func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.reconnectWait, "cluster-reconnect-wait", 0, "first delay between NATS reconnection attempts, doubling with jitter (0 = 250ms)")
 	fs.DurationVar(&f.maxReconnectWait, "cluster-max-reconnect-wait", 0, "longest delay between NATS reconnection attempts (0 = 10s)")
 	fs.BoolVar(&f.localNumbering, "cluster-local-numbering", false, "number messages per broker (local delivery goes on while NATS is unreachable) instead of the cluster-wide sequence numbers that let a subscriber resume on any broker with no gap (docs/cluster.md)")
+}
+
+// config maps the flags to the node's cluster configuration (checked by
+// broker/node).
+func (f *clusterFlags) config() node.Cluster {
+	return node.Cluster{
+		URLs: f.urls, Name: f.name,
+		User: f.user, Password: f.password, Token: f.token, NKeySeedFile: f.nkey, CredsFile: f.creds,
+		CAFile: f.ca, CertFile: f.cert, KeyFile: f.key,
+		Prefix: f.prefix, Replicas: f.replicas,
+		HoldMessages: f.holdMessages, HoldBytes: f.holdBytes,
+		AckTimeout: f.ackTimeout, ReconnectWait: f.reconnectWait, MaxReconnectWait: f.maxReconnectWait,
+		LocalNumbering: f.localNumbering,
+	}
 }

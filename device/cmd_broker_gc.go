@@ -4,9 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 
-	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/internal/gctune"
 )
 
@@ -18,32 +16,18 @@ type gcFlags struct {
 	fs      *flag.FlagSet
 	percent int
 	limit   string
+	opts    gctune.Options // what options made, applied when the broker starts
 }
 
-func init() {
-	var f gcFlags
-	registerBrokerExtension(brokerExtension{
-		name: "gc",
-		flags: func(fs *flag.FlagSet) {
-			f.fs = fs
-			fs.IntVar(&f.percent, "gc-percent", gctune.DefaultPercent, "Go GC percent (as GOGC): collect when the heap has grown this much over the live heap; -1 = only at --memory-limit (if not given, a GOGC environment variable wins)")
-			fs.StringVar(&f.limit, "memory-limit", "auto", "soft limit of the broker's Go memory, e.g. 128MiB; auto = a quarter of RAM within 64 MiB..1 GiB (or GOMEMLIMIT if set); off = none")
-		},
-		// configure runs after every extension's parsed step, so values
-		// from the configuration file count as given.
-		configure: func(*broker.Options, io.Writer) error {
-			o, err := f.options()
-			if err != nil {
-				return err
-			}
-			gctune.Apply(o)
-			return nil
-		},
-	})
+func (f *gcFlags) register(fs *flag.FlagSet) {
+	f.fs = fs
+	fs.IntVar(&f.percent, "gc-percent", gctune.DefaultPercent, "Go GC percent (as GOGC): collect when the heap has grown this much over the live heap; -1 = only at --memory-limit (if not given, a GOGC environment variable wins)")
+	fs.StringVar(&f.limit, "memory-limit", "auto", "soft limit of the broker's Go memory, e.g. 128MiB; auto = a quarter of RAM within 64 MiB..1 GiB (or GOMEMLIMIT if set); off = none")
 }
 
 // options turns the flags into gctune.Options: a flag left at its default
-// leaves the choice to gctune (which lets GOGC/GOMEMLIMIT win).
+// leaves the choice to gctune (which lets GOGC/GOMEMLIMIT win). It runs
+// after the configuration file is read, so its values count as given.
 func (f *gcFlags) options() (gctune.Options, error) {
 	given := map[string]bool{}
 	if f.fs != nil {

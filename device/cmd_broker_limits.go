@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/quiot/quiot/broker"
@@ -24,17 +23,6 @@ type limitFlags struct {
 	queueBytes, queueBytesTotal           int64
 	quicRetryAbove                        int
 	topicBytes, topicLevels               int
-}
-
-func init() {
-	var f limitFlags
-	registerBrokerExtension(brokerExtension{
-		name:  "limits",
-		flags: f.register,
-		configure: func(o *broker.Options, _ io.Writer) error {
-			return f.apply(&o.Limits)
-		},
-	})
 }
 
 func (f *limitFlags) register(fs *flag.FlagSet) {

@@ -1,22 +1,17 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"sync"
-	"sync/atomic"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/mqttquic"
-	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/broker/node"
 )
 
 // MQTT over QUIC, TCP, TLS and WebSocket listeners of `quiot broker`, joined to the
-// HTTP/3 broker's topic space, identities and ACL.
+// HTTP/3 broker's topic space, identities and ACL (broker/node).
 
 type mqttFlags struct {
 	quicAddr string
@@ -26,110 +21,56 @@ type mqttFlags struct {
 	wssAddr  string
 	wsListen bool
 	limits   mqttquic.Limits
-	// server is the running MQTT server, for its quiot_mqtt_* metrics.
-	server      atomic.Pointer[mqttquic.Server]
-	metricsOnce sync.Once // the collector is added once per process
 }
 
-// mqttMetrics writes the running MQTT server's quiot_mqtt_* families on
-// --metrics-listen (none while it is off).
-type mqttMetrics struct{ f *mqttFlags }
-
-// WritePrometheus implements promexport.Collector.
-func (m mqttMetrics) WritePrometheus(w io.Writer) {
-	if s := m.f.server.Load(); s != nil {
-		s.WritePrometheus(w)
-	}
+func (f *mqttFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.quicAddr, "mqtt-quic", ":14567", `UDP address of MQTT over QUIC (ALPN "mqtt", EMQX/NanoMQ compatible); empty = off`)
+	fs.StringVar(&f.tcpAddr, "mqtt-tcp", "", "TCP address of plain MQTT (e.g. :1883; passwords travel in clear: prefer --mqtt-tls); empty = off")
+	fs.StringVar(&f.tlsAddr, "mqtt-tls", "", "TCP address of MQTT over TLS 1.3, mqtts:// (e.g. :8883); empty = off")
+	fs.StringVar(&f.wsAddr, "mqtt-ws", "", "TCP address of MQTT over WebSocket, ws://HOST/mqtt (e.g. 127.0.0.1:8080; passwords travel in clear: prefer --mqtt-wss); empty = off")
+	fs.BoolVar(&f.wsListen, "mqtt-ws-on-listen", true, "also serve MQTT over WebSocket at wss://HOST:PORT/mqtt on the --listen port (TCP, HTTP/1.1 upgrade; pages of the broker's own origin and of --cors-origins) while MQTT is on")
+	fs.StringVar(&f.wssAddr, "mqtt-wss", "", "TCP address of MQTT over secure WebSocket (TLS 1.3), wss://HOST/mqtt (e.g. :8884); web pages need --cors-origins; empty = off")
+	// Limits (mqttquic.Limits); 0 keeps the default named.
+	l := &f.limits
+	fs.IntVar(&l.MaxClients, "mqtt-max-clients", 0, "connected MQTT clients at most (0 = 1024)")
+	fs.IntVar(&l.MaxSessions, "mqtt-max-sessions", 0, "MQTT sessions, connected and offline, at most (0 = 2048)")
+	fs.IntVar(&l.MaxSessionsPerIdentity, "mqtt-max-sessions-per-identity", 0, "MQTT sessions of one identity, anonymous clients per source address, at most (0 = 256)")
+	fs.DurationVar(&l.AnonymousSessionExpiry, "mqtt-anonymous-session-expiry", 0, "how long an anonymous client's offline session is kept (0 = 5m)")
+	fs.IntVar(&l.MaxQueuedMessages, "mqtt-max-queued-messages", 0, "QoS 1/2 messages one MQTT session holds at most (0 = 1024)")
+	fs.Int64Var(&l.MaxQueuedBytes, "mqtt-max-queued-bytes", 0, "bytes of messages one MQTT session holds at most (0 = 4MiB)")
+	fs.Int64Var(&l.MaxQueuedBytesTotal, "mqtt-max-queued-bytes-total", 0, "bytes of messages all MQTT sessions hold at most (0 = 64MiB)")
+	fs.DurationVar(&l.ConnectTimeout, "mqtt-connect-timeout", 0, "close an MQTT connection that sends no CONNECT within this time, TLS handshake included (0 = 10s)")
+	fs.IntVar(&l.MaxPreConnectPerAddr, "mqtt-max-preconnect-per-addr", 0, "MQTT connections of one source address without CONNECT yet at most (0 = 64)")
 }
 
-func init() {
-	var f mqttFlags
-	registerBrokerExtension(brokerExtension{
-		name: "mqtt",
-		flags: func(fs *flag.FlagSet) {
-			fs.StringVar(&f.quicAddr, "mqtt-quic", ":14567", `UDP address of MQTT over QUIC (ALPN "mqtt", EMQX/NanoMQ compatible); empty = off`)
-			fs.StringVar(&f.tcpAddr, "mqtt-tcp", "", "TCP address of plain MQTT (e.g. :1883; passwords travel in clear: prefer --mqtt-tls); empty = off")
-			fs.StringVar(&f.tlsAddr, "mqtt-tls", "", "TCP address of MQTT over TLS 1.3, mqtts:// (e.g. :8883); empty = off")
-			fs.StringVar(&f.wsAddr, "mqtt-ws", "", "TCP address of MQTT over WebSocket, ws://HOST/mqtt (e.g. 127.0.0.1:8080; passwords travel in clear: prefer --mqtt-wss); empty = off")
-			fs.BoolVar(&f.wsListen, "mqtt-ws-on-listen", true, "also serve MQTT over WebSocket at wss://HOST:PORT/mqtt on the --listen port (TCP, HTTP/1.1 upgrade; pages of the broker's own origin and of --cors-origins) while MQTT is on")
-			fs.StringVar(&f.wssAddr, "mqtt-wss", "", "TCP address of MQTT over secure WebSocket (TLS 1.3), wss://HOST/mqtt (e.g. :8884); web pages need --cors-origins; empty = off")
-			// Limits (mqttquic.Limits); 0 keeps the default named.
-			l := &f.limits
-			fs.IntVar(&l.MaxClients, "mqtt-max-clients", 0, "connected MQTT clients at most (0 = 1024)")
-			fs.IntVar(&l.MaxSessions, "mqtt-max-sessions", 0, "MQTT sessions, connected and offline, at most (0 = 2048)")
-			fs.IntVar(&l.MaxSessionsPerIdentity, "mqtt-max-sessions-per-identity", 0, "MQTT sessions of one identity, anonymous clients per source address, at most (0 = 256)")
-			fs.DurationVar(&l.AnonymousSessionExpiry, "mqtt-anonymous-session-expiry", 0, "how long an anonymous client's offline session is kept (0 = 5m)")
-			fs.IntVar(&l.MaxQueuedMessages, "mqtt-max-queued-messages", 0, "QoS 1/2 messages one MQTT session holds at most (0 = 1024)")
-			fs.Int64Var(&l.MaxQueuedBytes, "mqtt-max-queued-bytes", 0, "bytes of messages one MQTT session holds at most (0 = 4MiB)")
-			fs.Int64Var(&l.MaxQueuedBytesTotal, "mqtt-max-queued-bytes-total", 0, "bytes of messages all MQTT sessions hold at most (0 = 64MiB)")
-			fs.DurationVar(&l.ConnectTimeout, "mqtt-connect-timeout", 0, "close an MQTT connection that sends no CONNECT within this time, TLS handshake included (0 = 10s)")
-			fs.IntVar(&l.MaxPreConnectPerAddr, "mqtt-max-preconnect-per-addr", 0, "MQTT connections of one source address without CONNECT yet at most (0 = 64)")
-		},
-		configure: func(*broker.Options, io.Writer) error {
-			f.metricsOnce.Do(func() { metricsCollectors = append(metricsCollectors, mqttMetrics{&f}) })
-			return nil
-		},
-		start: f.start,
-	})
+// config maps the flags to the node's MQTT listeners (an empty address is
+// a listener that is off, as for the flags).
+func (f *mqttFlags) config() node.MQTT {
+	return node.MQTT{QUICAddr: f.quicAddr, TCPAddr: f.tcpAddr, TLSAddr: f.tlsAddr, WSAddr: f.wsAddr, WSSAddr: f.wssAddr,
+		WSOnBroker: f.wsListen, Limits: f.limits}
 }
 
-func (f *mqttFlags) start(_ context.Context, b *broker.Broker, opts *broker.Options, log *slog.Logger, stdout io.Writer) (func(context.Context) error, error) {
+// printAddrs prints the MQTT listeners' addresses.
+func (f *mqttFlags) printAddrs(stdout io.Writer, a node.Addrs) {
 	if f.quicAddr == "" && f.tcpAddr == "" && f.tlsAddr == "" && f.wsAddr == "" && f.wssAddr == "" {
-		return nil, nil
+		return
 	}
-	o := mqttquic.Options{QUICAddr: f.quicAddr, TCPAddr: f.tcpAddr, TLSAddr: f.tlsAddr, WSAddr: f.wsAddr, WSSAddr: f.wssAddr,
-		WSOnBroker: f.wsListen, Broker: b, Profile: opts.Tuning, Logger: log, Limits: f.limits}
-	if opts.Web != nil {
-		o.CORSOrigins = opts.Web.CORSOrigins // the same origins as the HTTP side (cmd_web.go)
+	if a.MQTTQUIC != nil {
+		fmt.Fprintf(stdout, "mqtt listening: mqtt-quic://%s (MQTT over QUIC, UDP)\n", a.MQTTQUIC)
 	}
-	o.DataDir = brokerDataDir // cmd_broker_data.go
-	if o.QUICAddr == "" {
-		o.QUICAddr = "off"
+	if a.MQTTTCP != "" {
+		fmt.Fprintf(stdout, "mqtt listening: mqtt://%s (MQTT over TCP)\n", a.MQTTTCP)
 	}
-	if f.quicAddr != "" || f.tlsAddr != "" || f.wssAddr != "" {
-		tc := &tls.Config{Certificates: opts.Certificates}
-		if len(tc.Certificates) == 0 {
-			c, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("couldn't load server certificate: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{c}
-		}
-		o.TLS = tc
-		o.ClientCAs = opts.ClientCAs
-		if o.ClientCAs == nil && opts.ClientCAFile != "" {
-			p, err := certs.LoadPool(opts.ClientCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("couldn't load client CA: %w", err)
-			}
-			o.ClientCAs = p
-		}
+	if a.MQTTTLS != "" {
+		fmt.Fprintf(stdout, "mqtt listening: mqtts://%s (MQTT over TLS)\n", a.MQTTTLS)
 	}
-	s, err := mqttquic.New(o)
-	if err != nil {
-		return nil, err
+	if a.MQTTWS != "" {
+		fmt.Fprintf(stdout, "mqtt listening: ws://%s%s (MQTT over WebSocket)\n", a.MQTTWS, mqttquic.WSPath)
 	}
-	if err := s.Start(); err != nil {
-		return nil, err
+	if a.MQTTWSS != "" {
+		fmt.Fprintf(stdout, "mqtt listening: wss://%s%s (MQTT over secure WebSocket)\n", a.MQTTWSS, mqttquic.WSPath)
 	}
-	f.server.Store(s)
-	if a := s.QUICAddr(); a != nil {
-		fmt.Fprintf(stdout, "mqtt listening: mqtt-quic://%s (MQTT over QUIC, UDP)\n", a)
+	if f.wsListen && a.HTTPTCP != nil {
+		fmt.Fprintf(stdout, "mqtt listening: wss://%s%s (MQTT over secure WebSocket on the broker's port)\n", a.HTTPTCP, broker.MQTTWebSocketPath)
 	}
-	if a := s.TCPAddr(); a != "" {
-		fmt.Fprintf(stdout, "mqtt listening: mqtt://%s (MQTT over TCP)\n", a)
-	}
-	if a := s.TLSAddr(); a != "" {
-		fmt.Fprintf(stdout, "mqtt listening: mqtts://%s (MQTT over TLS)\n", a)
-	}
-	if a := s.WSAddr(); a != "" {
-		fmt.Fprintf(stdout, "mqtt listening: ws://%s%s (MQTT over WebSocket)\n", a, mqttquic.WSPath)
-	}
-	if a := s.WSSAddr(); a != "" {
-		fmt.Fprintf(stdout, "mqtt listening: wss://%s%s (MQTT over secure WebSocket)\n", a, mqttquic.WSPath)
-	}
-	if a := b.TCPAddr(); f.wsListen && a != nil {
-		fmt.Fprintf(stdout, "mqtt listening: wss://%s%s (MQTT over secure WebSocket on the broker's port)\n", a, broker.MQTTWebSocketPath)
-	}
-	return func(context.Context) error { return s.Close() }, nil
 }

@@ -85,18 +85,13 @@ func TestBrokerUsageErrors(t *testing.T) {
 	}
 }
 
-// loopbackBrokerArgs adds, for the flags other files' extensions register,
+// loopbackBrokerArgs adds, for the listener flags of `quiot broker`,
 // values that keep a test on loopback ports it owns: extra listeners on
 // port 0 or disabled.
 func loopbackBrokerArgs(args ...string) []string {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
-	var bf brokerFlags
-	bf.register(fs)
-	for _, e := range brokerExtensions {
-		if e.flags != nil {
-			e.flags(fs)
-		}
-	}
+	var c brokerCmd
+	c.register(fs)
 	for name, value := range map[string]string{
 		"mqtt-quic":      "127.0.0.1:0",
 		"mqtt-tcp":       "",

@@ -22,6 +22,9 @@ var rules = []struct {
 }{
 	{from: "internal/", deny: []string{"broker", "device", "probe"}, tests: true},
 	{from: "broker", deny: []string{"device", "probe"}},
+	// A broker node is assembled by a library the command only configures
+	// (broker/node): it and its tests stay below the device.
+	{from: "broker/node", deny: []string{"device", "probe"}, tests: true},
 	{from: "probe", deny: []string{"broker", "device"}, tests: true},
 	{from: "device/client", deny: []string{"broker", "probe"}},
 	{from: "device/hw", deny: []string{"broker", "probe"}},
