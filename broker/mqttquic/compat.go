@@ -411,6 +411,36 @@ func (h *compatHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	}
 }
 
+// unstall gives back the send quota of a client whose deliveries wait
+// for its Receive Maximum with none in flight. mochi decides that a
+// delivery waits from the quota it read before it put the delivery in
+// flight; credit returned in between (a PUBACK or PUBCOMP, or a delivery
+// over the client's Maximum Packet Size completed unsent) finds nothing
+// waiting yet, and the delivery then waits with no credit left and no
+// acknowledgement to come (TestSendQuotaLostWakeup). With nothing in
+// flight the whole Receive Maximum is free. It runs on the client's
+// reading goroutine before mochi processes the packet, and mochi sends
+// the next waiting delivery right after it: so the delivery waits at most
+// until the client's next packet (its PINGREQ at the latest).
+func unstall(cl *mqtt.Client) {
+	rm := cl.Properties.Props.ReceiveMaximum
+	if rm == 0 || cl.State.Inflight.Len() == 0 {
+		return
+	}
+	held := false
+	for _, pk := range cl.State.Inflight.GetAll(false) {
+		switch {
+		case pk.FixedHeader.Type == packets.Publish && pk.Expiry < 0:
+			held = true
+		case isOutbound(pk):
+			return // its acknowledgement returns credit and sends the next
+		}
+	}
+	if held {
+		cl.State.Inflight.ResetSendQuota(int32(rm))
+	}
+}
+
 func (h *compatHook) unmark(cl *mqtt.Client) bool {
 	if _, ok := h.pending.LoadAndDelete(cl); ok {
 		h.connacking.Add(-1)
@@ -428,6 +458,9 @@ func (h *compatHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.
 		if pk.FixedHeader.Qos > 0 && pk.Mods.MaxSize > 0 && publishSizeBound(pk) > pk.Mods.MaxSize && tooLarge(pk) {
 			// mochi will not write it (WritePacket checks the size after
 			// this hook) and would keep it in flight: complete it here.
+			if testHookTooLarge != nil {
+				defer testHookTooLarge(cl)()
+			}
 			if cl.State.Inflight.Delete(pk.PacketID) {
 				atomic.AddInt64(&h.mq.Info.Inflight, -1)
 				cl.State.Inflight.IncreaseSendQuota()
@@ -520,6 +553,7 @@ func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 	}
 	if h.flowed.Load() {
 		h.restoreHeld(cl) // before this packet (perhaps their PUBACK) is processed
+		unstall(cl)
 		if t := pk.FixedHeader.Type; cl.Properties.Props.ReceiveMaximum > 0 && (t == packets.Puback || t == packets.Pubcomp) {
 			orderInflight(cl, true) // mochi may send the next held message after this one
 		}
@@ -764,3 +798,13 @@ func refusalAck(pk packets.Packet, code packets.Code) packets.Packet {
 	ack.Properties.ReasonString = code.Reason
 	return ack
 }
+
+// Test seams, set by tests only: testHookTooLarge runs on the writing
+// goroutine before a delivery over the client's Maximum Packet Size is
+// completed, and the function it returns right after; testHookQosPublish
+// runs when mochi has put a QoS 1 or 2 delivery in flight, before it
+// takes its send quota.
+var (
+	testHookTooLarge   func(cl *mqtt.Client) (after func())
+	testHookQosPublish func(cl *mqtt.Client, pk packets.Packet)
+)

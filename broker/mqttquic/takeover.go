@@ -93,6 +93,9 @@ func (h *compatHook) completeTakeover(cl *mqtt.Client) {
 // OnQosPublish hands on a message mochi has just queued on a client whose
 // session another client has taken over.
 func (h *compatHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
+	if testHookQosPublish != nil {
+		testHookQosPublish(cl, pk)
+	}
 	if pk.FixedHeader.Type != packets.Publish || !cl.IsTakenOver() {
 		return
 	}
