@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/quiot/quiot/broker/auth"
+	"github.com/quiot/quiot/broker/space"
 )
 
 // ProtoStats are the counters of one protocol: ProtoH3 ("h3", HTTP/3),
@@ -106,25 +107,10 @@ func RefusalOf(err error) (Reason, bool) {
 type Stats struct {
 	// Protocols holds the counters by protocol name.
 	Protocols map[string]ProtoStats
-	// Subscriptions is the number of live HTTP/3 pub-sub subscriptions.
-	Subscriptions int
-	// Dropped counts messages discarded from full subscriber queues.
-	Dropped uint64
-	// CutOff counts subscriptions ended by the Disconnect queue policy.
-	CutOff uint64
-	// QueueDepthSum and QueueDepthMax describe subscriber queues now.
-	QueueDepthSum, QueueDepthMax int
-	// Topics is the number of topics with history or a retained message.
-	Topics int
-	// HistoryMessages and HistoryBytes measure the resume history (bytes as
-	// Limits.HistoryBytes counts them).
-	HistoryMessages int
-	HistoryBytes    int64
-	// Retained and RetainedBytes measure the retained messages.
-	Retained      int
-	RetainedBytes int64
-	// LastSeq is the last sequence number assigned.
-	LastSeq uint64
+	// Stats holds the topic space's sizes and counters (subscriptions,
+	// queues, history, retained messages, the last sequence number); in
+	// JSON its fields sit beside the others.
+	space.Stats
 	// Refused counts refusals by the HTTP side's limits, by limit name
 	// (RefusedConns, RefusedConnsPerAddr, RefusedConnsPerIdentity,
 	// RefusedSubscriptions, RefusedSubscriptionsPerIdentity,
@@ -230,14 +216,7 @@ func (b *Broker) Stats() Stats {
 		s.QUICRetries, s.QUICHalfOpen = b.srcValid.Retries(), b.srcValid.HalfOpen()
 	}
 	s.Bridges = b.bridgeStatuses()
-	sp := b.space.Stats()
-	s.Subscriptions = sp.Subscriptions
-	s.Dropped, s.CutOff = sp.Dropped, sp.CutOff
-	s.QueueDepthSum, s.QueueDepthMax = sp.QueueDepthSum, sp.QueueDepthMax
-	s.Topics = sp.Topics
-	s.HistoryMessages, s.HistoryBytes = sp.HistoryMessages, sp.HistoryBytes
-	s.LastSeq = sp.LastSeq
-	s.Retained, s.RetainedBytes = sp.Retained, sp.RetainedBytes
+	s.Stats = b.space.Stats()
 	return s
 }
 

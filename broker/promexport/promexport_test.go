@@ -22,6 +22,7 @@ import (
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/broker/brokertest"
+	"github.com/quiot/quiot/broker/space"
 	"github.com/quiot/quiot/internal/lograte"
 	"github.com/quiot/quiot/internal/qmetrics"
 	"github.com/quiot/quiot/internal/quictune"
@@ -40,9 +41,11 @@ func TestBrokerCollectorStats(t *testing.T) {
 			"mqtt": {ConnsOpen: 1, ConnsTotal: 1, MessagesIn: 3, MessagesOut: 4, Refused: map[string]uint64{"forbidden": 2, "unauthenticated": 1}},
 			"h3":   {ConnsOpen: 2, ConnsTotal: 5, MessagesIn: 10, MessagesOut: 20, Refused: map[string]uint64{"payload_too_large": 4, "too_many": 6}},
 		},
-		Retained: 2, RetainedBytes: 345,
-		Subscriptions: 3, Dropped: 7, CutOff: 1, QueueDepthSum: 12, QueueDepthMax: 9,
-		Topics: 4, HistoryMessages: 30, HistoryBytes: 3000, LastSeq: 16777216,
+		Stats: space.Stats{
+			Retained: 2, RetainedBytes: 345,
+			Subscriptions: 3, Dropped: 7, CutOff: 1, QueueDepthSum: 12, QueueDepthMax: 9,
+			Topics: 4, HistoryMessages: 30, HistoryBytes: 3000, LastSeq: 16777216,
+		},
 		Requests: 2, StreamInflightWaits: 3, Refused: map[string]uint64{broker.RefusedConnsPerAddr: 5, broker.RefusedConns: 1},
 	}
 	got := collect(NewBrokerCollector(func() broker.Stats { return st }))
@@ -260,7 +263,7 @@ func TestAcceptsGzip(t *testing.T) {
 }
 
 func TestServeHTTPGzip(t *testing.T) {
-	reg := NewRegistry(NewBrokerCollector(func() broker.Stats { return broker.Stats{LastSeq: 42} }))
+	reg := NewRegistry(NewBrokerCollector(func() broker.Stats { return broker.Stats{Stats: space.Stats{LastSeq: 42}} }))
 	for _, gz := range []bool{false, true} {
 		t.Run(fmt.Sprintf("gzip=%v", gz), func(t *testing.T) {
 			req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
