@@ -19,12 +19,12 @@ import (
 // TestCertificateRevokedOnEveryHTTPPath is issue 27 finding 7 on the HTTP
 // paths TestCertificateRevokedByRemovingUser does not take: a publish
 // stream over HTTP/3, requests over HTTP/1.1 and HTTP/2 on the TCP
-// listener, and EventSource subscriptions over HTTP/3 and TCP, all with
-// the certificate of dev-1 while [anonymous] exists. After a reload that
-// removes dev-1's [[user]] entry, the open stream's next message is not
-// published and ends it, the TCP connections' next request is refused
-// (401) and the EventSource streams end; new connections with the
-// certificate are refused (403) on every path.
+// listener, and EventSource subscriptions over HTTP/3, HTTP/1.1 and
+// HTTP/2, all with the certificate of dev-1 while [anonymous] exists.
+// After a reload that removes dev-1's [[user]] entry, the open stream's
+// next message is not published and ends it, the TCP connections' next
+// request is refused (401) and the EventSource streams end; new
+// connections with the certificate are refused (403) on every path.
 func TestCertificateRevokedOnEveryHTTPPath(t *testing.T) {
 	anon := "[anonymous]\npublish = [\"public/#\", \"devices/%u/#\"]\nsubscribe = [\"public/#\", \"devices/%u/#\"]\n"
 	user := "[[user]]\nname = \"dev-1\"\npublish = [\"devices/%u/#\"]\nsubscribe = [\"devices/%u/#\"]\n"
@@ -72,10 +72,10 @@ func TestCertificateRevokedOnEveryHTTPPath(t *testing.T) {
 		path string
 		s    *sub
 	}
-	tcpSSE, _ := tcpPathClient(t, b, &cert, true)
-	subs := []sseSub{
-		{"HTTP/3", newClient(t, b, &cert).mustSubscribe("devices/dev-1/#", "", true)},
-		{"TCP", tcpSSE.mustSubscribe("devices/dev-1/#", "", true)},
+	subs := []sseSub{{"HTTP/3", newClient(t, b, &cert).mustSubscribe("devices/dev-1/#", "", true)}}
+	for _, h2 := range []bool{false, true} {
+		c, _ := tcpPathClient(t, b, &cert, h2)
+		subs = append(subs, sseSub{tcpProto(h2), c.mustSubscribe("devices/dev-1/#", "", true)})
 	}
 	w.mustPublish("devices/dev-1/x", "before")
 	ws.expect("devices/dev-1/x", "before")
