@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func basicAuth(user, pw string) string {
 // cookie or Bearer, anonymous access, and the loopback trust of a broker
 // without an ACL (with the browser part and without). The same request
 // from an allowed origin, from the broker's own, or without Origin
-// works.
+// works. The same holds for a publish stream (POST /v1/publish).
 func TestOriginRuleEveryCredential(t *testing.T) {
 	acl, err := auth.Parse([]byte(originACL))
 	if err != nil {
@@ -147,6 +148,24 @@ func TestOriginRuleEveryCredential(t *testing.T) {
 					if st, body := h3Do(t, c, method, u, hdr...); st != http.StatusNoContent {
 						t.Errorf("%s from origin %q: %d %q, want 204", method, origin, st, body)
 					}
+				}
+			}
+			// A publish stream (POST /v1/publish) is refused before its
+			// first message, and served from the others.
+			topic, _ := url.PathUnescape(cr.topic)
+			if st, _, body := streamOnce(t, c, cr.b.URL, topic, append([]string{"Origin", foreignOrigin}, cr.hdr...)...); st != http.StatusForbidden || !strings.Contains(body, "neither this broker nor an allowed CORS origin") {
+				t.Errorf("publish stream from %s: %d %q, want 403 with the reason", foreignOrigin, st, body)
+			}
+			for _, origin := range []string{allowedOrigin, own, ""} {
+				if origin == allowedOrigin && cr.b == noACLNoWeb {
+					continue
+				}
+				hdr := cr.hdr
+				if origin != "" {
+					hdr = append([]string{"Origin", origin}, hdr...)
+				}
+				if st, a, body := streamOnce(t, c, cr.b.URL, topic, hdr...); st != http.StatusOK || a.Status != 0 || a.Seq == 0 {
+					t.Errorf("publish stream from origin %q: %d %+v %q, want 200 and the message accepted", origin, st, a, body)
 				}
 			}
 			if cr.b == noACLNoWeb {
