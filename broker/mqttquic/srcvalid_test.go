@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,5 +247,12 @@ func retryBeforePerAddressLimits(t *testing.T, early bool) {
 	}
 	if sec.QUICHalfOpen != 1 {
 		t.Errorf("QUICHalfOpen = %d, want 1 (the first spoofed attempt)", sec.QUICHalfOpen)
+	}
+	var m strings.Builder
+	s.WritePrometheus(&m)
+	for _, want := range []string{"\nquiot_mqtt_quic_half_open 1\n", "# TYPE quiot_mqtt_quic_retries_total counter\n"} {
+		if !strings.Contains(m.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }
