@@ -73,15 +73,15 @@ type QUICListener struct {
 	cfg ListenerConfig
 	log *slog.Logger
 
-	tr *quic.Transport
-	ln quicAcceptor
-	// valid asks for a Retry when many handshakes from unvalidated
-	// addresses are in progress (ListenerConfig.RetryAbove).
-	valid  *srcvalid.Validator
+	tr     *quic.Transport
+	ln     quicAcceptor
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
+	// valid asks for a Retry when many handshakes from unvalidated
+	// addresses are in progress (ListenerConfig.RetryAbove).
+	valid *srcvalid.Validator
 
 	// ProtocolErrors counts connections closed for malformed MQTT bytes.
 	ProtocolErrors atomic.Int64
