@@ -75,7 +75,9 @@ type Limits struct {
 	// more round trip), before it is charged to MaxConns and
 	// MaxConnsPerAddr: spoofed Initial packets cannot then keep another
 	// address's slots. Zero means 64 (srcvalid.DefaultThreshold); a
-	// negative value asks every new connection for a Retry.
+	// negative value asks every new connection for a Retry. broker/node
+	// applies the same value to the MQTT-over-QUIC listener unless its
+	// own limits set one.
 	QUICRetryAbove int
 	// MaxConnsPerIdentity bounds the open HTTP connections bound to one
 	// identity (certificate CN or credentials); zero means 128. A request

@@ -36,7 +36,7 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.inflight, "stream-inflight", 0, "QoS 0 frames of one publish stream the store may hold uncommitted (0 = 64); then the stream waits")
 	fs.Int64Var(&f.queueBytes, "queue-bytes", 0, "bytes one HTTP subscriber's queue holds, the batch being written included (0 = 4MiB); beyond it the queue is full, as beyond --queue")
 	fs.Int64Var(&f.queueBytesTotal, "queue-bytes-total", 0, "bytes all HTTP subscribers' queues hold together (0 = 64MiB); beyond it a subscriber's queue is full")
-	fs.IntVar(&f.quicRetryAbove, "quic-retry-above", 0, "QUIC handshakes in progress from unvalidated addresses from which new HTTP/3 connections must first prove their address (a Retry, one round trip) before they count per address (0 = 64; -1 = always)")
+	fs.IntVar(&f.quicRetryAbove, "quic-retry-above", 0, "QUIC handshakes in progress from unvalidated addresses (each listener: HTTP/3, MQTT over QUIC) from which new connections must first prove their address (a Retry, one round trip) before they count per address (0 = 64; -1 = always)")
 	fs.IntVar(&f.topicBytes, "max-topic-bytes", 0, "bytes of a topic or filter, on every protocol: HTTP publish and subscribe, MQTT PUBLISH, SUBSCRIBE, UNSUBSCRIBE and will (0 = 256); beyond it HTTP 400, MQTT Topic Name invalid or Topic Filter invalid")
 	fs.IntVar(&f.topicLevels, "max-topic-levels", 0, "levels of a topic or filter, on every protocol as --max-topic-bytes (0 = 16); beyond it HTTP 400, MQTT Topic Name invalid or Topic Filter invalid")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "close a TCP (HTTP/1.1, HTTP/2) connection idle this long (0 = 2m)")

@@ -61,6 +61,16 @@ type Limits struct {
 	// that have not sent CONNECT yet; more are closed at once. Zero
 	// means 64.
 	MaxPreConnectPerAddr int
+	// QUICRetryAbove is the number of MQTT-over-QUIC handshakes in
+	// progress from addresses not yet validated from which a new
+	// connection attempt must first prove its source address (a QUIC
+	// Retry, one more round trip), before it counts against
+	// MaxPreConnectPerAddr (which a 0-RTT connection reaches before its
+	// handshake completes): spoofed attempts then hold at most that many
+	// at a time. Zero means 64; a negative value asks every new
+	// connection for a Retry (the HTTP/3 side's broker.Limits.QUICRetryAbove,
+	// docs/security.md).
+	QUICRetryAbove int
 }
 
 func (l *Limits) ensureDefaults() {

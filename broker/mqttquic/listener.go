@@ -17,6 +17,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/quic-go/quic-go"
 
+	"github.com/quiot/quiot/internal/srcvalid"
 	"github.com/quiot/quiot/internal/streamconn"
 )
 
@@ -53,6 +54,14 @@ type ListenerConfig struct {
 	// OnConn, when set, is called with +1 when a QUIC connection is accepted
 	// and -1 when it ends (for the broker's per-protocol gauges).
 	OnConn func(delta int)
+	// RetryAbove is the number of handshakes in progress from addresses
+	// not yet validated from which a new connection attempt must first
+	// prove its source address (a QUIC Retry, one more round trip; its
+	// 0-RTT data is then sent again after the Retry), before the
+	// listener hands it on to be charged per address: zero means 64
+	// (srcvalid.DefaultThreshold), a negative value a Retry for every new
+	// connection (Limits.QUICRetryAbove, docs/security.md).
+	RetryAbove int
 }
 
 // QUICListener is a mochi listeners.Listener serving MQTT over QUIC in
@@ -70,6 +79,9 @@ type QUICListener struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
+	// valid asks for a Retry when many handshakes from unvalidated
+	// addresses are in progress (ListenerConfig.RetryAbove).
+	valid *srcvalid.Validator
 
 	// ProtocolErrors counts connections closed for malformed MQTT bytes.
 	ProtocolErrors atomic.Int64
@@ -102,7 +114,8 @@ func NewQUICListener(cfg ListenerConfig) *QUICListener {
 		cfg.CloseGrace = 2 * time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &QUICListener{cfg: cfg, ctx: ctx, cancel: cancel, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return &QUICListener{cfg: cfg, ctx: ctx, cancel: cancel, valid: srcvalid.New(cfg.RetryAbove),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 // ID returns the listener's id.
@@ -140,10 +153,18 @@ func (l *QUICListener) Init(log *slog.Logger) error {
 			return fmt.Errorf("mqtt-quic listener: %w", err)
 		}
 		pc = u
-		l.tr = &quic.Transport{Conn: u, StatelessResetKey: l.cfg.StatelessResetKey}
-	} else {
-		l.tr = &quic.Transport{Conn: pc, StatelessResetKey: l.cfg.StatelessResetKey}
 	}
+	// A connection attempt from an address not yet validated counts as
+	// half-open until its handshake completes; once RetryAbove of them
+	// are, new attempts without a token get a Retry (srcvalid), so that
+	// spoofed Initial packets (or replayed 0-RTT flights) from forged
+	// addresses cannot reach the per-address bounds (preConnect) without
+	// limit.
+	l.tr = &quic.Transport{Conn: pc, StatelessResetKey: l.cfg.StatelessResetKey,
+		VerifySourceAddress: l.valid.VerifySourceAddress,
+		ConnContext: func(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
+			return l.valid.Begin(ctx, ci), nil
+		}}
 	qc := l.cfg.QUIC
 	if qc == nil {
 		qc = &quic.Config{}
@@ -176,6 +197,7 @@ func (l *QUICListener) Serve(establish listeners.EstablishFn) {
 			return
 		}
 		l.Accepted.Add(1)
+		srcvalid.Established(qc)
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()

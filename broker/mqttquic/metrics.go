@@ -25,6 +25,8 @@ func (s *Server) WritePrometheus(w io.Writer) {
 		{"refused_wills_total", "counter", "CONNECTs refused for their will: topic not allowed or beyond --max-topic-bytes/--max-topic-levels.", int64(st.RefusedWills)},
 		{"refused_preconnect_total", "counter", "Connections closed at once because their address held --mqtt-max-preconnect-per-addr connections without CONNECT.", int64(st.RefusedPreConnect)},
 		{"closed_no_connect_total", "counter", "Connections closed because they sent no CONNECT within --mqtt-connect-timeout.", int64(st.ClosedNoConnect)},
+		{"quic_retries_total", "counter", "MQTT-over-QUIC connection attempts asked to prove their source address with a Retry (--quic-retry-above).", int64(st.QUICRetries)},
+		{"quic_half_open", "gauge", "MQTT-over-QUIC handshakes in progress from addresses not yet validated.", st.QUICHalfOpen},
 		{"dropped_wills_total", "counter", "Wills not sent because the identity could no longer publish to the topic when they were due (a retained will beyond the retained bytes counts in quiot_broker_refused_total{reason=\"storage_full\"}).", int64(st.DroppedWills)},
 		{"dropped_resends_total", "counter", "Queued messages of an inherited session not resent because the identity may no longer receive them.", int64(st.DroppedResends)},
 		{"dropped_queue_full_total", "counter", "Deliveries not queued because --mqtt-max-queued-bytes or --mqtt-max-queued-bytes-total was reached.", int64(st.DroppedQueueFull)},

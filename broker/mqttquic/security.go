@@ -97,6 +97,12 @@ type SecurityStats struct {
 	// ClosedNoConnect counts connections closed because they sent no
 	// CONNECT within Limits.ConnectTimeout.
 	ClosedNoConnect uint64
+	// QUICRetries counts the MQTT-over-QUIC connection attempts asked to
+	// prove their source address with a Retry (Limits.QUICRetryAbove).
+	QUICRetries uint64
+	// QUICHalfOpen is the number of MQTT-over-QUIC handshakes in progress
+	// from addresses not yet validated.
+	QUICHalfOpen int64
 	// Clients is the number of connected MQTT clients.
 	Clients int64
 	// Sessions is the number of sessions (connected and offline) of
@@ -121,6 +127,9 @@ func (s *Server) Security() SecurityStats {
 		DroppedInflight:   uint64(atomic.LoadInt64(&s.mq.Info.InflightDropped)),
 		RefusedPreConnect: s.compat.pre.refused.Load(),
 		ClosedNoConnect:   s.compat.pre.timedOut.Load(),
+	}
+	if s.quic != nil {
+		st.QUICRetries, st.QUICHalfOpen = s.quic.valid.Retries(), s.quic.valid.HalfOpen()
 	}
 	if s.br == nil {
 		return st

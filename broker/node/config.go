@@ -81,7 +81,8 @@ type HTTP struct {
 	DisableTCP bool
 	// Limits bound what clients can make the broker hold; each zero field
 	// is broker.Limits' default. MaxTopicLength and MaxTopicLevels apply
-	// to MQTT too.
+	// to MQTT too, and so does QUICRetryAbove to MQTT over QUIC unless
+	// MQTT.Limits.QUICRetryAbove is set.
 	Limits broker.Limits
 	// Web is the browser part (CORS, session tokens, dashboard); nil means
 	// none of it. Its CORSOrigins also apply to MQTT over WebSocket.

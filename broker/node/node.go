@@ -285,6 +285,10 @@ func (n *Node) startMQTT(context.Context) error {
 	if n.c.HTTP.Web != nil {
 		o.CORSOrigins = n.c.HTTP.Web.CORSOrigins // the same origins as the HTTP side
 	}
+	if o.Limits.QUICRetryAbove == 0 {
+		// One --quic-retry-above for both QUIC listeners (docs/security.md).
+		o.Limits.QUICRetryAbove = n.c.HTTP.Limits.QUICRetryAbove
+	}
 	if o.QUICAddr == "" {
 		o.QUICAddr = "off"
 	}
