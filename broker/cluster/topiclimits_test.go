@@ -123,6 +123,8 @@ func topicLimitsFromCluster(t *testing.T, local bool) {
 	if want := "256 bytes, 3 levels,7 bytes, 2 levels"; strings.Join(kept, ",") != want {
 		t.Fatalf("b retains %v, want %s (nothing beyond its limits)", kept, want)
 	}
+	// a applies its own messages from the stream too, on its own consumer.
+	waitFor(t, hasRetained(a, "t/after", "after"), "a to retain the message after the others")
 	if n := len(a.b.Space().RetainedMessages()); n != 4 {
 		t.Fatalf("a retains %d messages, want 4 (its limits allow them)", n)
 	}
