@@ -185,6 +185,19 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 	if err := CheckAuth(cfg, b.Auth()); err != nil {
 		return nil, err
 	}
+	// The filters are the broker's too: bounded by its topic limits
+	// (--max-topic-bytes, --max-topic-levels; Parse checks the defaults).
+	tl := b.Space().TopicLimits()
+	for _, k := range []struct {
+		key string
+		fs  []string
+	}{{"out", cfg.Out}, {"in", cfg.In}} {
+		for _, f := range k.fs {
+			if err := tl.ValidateFilter(f); err != nil {
+				return nil, fail(k.key, fmt.Errorf("filter %q: %w", f, err))
+			}
+		}
+	}
 	given := cfg
 	if cfg.DownAlert <= 0 {
 		cfg.DownAlert = DefaultDownAlert

@@ -89,13 +89,11 @@ func (l *Link) catchUp(since time.Time) {
 		if nm.Subject == l.o.Prefix+".gap" {
 			l.remoteGap(nm.Data, "catch-up")
 		} else if t, err := DecodeTopic(strings.TrimPrefix(nm.Subject, l.subjM)); err == nil && wanted(filters, t) {
-			select {
-			case l.recv <- nm:
-				n++
-				l.caughtUp.Add(1)
-			case <-l.ctx.Done():
+			if !l.waitReceived(nm) { // receive.go
 				return
 			}
+			n++
+			l.caughtUp.Add(1)
 		}
 		if md.Sequence.Stream >= last {
 			break

@@ -100,8 +100,10 @@ type Stats struct {
 	Dropped uint64
 	// Resent counts messages sent again after a failed acknowledgement.
 	Resent uint64
-	// SlowConsumer counts messages NATS dropped because this broker did not
-	// take them fast enough.
+	// SlowConsumer counts messages from the cluster dropped because this
+	// broker did not take them fast enough: each one beyond
+	// Options.ReceiveBuffer or ReceiveBytes, and once each time NATS itself
+	// dropped some.
 	SlowConsumer uint64
 	// RemoteGaps counts gaps other brokers announced.
 	RemoteGaps uint64
@@ -203,6 +205,8 @@ type Link struct {
 	js   jetstream.JetStream
 	kv   jetstream.KeyValue
 	recv chan *nats.Msg
+	// rq holds recv's messages for receiveLoop, bounded in bytes (receive.go).
+	rq *recvQueue
 	// retCh carries retained messages from the bucket's watcher to
 	// receiveLoop, so that both paths share one duplicate check.
 	retCh chan incoming
@@ -292,6 +296,7 @@ func New(o Options) (*Link, error) {
 		coverGen: make(chan struct{}),
 		reseq:    make(chan struct{}, 1),
 		recv:     make(chan *nats.Msg, o.ReceiveBuffer),
+		rq:       newRecvQueue(),
 		retCh:    make(chan incoming, 1024),
 		watched:  make(chan struct{}),
 		seen:     newDedup(1 << 16),
@@ -470,7 +475,8 @@ func (l *Link) Start(b *broker.Broker) error {
 		}
 		l.log.Info("per-broker sequence numbers: a resume on another broker is announced as a gap", "why", why)
 	}
-	l.wg.Add(3)
+	l.wg.Add(4)
+	go l.relayLoop() // receive.go
 	go l.sendLoop()
 	go l.interestLoop()
 	go l.receiveLoop()
@@ -1027,7 +1033,6 @@ func (l *Link) syncInterest() {
 			l.log.Warn("cluster link: couldn't subscribe", "subject", s, "err", err)
 			continue
 		}
-		_ = sub.SetPendingLimits(l.o.ReceiveBuffer, 64<<20)
 		l.mu.Lock()
 		l.subs[s] = sub
 		l.mu.Unlock()
@@ -1109,14 +1114,16 @@ func (l *Link) receiveLoop() {
 		select {
 		case <-l.ctx.Done():
 			return
-		case nm := <-l.recv:
-			in, err := l.parseMsg(nm)
-			if err != nil {
-				l.refused.Add(1)
-				l.log.Debug("cluster link: bad message", "subject", nm.Subject, "err", err)
-				continue
+		case <-l.rq.wake:
+			for nm := l.takeReceived(); nm != nil && l.ctx.Err() == nil; nm = l.takeReceived() {
+				in, err := l.parseMsg(nm)
+				if err != nil {
+					l.refused.Add(1)
+					l.log.Debug("cluster link: bad message", "subject", nm.Subject, "err", err)
+					continue
+				}
+				l.deliver(in)
 			}
-			l.deliver(in)
 		case in := <-l.retCh:
 			l.deliver(in)
 		}

@@ -29,7 +29,7 @@ func (l *Link) WritePrometheus(w io.Writer) {
 		{"refused_total", "counter", "Messages from other brokers this broker refused (bad topic, too large, unreadable).", s.Refused},
 		{"dropped_total", "counter", "Held messages dropped at the hold bound (announced as a gap).", s.Dropped},
 		{"resent_total", "counter", "Messages sent to JetStream again after a missing acknowledgement.", s.Resent},
-		{"slow_consumer_total", "counter", "Times NATS dropped messages because this broker did not take them fast enough.", s.SlowConsumer},
+		{"slow_consumer_total", "counter", "Messages from the cluster dropped because this broker did not take them fast enough (each one beyond the receive bounds; once each time NATS dropped some).", s.SlowConsumer},
 		{"remote_gaps_total", "counter", "Gaps other brokers announced (messages they dropped while cut off).", s.RemoteGaps},
 		{"reconnects_total", "counter", "Reconnections to NATS.", s.Reconnects},
 		{"caught_up_total", "counter", "Messages read from the history stream after a reconnection.", s.CaughtUp},

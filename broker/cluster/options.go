@@ -61,6 +61,10 @@ type Options struct {
 	// for the broker; beyond it NATS drops them as a slow consumer (counted
 	// and logged). Default 65536.
 	ReceiveBuffer int
+	// ReceiveBytes bounds the bytes (subject and payload) of the messages
+	// from the cluster that wait for the broker; beyond it they are dropped
+	// as a slow consumer too. Default 64 MiB.
+	ReceiveBytes int
 
 	// LocalNumbering makes each broker number the messages it delivers
 	// itself, in the order they reach it (the broker's own epoch), instead
@@ -91,6 +95,7 @@ const (
 	DefaultReconnectWait    = 250 * time.Millisecond
 	DefaultMaxReconnectWait = 10 * time.Second
 	DefaultReceiveBuffer    = 65536
+	DefaultReceiveBytes     = 64 << 20
 )
 
 // ErrBadOptions wraps every error of Options.validate.
@@ -137,7 +142,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Replicas < 0 || o.Replicas > 5 {
 		return o, fmt.Errorf("%w: replicas %d (want 1 to 5)", ErrBadOptions, o.Replicas)
 	}
-	if o.HistoryPerTopic < 0 || o.HistoryBytes < 0 || o.HoldMessages < 0 || o.HoldBytes < 0 || o.ReceiveBuffer < 0 {
+	if o.HistoryPerTopic < 0 || o.HistoryBytes < 0 || o.HoldMessages < 0 || o.HoldBytes < 0 || o.ReceiveBuffer < 0 || o.ReceiveBytes < 0 {
 		return o, fmt.Errorf("%w: negative limit", ErrBadOptions)
 	}
 	if o.HoldMessages == 0 {
@@ -158,6 +163,9 @@ func (o Options) withDefaults() (Options, error) {
 	o.MaxReconnectWait = max(o.MaxReconnectWait, o.ReconnectWait)
 	if o.ReceiveBuffer == 0 {
 		o.ReceiveBuffer = DefaultReceiveBuffer
+	}
+	if o.ReceiveBytes == 0 {
+		o.ReceiveBytes = DefaultReceiveBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
