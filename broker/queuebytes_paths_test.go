@@ -180,6 +180,7 @@ func stalledH3SSE(t *testing.T, b *brokertest.Broker) stalledSub {
 	c.c = testutil.H3ClientQUIC(b.PKI.Pool(), nil, nil, &quic.Config{
 		InitialStreamReceiveWindow: 8 << 10, MaxStreamReceiveWindow: 8 << 10,
 		InitialConnectionReceiveWindow: 16 << 10, MaxConnectionReceiveWindow: 16 << 10,
+		MaxIdleTimeout: 5 * time.Minute, // only the broker ends the stream
 	})
 	t.Cleanup(func() { c.c.Transport.(*http3.Transport).Close() })
 	s := c.mustSubscribe("big", "", true)
