@@ -48,7 +48,9 @@ type Limits struct {
 	// subscriber's queue full.
 	QueueBytesTotal int64
 	// QueuePolicy applies when a subscriber's queue is full (QueueLength,
-	// QueueBytes or QueueBytesTotal reached); zero means DropOldest.
+	// QueueBytes or QueueBytesTotal reached); zero means DropOldest. With
+	// Disconnect, the subscription ends after its final gap; a subscriber
+	// that does not read gets one second for it, then its stream ends.
 	QueuePolicy QueuePolicy
 	// MaxSubscriptionsPerConn bounds concurrent subscriptions on one
 	// connection; zero means 100. Beyond it a subscribe gets 429.
