@@ -34,6 +34,7 @@ func TestStalledSubscriberCutOff(t *testing.T) {
 		{"h3 sse", stalledH3SSE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each waits out the one-second grace
 			b := brokertest.Start(t, nil, &broker.Options{
 				Limits: broker.Limits{QueueBytes: 1 << 20, QueuePolicy: broker.Disconnect, HistoryPerTopic: -1},
 				QUIC:   &quic.Config{MaxIdleTimeout: 5 * time.Minute},
