@@ -790,17 +790,14 @@ func (b *Broker) deliverLive(w http.ResponseWriter, r *http.Request, rc *http.Re
 	}
 }
 
-// cutOffGrace is how long a subscription the Disconnect queue policy cut
-// off may still take to write what it was writing and its final gap.
-const cutOffGrace = time.Second
-
 // endWritesWhenCutOff makes the writes of a subscription that the
-// Disconnect queue policy cuts off fail after cutOffGrace: a subscriber
-// cut off because it does not read would otherwise hold its handler, its
-// connection or stream and the batch being written in a write that never
-// ends (its TCP window or QUIC flow-control credit spent); a client that
-// reads has time to take the last batch and the final gap. It returns the
-// function to call before the handler returns (rc is not used after).
+// Disconnect queue policy cuts off fail once Limits.IdleTimeout has passed:
+// a subscriber cut off because it does not read would otherwise hold its
+// handler, its connection or stream and the batch being written in a
+// write that never ends (its TCP window or QUIC flow-control credit
+// spent); a client that reads again within that time still gets the last
+// batch and the final gap. It returns the function to call before the
+// handler returns (rc is not used after).
 func (b *Broker) endWritesWhenCutOff(rc *http.ResponseController, sub *space.Subscriber) (stop func()) {
 	if b.opts.Limits.QueuePolicy != Disconnect {
 		return func() {}
@@ -811,7 +808,7 @@ func (b *Broker) endWritesWhenCutOff(rc *http.ResponseController, sub *space.Sub
 	watch.Go(func() {
 		select {
 		case <-sub.CutOff():
-			set = rc.SetWriteDeadline(time.Now().Add(cutOffGrace)) == nil
+			set = rc.SetWriteDeadline(time.Now().Add(b.opts.Limits.IdleTimeout)) == nil
 		case <-done:
 		}
 	})

@@ -13,14 +13,17 @@ import (
 
 // TestStalledSubscriberCutOff: with the Disconnect queue policy
 // (--queue-policy disconnect), a subscriber that never reads is cut off
-// once its queue is full, and its subscription and stream end, on every
-// HTTP path: binary and EventSource over HTTP/1.1 and HTTP/2 on TCP,
-// EventSource over HTTP/3. Before, the broker counted it as cut off but
-// its handler stayed blocked in a write that never ended (the client's
-// TCP window, or its QUIC flow-control credit, spent): the subscription,
-// its connection and the batch being written were held as long as the
-// client kept its connection open. The QUIC idle timeouts are long here,
-// so that only the cut off can end the HTTP/3 stream.
+// once its queue is full, and its subscription and stream end once
+// Limits.IdleTimeout (--idle-timeout) has passed, on every HTTP path:
+// binary and EventSource over HTTP/1.1 and HTTP/2 on TCP, EventSource
+// over HTTP/3. Before, the broker counted it as cut off but its handler
+// stayed blocked in a write that never ended (the client's TCP window, or
+// its QUIC flow-control credit, spent): the subscription, its connection
+// and the batch being written were held as long as the client kept its
+// connection open. The QUIC idle timeouts are long here, so that only the
+// cut off can end the HTTP/3 stream. (A cut-off subscriber that reads
+// again within IdleTimeout still gets its final gap:
+// TestSlowSubscriberDoesNotDelayFast.)
 func TestStalledSubscriberCutOff(t *testing.T) {
 	const payloadSize = 256 << 10
 	for _, tc := range []struct {
@@ -34,9 +37,9 @@ func TestStalledSubscriberCutOff(t *testing.T) {
 		{"h3 sse", stalledH3SSE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // each waits out the one-second grace
+			t.Parallel() // each waits out its IdleTimeout
 			b := brokertest.Start(t, nil, &broker.Options{
-				Limits: broker.Limits{QueueBytes: 1 << 20, QueuePolicy: broker.Disconnect, HistoryPerTopic: -1},
+				Limits: broker.Limits{QueueBytes: 1 << 20, QueuePolicy: broker.Disconnect, HistoryPerTopic: -1, IdleTimeout: 300 * time.Millisecond},
 				QUIC:   &quic.Config{MaxIdleTimeout: 5 * time.Minute},
 			})
 			pub := newClient(t, b, nil)
