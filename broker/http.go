@@ -524,6 +524,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	out := b.stats.proto(protoOf(r))
 	s.writeSubscribeHeader(w)
 	rc := http.NewResponseController(w)
+	defer b.endWritesWhenCutOff(rc, sub)()
 	buf, delivered, ok := s.replay(w, rc, initial)
 	if !ok {
 		return
@@ -785,6 +786,39 @@ func (b *Broker) deliverLive(w http.ResponseWriter, r *http.Request, rc *http.Re
 		}
 		if cap(buf) > 1<<20 {
 			buf = nil
+		}
+	}
+}
+
+// endWritesWhenCutOff makes the writes of a subscription that the
+// Disconnect queue policy cuts off fail once Limits.IdleTimeout has passed:
+// a subscriber cut off because it does not read would otherwise hold its
+// handler, its connection or stream and the batch being written in a
+// write that never ends (its TCP window or QUIC flow-control credit
+// spent); a client that reads again within that time still gets the last
+// batch and the final gap. It returns the function to call before the
+// handler returns (rc is not used after).
+func (b *Broker) endWritesWhenCutOff(rc *http.ResponseController, sub *space.Subscriber) (stop func()) {
+	if b.opts.Limits.QueuePolicy != Disconnect {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var watch sync.WaitGroup
+	var set bool
+	watch.Go(func() {
+		select {
+		case <-sub.CutOff():
+			set = rc.SetWriteDeadline(time.Now().Add(b.opts.Limits.IdleTimeout)) == nil
+		case <-done:
+		}
+	})
+	return func() {
+		close(done)
+		watch.Wait()
+		if set {
+			// The stream ended in time: a kept-alive HTTP/1.1
+			// connection serves its next request without the deadline.
+			_ = rc.SetWriteDeadline(time.Time{})
 		}
 	}
 }

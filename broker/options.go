@@ -48,7 +48,9 @@ type Limits struct {
 	// subscriber's queue full.
 	QueueBytesTotal int64
 	// QueuePolicy applies when a subscriber's queue is full (QueueLength,
-	// QueueBytes or QueueBytesTotal reached); zero means DropOldest.
+	// QueueBytes or QueueBytesTotal reached); zero means DropOldest. With
+	// Disconnect, the subscription ends after its final gap; a subscriber
+	// that does not read gets IdleTimeout for it, then its stream ends.
 	QueuePolicy QueuePolicy
 	// MaxSubscriptionsPerConn bounds concurrent subscriptions on one
 	// connection; zero means 100. Beyond it a subscribe gets 429.
@@ -98,7 +100,10 @@ type Limits struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a TCP connection idle between requests (HTTP/1.1
 	// keep-alive, HTTP/2 without streams); zero means 2 minutes. HTTP/3
-	// connections end by the QUIC idle timeout.
+	// connections end by the QUIC idle timeout. On every listener it also
+	// bounds the time a subscription that QueuePolicy Disconnect cut off
+	// takes to write its last batch and final gap: a subscriber that does
+	// not read is not held longer.
 	IdleTimeout time.Duration
 	// StreamInflight bounds the QoS 0 frames of one publish stream
 	// (POST /v1/publish) that the Store has accepted but not yet committed;

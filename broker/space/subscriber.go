@@ -29,6 +29,7 @@ type Subscriber struct {
 	total *byteBudget
 
 	notify chan struct{} // capacity 1: "something changed"
+	cutOff chan struct{} // closed when the Disconnect policy ends the subscription
 
 	mu       sync.Mutex
 	q        ring[*Message]
@@ -47,12 +48,17 @@ func newSubscriber(filter string, l Limits, c *counters) *Subscriber {
 	if maxBytes <= 0 {
 		maxBytes = math.MaxInt64
 	}
-	return &Subscriber{filter: filter, limit: l.QueueLength, maxBytes: maxBytes, policy: l.QueuePolicy, stats: c, notify: make(chan struct{}, 1)}
+	return &Subscriber{filter: filter, limit: l.QueueLength, maxBytes: maxBytes, policy: l.QueuePolicy, stats: c, notify: make(chan struct{}, 1), cutOff: make(chan struct{})}
 }
 
 // Notify receives when something changed: messages or gaps were queued,
 // or the subscription ended (see Take).
 func (s *Subscriber) Notify() <-chan struct{} { return s.notify }
+
+// CutOff is closed when the Disconnect policy ends the subscription (its
+// queue was full), so that a writer blocked on a client that does not read
+// can give up; Take still returns what is left, with cut set.
+func (s *Subscriber) CutOff() <-chan struct{} { return s.cutOff }
 
 // Filter is the subscription's topic filter.
 func (s *Subscriber) Filter() string { return s.filter }
@@ -93,6 +99,7 @@ func (s *Subscriber) enqueue(m *Message) {
 	for s.full(cost) {
 		if s.policy == Disconnect {
 			s.done, s.cut = true, true
+			close(s.cutOff)
 			s.mu.Unlock()
 			s.stats.cutOff.Add(1)
 			s.signal()
