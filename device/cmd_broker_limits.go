@@ -39,7 +39,7 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.quicRetryAbove, "quic-retry-above", 0, "QUIC handshakes in progress from unvalidated addresses (each listener: HTTP/3, MQTT over QUIC) from which new connections must first prove their address (a Retry, one round trip) before they count per address (0 = 64; -1 = always)")
 	fs.IntVar(&f.topicBytes, "max-topic-bytes", 0, "bytes of a topic or filter, on every protocol: HTTP publish and subscribe, MQTT PUBLISH, SUBSCRIBE, UNSUBSCRIBE and will (0 = 256); beyond it HTTP 400, MQTT Topic Name invalid or Topic Filter invalid")
 	fs.IntVar(&f.topicLevels, "max-topic-levels", 0, "levels of a topic or filter, on every protocol as --max-topic-bytes (0 = 16); beyond it HTTP 400, MQTT Topic Name invalid or Topic Filter invalid")
-	fs.DurationVar(&f.idle, "idle-timeout", 0, "close a TCP (HTTP/1.1, HTTP/2) connection idle this long (0 = 2m)")
+	fs.DurationVar(&f.idle, "idle-timeout", 0, "close a TCP (HTTP/1.1, HTTP/2) connection idle this long, and end a cut-off subscriber that stopped reading (0 = 2m)")
 }
 
 // apply sets the given limits; zero keeps the default, negative is an error.
