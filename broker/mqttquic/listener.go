@@ -17,6 +17,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/quic-go/quic-go"
 
+	"github.com/quiot/quiot/internal/quicgov"
 	"github.com/quiot/quiot/internal/streamconn"
 )
 
@@ -53,6 +54,9 @@ type ListenerConfig struct {
 	// OnConn, when set, is called with +1 when a QUIC connection is accepted
 	// and -1 when it ends (for the broker's per-protocol gauges).
 	OnConn func(delta int)
+	// ProbeGovernor puts the socket under a probe governor
+	// (internal/quicgov; quictune's probe_governor).
+	ProbeGovernor bool
 }
 
 // QUICListener is a mochi listeners.Listener serving MQTT over QUIC in
@@ -140,9 +144,9 @@ func (l *QUICListener) Init(log *slog.Logger) error {
 			return fmt.Errorf("mqtt-quic listener: %w", err)
 		}
 		pc = u
-		l.tr = &quic.Transport{Conn: u, StatelessResetKey: l.cfg.StatelessResetKey}
+		l.tr = &quic.Transport{Conn: quicgov.Wrap(u, l.cfg.ProbeGovernor, l.log), StatelessResetKey: l.cfg.StatelessResetKey}
 	} else {
-		l.tr = &quic.Transport{Conn: pc, StatelessResetKey: l.cfg.StatelessResetKey}
+		l.tr = &quic.Transport{Conn: quicgov.Wrap(pc, l.cfg.ProbeGovernor, l.log), StatelessResetKey: l.cfg.StatelessResetKey}
 	}
 	qc := l.cfg.QUIC
 	if qc == nil {

@@ -286,6 +286,7 @@ func (s *Server) Start() error {
 			TLS:           tc,
 			QUIC:          qc,
 			StreamTimeout: s.opts.StreamTimeout,
+			ProbeGovernor: s.opts.Profile.ProbeGovernor,
 
 			StatelessResetKey: s.resetKey,
 		})
