@@ -106,6 +106,9 @@ type Conn struct {
 
 	now       func() time.Time                          // test seam
 	afterFunc func(time.Duration, func()) (stop func()) // test seam
+	// send writes a released datagram with the control messages it was
+	// written with (oob_linux.go); nil: WriteTo.
+	send func(p, oob []byte, to net.Addr) error
 
 	mu        sync.Mutex
 	rtts      *lru[netip.Addr, time.Duration]
@@ -122,10 +125,14 @@ type handshake struct {
 	lastRecv   time.Time
 	progressed bool
 	released   bool
-	held       [][]byte
+	held       []heldDatagram
 	dst        net.Addr
 	stop       func()
 }
+
+// heldDatagram is a datagram held back, with its control messages (ECN,
+// source address) when written with WriteMsgUDP.
+type heldDatagram struct{ p, oob []byte }
 
 // New returns pc governed.
 func New(pc net.PacketConn, o Options) *Conn {
@@ -156,6 +163,9 @@ func Wrap(pc net.PacketConn, on bool, log *slog.Logger) net.PacketConn {
 		return pc
 	}
 	c := New(pc, Options{Logger: log})
+	if o, ok := oobWrap(c, pc); ok {
+		return o
+	}
 	if sc, ok := pc.(syscall.Conn); ok {
 		return sysConn{Conn: c, sc: sc}
 	}
@@ -184,7 +194,7 @@ func (c *Conn) AnswerTime(ip netip.Addr) time.Duration {
 
 // WriteTo implements net.PacketConn.
 func (c *Conn) WriteTo(p []byte, addr net.Addr) (int, error) {
-	if len(p) > 0 && p[0]&0x80 != 0 && c.hold(p, addr) {
+	if len(p) > 0 && p[0]&0x80 != 0 && c.hold(p, nil, addr) {
 		return len(p), nil
 	}
 	return c.PacketConn.WriteTo(p, addr)
@@ -209,9 +219,9 @@ func (c *Conn) Close() error {
 	return c.PacketConn.Close()
 }
 
-// hold decides about long-header datagram p to addr; true means Conn
-// keeps (or dropped) it.
-func (c *Conn) hold(p []byte, addr net.Addr) bool {
+// hold decides about long-header datagram p (control messages oob) to
+// addr; true means Conn keeps (or dropped) it.
+func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
 	if _, err := Parse(p); err != nil {
 		return false
 	}
@@ -240,12 +250,12 @@ func (c *Conn) hold(p []byte, addr net.Addr) bool {
 		c.heldBytes+len(p) > maxHeldBytes:
 		return false
 	}
-	h.held = append(h.held, bytes.Clone(p))
+	h.held = append(h.held, heldDatagram{bytes.Clone(p), bytes.Clone(oob)})
 	h.dst = addr
 	c.heldBytes += len(p)
 	c.stats.Held++
 	if len(h.held) > maxHeld {
-		c.heldBytes -= len(h.held[0])
+		c.heldBytes -= len(h.held[0].p)
 		h.held = h.held[1:]
 		c.stats.Dropped++
 	}
@@ -312,14 +322,20 @@ func (c *Conn) release(ap netip.AddrPort, h *handshake) {
 	}
 	held, dst := h.held, h.dst
 	h.held, h.stop, h.released = nil, nil, true
-	for _, p := range held {
-		c.heldBytes -= len(p)
+	for _, d := range held {
+		c.heldBytes -= len(d.p)
 	}
 	c.stats.Released += int64(len(held))
 	c.mu.Unlock()
 	c.log.Debug("quicgov: held probes released, no progress within the hold", "peer", ap, "n", len(held))
-	for _, p := range held {
-		if _, err := c.PacketConn.WriteTo(p, dst); err != nil {
+	for _, d := range held {
+		var err error
+		if c.send != nil {
+			err = c.send(d.p, d.oob, dst)
+		} else {
+			_, err = c.PacketConn.WriteTo(d.p, dst)
+		}
+		if err != nil {
 			c.log.Debug("quicgov: releasing a held probe", "peer", ap, "err", err)
 		}
 	}
@@ -331,8 +347,8 @@ func (c *Conn) dropHeld(h *handshake) {
 		h.stop()
 		h.stop = nil
 	}
-	for _, p := range h.held {
-		c.heldBytes -= len(p)
+	for _, d := range h.held {
+		c.heldBytes -= len(d.p)
 	}
 	c.stats.Dropped += int64(len(h.held))
 	h.held = nil
