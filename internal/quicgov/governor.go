@@ -177,6 +177,8 @@ func realAfterFunc(d time.Duration, f func()) func() {
 	return func() { t.Stop() }
 }
 
+func (c *Conn) governor() *Conn { return c }
+
 // Stats returns the counters so far.
 func (c *Conn) Stats() Stats {
 	c.mu.Lock()

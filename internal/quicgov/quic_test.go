@@ -66,6 +66,34 @@ func (d *delayConn) ReadFrom(p []byte) (int, net.Addr, error) {
 // answer time learned from the first, completes its handshake and
 // exchanges data; what the governor held was dropped or released.
 func TestQUICThroughGovernor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(*net.UDPConn) (net.PacketConn, *Conn)
+	}{
+		{"one datagram per call", func(u *net.UDPConn) (net.PacketConn, *Conn) { c := New(u, Options{}); return c, c }},
+		{"Wrap (GSO, ECN, batched reads on Linux)", func(u *net.UDPConn) (net.PacketConn, *Conn) {
+			w := Wrap(u, true, nil)
+			return w, governorOf(w)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testQUICThroughGovernor(t, tc.wrap) })
+	}
+}
+
+// governorOf returns the Conn of what Wrap returned.
+func governorOf(pc net.PacketConn) *Conn {
+	switch c := pc.(type) {
+	case *Conn:
+		return c
+	case sysConn:
+		return c.Conn
+	case interface{ governor() *Conn }:
+		return c.governor()
+	}
+	return nil
+}
+
+func testQUICThroughGovernor(t *testing.T, wrap func(*net.UDPConn) (net.PacketConn, *Conn)) {
 	cert, err := certs.SelfSigned(nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -74,9 +102,9 @@ func TestQUICThroughGovernor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gov := New(udp, Options{})
-	defer gov.Close()
-	tr := &quic.Transport{Conn: gov}
+	pc, gov := wrap(udp)
+	defer pc.Close()
+	tr := &quic.Transport{Conn: pc}
 	defer tr.Close()
 	ln, err := tr.Listen(&tls.Config{Certificates: []tls.Certificate{cert.TLS}, NextProtos: []string{"t"}}, nil)
 	if err != nil {
@@ -137,17 +165,20 @@ func TestQUICThroughGovernor(t *testing.T) {
 }
 
 // BenchmarkBulkDownload: a 16 MiB download from a server on a plain UDP
-// socket (quic-go's GSO, ECN and batched reads) and on the governor (one
-// datagram per syscall), over loopback: what the governor costs a server
-// that sends much.
+// socket (quic-go's GSO, ECN and batched reads), on Wrap (the same on
+// Linux) and on New (one datagram per system call), over loopback: what
+// the governor costs a server that sends much.
 func BenchmarkBulkDownload(b *testing.B) {
 	const size = 16 << 20
-	for _, gov := range []bool{false, true} {
-		name := "udp"
-		if gov {
-			name = "governor"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, v := range []struct {
+		name string
+		wrap func(*net.UDPConn) net.PacketConn
+	}{
+		{"udp", func(u *net.UDPConn) net.PacketConn { return u }},
+		{"wrap", func(u *net.UDPConn) net.PacketConn { return Wrap(u, true, nil) }},
+		{"new", func(u *net.UDPConn) net.PacketConn { return New(u, Options{}) }},
+	} {
+		b.Run(v.name, func(b *testing.B) {
 			cert, err := certs.SelfSigned(nil, nil)
 			if err != nil {
 				b.Fatal(err)
@@ -157,7 +188,7 @@ func BenchmarkBulkDownload(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer udp.Close()
-			tr := &quic.Transport{Conn: Wrap(udp, gov, nil)}
+			tr := &quic.Transport{Conn: v.wrap(udp)}
 			defer tr.Close()
 			ln, err := tr.Listen(&tls.Config{Certificates: []tls.Certificate{cert.TLS}, NextProtos: []string{"t"}}, nil)
 			if err != nil {
