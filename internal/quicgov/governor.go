@@ -95,10 +95,11 @@ type Stats struct {
 // it. Short-header datagrams, and everything to peers without an answer
 // time (a first connection), pass unchanged.
 //
-// Conn is not an OOBCapablePacketConn: quic-go reads and writes it one
-// datagram at a time, without GSO, ECN, batched reads or the packet info
-// that picks the source address of a socket bound to a wildcard address
-// on a multi-homed host (docs/results/nbiot/README.md).
+// A Conn from New is not an OOBCapablePacketConn: quic-go reads and
+// writes it one datagram at a time, without GSO, ECN, batched reads or the
+// packet info that picks the source address of a socket bound to a
+// wildcard address on a multi-homed host. Wrap of a *net.UDPConn on Linux
+// keeps all of them (oob_linux.go; docs/results/nbiot/README.md).
 type Conn struct {
 	net.PacketConn
 	opts Options
@@ -156,8 +157,11 @@ func New(pc net.PacketConn, o Options) *Conn {
 }
 
 // Wrap returns pc governed when on (New with default options and log),
-// else pc. The result exposes pc's file descriptor when pc has one
-// (syscall.Conn, as a *net.UDPConn).
+// else pc. On Linux, a *net.UDPConn stays what quic-go needs for GSO, ECN,
+// batched reads and the source address of replies (oob_linux.go);
+// elsewhere the result exposes pc's file descriptor when pc has one
+// (syscall.Conn), so quic-go still sets the Don't Fragment bit and the
+// buffer sizes.
 func Wrap(pc net.PacketConn, on bool, log *slog.Logger) net.PacketConn {
 	if !on || pc == nil {
 		return pc

@@ -87,8 +87,7 @@ type Profile struct {
 	// under a probe governor (internal/quicgov): for a client IP whose
 	// handshake answer time it learned from earlier connections, the
 	// broker's Initial and Handshake probes are held for 1.5 x that time
-	// instead of queuing on a slow downlink ahead of its answer. quic-go
-	// then reads and writes the socket without GSO, ECN or batched reads
+	// instead of queuing on a slow downlink ahead of its answer
 	// (docs/results/nbiot/README.md). Brokers only; on in lean.
 	ProbeGovernor bool `toml:"probe_governor" json:"probe_governor"`
 }
