@@ -228,8 +228,9 @@ func (c *Conn) Close() error {
 // hold decides about long-header datagram p (control messages oob) to
 // addr; true means Conn keeps (or dropped) it.
 func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
-	if _, err := Parse(p); err != nil {
-		return false
+	k, err := Parse(p)
+	if err != nil || k&(Retry|VersionNegotiation) != 0 {
+		return false // stateless answers start no handshake
 	}
 	ap, ok := addrPort(addr)
 	if !ok {

@@ -204,6 +204,11 @@ func TestGovernor(t *testing.T) {
 			{300 * ms, "send", srvInitial(cid1), peer1b, true},
 			{1500 * ms, "fire", nil, nil, false},
 		}, want: Stats{Held: 1, Dropped: 1}, wrote: 2},
+		{name: "a Retry starts no handshake", learned: true, steps: []step{
+			{0, "send", retry1, peer1b, true},
+			{600 * ms, "send", srvInitial(cid2), peer1b, true}, // the first flight after the Retry
+			{800 * ms, "send", srvInitial(cid2), peer1b, false},
+		}, want: Stats{Held: 1}, wrote: 2},
 		{name: "short headers always pass", learned: true, steps: []step{
 			{0, "send", srvInitial(cid2), peer1b, true},
 			{200 * ms, "send", cliShort, peer1b, true},
