@@ -205,7 +205,7 @@ func TestGovernor(t *testing.T) {
 			{1500 * ms, "fire", nil, nil, false},
 		}, want: Stats{Held: 1, Dropped: 1}, wrote: 2},
 		{name: "a Retry starts no handshake", learned: true, steps: []step{
-			{0, "send", retry1, peer1b, true},
+			{0, "send", append(long(0xf0, version1, cid2, cidB, nil, 0)[:5+1+4+1+8], make([]byte, 24)...), peer1b, true},
 			{600 * ms, "send", srvInitial(cid2), peer1b, true}, // the first flight after the Retry
 			{800 * ms, "send", srvInitial(cid2), peer1b, false},
 		}, want: Stats{Held: 1}, wrote: 2},
