@@ -81,6 +81,7 @@ import (
 	"github.com/quiot/quiot/broker/web"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/lograte"
+	"github.com/quiot/quiot/internal/quicgov"
 	"github.com/quiot/quiot/internal/srcvalid"
 )
 
@@ -278,7 +279,7 @@ func (b *Broker) Start() error {
 		}
 		b.ownPC, pc, tln = udp, udp, t
 	}
-	b.tr = &quic.Transport{Conn: pc, ConnContext: b.quicAdmit, StatelessResetKey: b.opts.StatelessResetKey,
+	b.tr = &quic.Transport{Conn: quicgov.Wrap(pc, b.opts.Tuning.ProbeGovernor, b.log), ConnContext: b.quicAdmit, StatelessResetKey: b.opts.StatelessResetKey,
 		VerifySourceAddress: b.srcValid.VerifySourceAddress}
 	var ln http3.QUICListener
 	var err error

@@ -17,6 +17,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/quic-go/quic-go"
 
+	"github.com/quiot/quiot/internal/quicgov"
 	"github.com/quiot/quiot/internal/srcvalid"
 	"github.com/quiot/quiot/internal/streamconn"
 )
@@ -62,6 +63,9 @@ type ListenerConfig struct {
 	// (srcvalid.DefaultThreshold), a negative value a Retry for every new
 	// connection (Limits.QUICRetryAbove, docs/security.md).
 	RetryAbove int
+	// ProbeGovernor puts the socket under a probe governor
+	// (internal/quicgov; quictune's probe_governor).
+	ProbeGovernor bool
 }
 
 // QUICListener is a mochi listeners.Listener serving MQTT over QUIC in
@@ -160,7 +164,7 @@ func (l *QUICListener) Init(log *slog.Logger) error {
 	// spoofed Initial packets (or replayed 0-RTT flights) from forged
 	// addresses cannot reach the per-address bounds (preConnect) without
 	// limit.
-	l.tr = &quic.Transport{Conn: pc, StatelessResetKey: l.cfg.StatelessResetKey,
+	l.tr = &quic.Transport{Conn: quicgov.Wrap(pc, l.cfg.ProbeGovernor, l.log), StatelessResetKey: l.cfg.StatelessResetKey,
 		VerifySourceAddress: l.valid.VerifySourceAddress,
 		ConnContext: func(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
 			return l.valid.Begin(ctx, ci), nil

@@ -287,6 +287,7 @@ func (s *Server) Start() error {
 			QUIC:          qc,
 			StreamTimeout: s.opts.StreamTimeout,
 			RetryAbove:    s.opts.Limits.QUICRetryAbove,
+			ProbeGovernor: s.opts.Profile.ProbeGovernor,
 
 			StatelessResetKey: s.resetKey,
 		})

@@ -83,6 +83,13 @@ type Profile struct {
 	// RTT, as handshake_rtt does, when neither handshake_rtt nor the
 	// client's Options.HandshakeRTT sets one. On in lean.
 	HandshakeRTTFromSession bool `toml:"handshake_rtt_from_session" json:"handshake_rtt_from_session"`
+	// ProbeGovernor puts the broker's UDP sockets (HTTP/3, MQTT over QUIC)
+	// under a probe governor (internal/quicgov): for a client IP whose
+	// handshake answer time it learned from earlier connections, the
+	// broker's Initial and Handshake probes are held for 1.5 x that time
+	// instead of queuing on a slow downlink ahead of its answer
+	// (docs/results/nbiot/README.md). Brokers only; on in lean.
+	ProbeGovernor bool `toml:"probe_governor" json:"probe_governor"`
 }
 
 // Default is quic-go's own configuration, unchanged.
@@ -117,6 +124,7 @@ func Lean() *Profile {
 		SessionResumption:              true,
 		Allow0RTT:                      false,
 		HandshakeRTTFromSession:        true,
+		ProbeGovernor:                  true,
 	}
 }
 

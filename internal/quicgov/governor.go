@@ -1,0 +1,408 @@
+package quicgov
+
+import (
+	"bytes"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxPeers caps each of the governor's two tables (answer times
+	// per peer IP, handshakes per peer address): about 100 bytes an entry,
+	// plus the probes a handshake holds (at most maxHeld datagrams, and
+	// maxHeldBytes over all handshakes).
+	DefaultMaxPeers = 4096
+	// DefaultHoldFactor times the peer's answer time is how long after the
+	// first flight the probes are held.
+	DefaultHoldFactor = 1.5
+	// DefaultMaxHold caps the hold.
+	DefaultMaxHold = 10 * time.Second
+)
+
+const (
+	// flightGap: long-header datagrams within it of a handshake's first one
+	// belong to the first flight and pass.
+	flightGap = 20 * time.Millisecond
+	// reactGap: a long-header datagram sent within it of a datagram from
+	// the peer answers that datagram (the rest of a flight the
+	// anti-amplification limit held back, an ACK) and passes.
+	reactGap = 10 * time.Millisecond
+	// maxHeld is how many probe datagrams one handshake holds; older ones
+	// are dropped (the later probes carry the same handshake data).
+	maxHeld = 4
+	// maxHeldBytes bounds the bytes held over all handshakes; beyond it,
+	// probes pass.
+	maxHeldBytes = 1 << 20
+	// handshakeAge: a handshake entry older than this is forgotten when
+	// the next long-header datagram goes to its address.
+	handshakeAge = time.Minute
+)
+
+// Options configure a Conn. The zero value is usable.
+type Options struct {
+	// MaxPeers caps the table of answer times (one entry per peer IP) and
+	// the table of handshakes (one per peer address), each evicting its
+	// least recently used entry; zero means DefaultMaxPeers.
+	MaxPeers int
+	// HoldFactor: probes are held until HoldFactor x the peer IP's answer
+	// time after the first flight; zero means DefaultHoldFactor.
+	HoldFactor float64
+	// MaxHold caps the hold; zero means DefaultMaxHold.
+	MaxHold time.Duration
+	// Logger receives debug records of held, dropped and released probes;
+	// nil discards them.
+	Logger *slog.Logger
+}
+
+// Stats count what a Conn did with the server's probes.
+type Stats struct {
+	// Held counts long-header datagrams held back.
+	Held int64
+	// Dropped counts held datagrams dropped: the handshake progressed, or
+	// a later probe took their place.
+	Dropped int64
+	// Released counts held datagrams sent when the hold ended without
+	// progress (a lost flight or answer: real loss is still repaired).
+	Released int64
+	// Samples counts answer times learned.
+	Samples int64
+}
+
+// Conn is the probe governor: a net.PacketConn for a QUIC server (a
+// quic.Transport's Conn) that holds back the server's handshake probes.
+//
+// quic-go (v0.65) probes an unanswered handshake after 2 x 100 ms until
+// the connection has an RTT sample of its own, whatever the RTT a token
+// restored, so a server answering a client on a 600 ms link sends padded
+// 1200-byte Initial and Handshake probes at about 200 ms, 400 ms and 1 s
+// after its first flight; on a 25 kbit/s downlink each takes 393 ms of
+// airtime, queued ahead of the server's answer to the client's 0-RTT data.
+//
+// Conn learns, per peer IP, the answer time: from the server's first
+// long-header datagram to a new connection until the first datagram from
+// the peer that carries a Handshake or a 1-RTT packet (the client got the
+// first flight). For a peer IP with an answer time, long-header datagrams
+// sent to the same address after the first flight (beyond flightGap),
+// and not right after a datagram from the peer (reactGap), are held until
+// HoldFactor x the answer time after the first flight: they are dropped
+// once a Handshake or 1-RTT packet arrives from the peer (the handshake
+// progressed; quic-go stops probing), and sent if the hold ends without
+// it. Short-header datagrams, and everything to peers without an answer
+// time (a first connection), pass unchanged.
+//
+// A Conn from New is not an OOBCapablePacketConn: quic-go reads and
+// writes it one datagram at a time, without GSO, ECN, batched reads or the
+// packet info that picks the source address of a socket bound to a
+// wildcard address on a multi-homed host. Wrap of a *net.UDPConn on Linux
+// keeps all of them (oob_linux.go; docs/results/nbiot/README.md).
+type Conn struct {
+	net.PacketConn
+	opts Options
+	log  *slog.Logger
+
+	now       func() time.Time                          // test seam
+	afterFunc func(time.Duration, func()) (stop func()) // test seam
+	// send writes a released datagram with the control messages it was
+	// written with (oob_linux.go); nil: WriteTo.
+	send func(p, oob []byte, to net.Addr) error
+
+	mu        sync.Mutex
+	rtts      *lru[netip.Addr, time.Duration]
+	hs        *lru[netip.AddrPort, *handshake]
+	heldBytes int
+	stats     Stats
+}
+
+// handshake is the governor's state of one peer address.
+type handshake struct {
+	dcid       []byte    // destination connection ID of the server's packets
+	start      time.Time // the first long-header datagram to the address
+	hold       time.Duration
+	lastRecv   time.Time
+	progressed bool
+	released   bool
+	held       []heldDatagram
+	dst        net.Addr
+	stop       func()
+}
+
+// heldDatagram is a datagram held back, with its control messages (ECN,
+// source address) when written with WriteMsgUDP.
+type heldDatagram struct{ p, oob []byte }
+
+// New returns pc governed.
+func New(pc net.PacketConn, o Options) *Conn {
+	if o.MaxPeers <= 0 {
+		o.MaxPeers = DefaultMaxPeers
+	}
+	if o.HoldFactor <= 0 {
+		o.HoldFactor = DefaultHoldFactor
+	}
+	if o.MaxHold <= 0 {
+		o.MaxHold = DefaultMaxHold
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Conn{PacketConn: pc, opts: o, log: log, now: time.Now, afterFunc: realAfterFunc}
+	c.rtts = newLRU[netip.Addr, time.Duration](o.MaxPeers, nil)
+	c.hs = newLRU[netip.AddrPort, *handshake](o.MaxPeers, c.evicted)
+	return c
+}
+
+// Wrap returns pc governed when on (New with default options and log),
+// else pc. On Linux, a *net.UDPConn stays what quic-go needs for GSO, ECN,
+// batched reads and the source address of replies (oob_linux.go);
+// elsewhere the result exposes pc's file descriptor when pc has one
+// (syscall.Conn), so quic-go still sets the Don't Fragment bit and the
+// buffer sizes.
+func Wrap(pc net.PacketConn, on bool, log *slog.Logger) net.PacketConn {
+	if !on || pc == nil {
+		return pc
+	}
+	c := New(pc, Options{Logger: log})
+	if o, ok := oobWrap(c, pc); ok {
+		return o
+	}
+	if sc, ok := pc.(syscall.Conn); ok {
+		return sysConn{Conn: c, sc: sc}
+	}
+	return c
+}
+
+func realAfterFunc(d time.Duration, f func()) func() {
+	t := time.AfterFunc(d, f)
+	return func() { t.Stop() }
+}
+
+func (c *Conn) governor() *Conn { return c }
+
+// Stats returns the counters so far.
+func (c *Conn) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// AnswerTime returns the answer time learned for ip (0: none).
+func (c *Conn) AnswerTime(ip netip.Addr) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, _ := c.rtts.get(ip.Unmap())
+	return d
+}
+
+// WriteTo implements net.PacketConn.
+func (c *Conn) WriteTo(p []byte, addr net.Addr) (int, error) {
+	if len(p) > 0 && p[0]&0x80 != 0 && c.hold(p, nil, addr) {
+		return len(p), nil
+	}
+	return c.PacketConn.WriteTo(p, addr)
+}
+
+// ReadFrom implements net.PacketConn.
+func (c *Conn) ReadFrom(p []byte) (int, net.Addr, error) {
+	n, addr, err := c.PacketConn.ReadFrom(p)
+	if err == nil && n > 0 {
+		c.received(p[:n], addr)
+	}
+	return n, addr, err
+}
+
+// Close drops what is held and closes the socket.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	for _, h := range c.hs.values() {
+		c.dropHeld(h)
+	}
+	c.mu.Unlock()
+	return c.PacketConn.Close()
+}
+
+// hold decides about long-header datagram p (control messages oob) to
+// addr; true means Conn keeps (or dropped) it.
+func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
+	k, err := Parse(p)
+	if err != nil || k&(Retry|VersionNegotiation) != 0 {
+		return false // stateless answers start no handshake
+	}
+	ap, ok := addrPort(addr)
+	if !ok {
+		return false
+	}
+	dcid := DestConnID(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	h, ok := c.hs.get(ap)
+	if !ok || now.Sub(h.start) > handshakeAge || !bytes.Equal(h.dcid, dcid) {
+		if ok {
+			c.dropHeld(h)
+		}
+		rtt, _ := c.rtts.get(ap.Addr())
+		hold := time.Duration(float64(rtt) * c.opts.HoldFactor)
+		c.hs.put(ap, &handshake{dcid: bytes.Clone(dcid), start: now, hold: min(hold, c.opts.MaxHold)})
+		return false
+	}
+	since := now.Sub(h.start)
+	switch {
+	case h.hold == 0, h.progressed, h.released, since < flightGap, since >= h.hold,
+		!h.lastRecv.IsZero() && now.Sub(h.lastRecv) < reactGap,
+		c.heldBytes+len(p) > maxHeldBytes:
+		return false
+	}
+	h.held = append(h.held, heldDatagram{bytes.Clone(p), bytes.Clone(oob)})
+	h.dst = addr
+	c.heldBytes += len(p)
+	c.stats.Held++
+	if len(h.held) > maxHeld {
+		c.heldBytes -= len(h.held[0].p)
+		h.held = h.held[1:]
+		c.stats.Dropped++
+	}
+	if h.stop == nil {
+		h.stop = c.afterFunc(h.hold-since, func() { c.release(ap, h) })
+	}
+	c.log.Debug("quicgov: probe held", "peer", ap, "after", since, "hold", h.hold)
+	return true
+}
+
+// received notes datagram p from addr.
+func (c *Conn) received(p []byte, addr net.Addr) {
+	ap, ok := addrPort(addr)
+	if !ok {
+		return
+	}
+	var progress bool
+	if p[0]&0x80 == 0 {
+		progress = p[0]&0x40 != 0
+	} else {
+		k, _ := Parse(p)
+		progress = k&(Handshake|Short) != 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.hs.peek(ap)
+	if !ok {
+		return
+	}
+	now := c.now()
+	h.lastRecv = now
+	if !progress || h.progressed {
+		return
+	}
+	h.progressed = true
+	if !h.released {
+		c.learn(ap.Addr(), now.Sub(h.start))
+	}
+	if n := len(h.held); n > 0 {
+		c.log.Debug("quicgov: held probes dropped, handshake progressed", "peer", ap, "n", n)
+	}
+	c.dropHeld(h)
+}
+
+// learn records answer time d for ip (a smoothed value: 3/4 the old one,
+// 1/4 the new sample).
+func (c *Conn) learn(ip netip.Addr, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if old, ok := c.rtts.get(ip); ok {
+		d = (3*old + d) / 4
+	}
+	c.rtts.put(ip, d)
+	c.stats.Samples++
+}
+
+// release sends what h holds when its hold ends without progress.
+func (c *Conn) release(ap netip.AddrPort, h *handshake) {
+	c.mu.Lock()
+	if cur, ok := c.hs.peek(ap); !ok || cur != h || h.progressed || h.released {
+		c.mu.Unlock()
+		return
+	}
+	held, dst := h.held, h.dst
+	h.held, h.stop, h.released = nil, nil, true
+	for _, d := range held {
+		c.heldBytes -= len(d.p)
+	}
+	c.stats.Released += int64(len(held))
+	c.mu.Unlock()
+	c.log.Debug("quicgov: held probes released, no progress within the hold", "peer", ap, "n", len(held))
+	for _, d := range held {
+		var err error
+		if c.send != nil {
+			err = c.send(d.p, d.oob, dst)
+		} else {
+			_, err = c.PacketConn.WriteTo(d.p, dst)
+		}
+		if err != nil {
+			c.log.Debug("quicgov: releasing a held probe", "peer", ap, "err", err)
+		}
+	}
+}
+
+// dropHeld forgets what h holds; c.mu is held.
+func (c *Conn) dropHeld(h *handshake) {
+	if h.stop != nil {
+		h.stop()
+		h.stop = nil
+	}
+	for _, d := range h.held {
+		c.heldBytes -= len(d.p)
+	}
+	c.stats.Dropped += int64(len(h.held))
+	h.held = nil
+}
+
+// evicted is the handshake table's eviction callback; c.mu is held.
+func (c *Conn) evicted(_ netip.AddrPort, h *handshake) { c.dropHeld(h) }
+
+func addrPort(a net.Addr) (netip.AddrPort, bool) {
+	if u, ok := a.(*net.UDPAddr); ok {
+		ap := u.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), ap.IsValid()
+	}
+	if a == nil {
+		return netip.AddrPort{}, false
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), true
+}
+
+// sysConn is a Conn over a socket with a file descriptor: it exposes it,
+// so that quic-go sets the Don't Fragment bit and sizes the buffers as on
+// a *net.UDPConn; it still reads and writes through Conn one datagram at a
+// time (no ReadMsgUDP, WriteMsgUDP).
+type sysConn struct {
+	*Conn
+	sc syscall.Conn
+}
+
+// SyscallConn implements syscall.Conn.
+func (s sysConn) SyscallConn() (syscall.RawConn, error) { return s.sc.SyscallConn() }
+
+// SetReadBuffer passes quic-go's buffer sizing to the socket.
+func (c *Conn) SetReadBuffer(n int) error {
+	if s, ok := c.PacketConn.(interface{ SetReadBuffer(int) error }); ok {
+		return s.SetReadBuffer(n)
+	}
+	return nil
+}
+
+// SetWriteBuffer passes quic-go's buffer sizing to the socket.
+func (c *Conn) SetWriteBuffer(n int) error {
+	if s, ok := c.PacketConn.(interface{ SetWriteBuffer(int) error }); ok {
+		return s.SetWriteBuffer(n)
+	}
+	return nil
+}

@@ -1,0 +1,231 @@
+package quicgov
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quiot/quiot/internal/certs"
+)
+
+// delayConn delivers each datagram it receives delay after it arrived,
+// and sends each datagram delay after it was written: a client behind a
+// long path (RTT 2 x delay).
+type delayConn struct {
+	net.PacketConn
+	delay time.Duration
+	in    chan delayed
+	once  sync.Once
+}
+
+type delayed struct {
+	p    []byte
+	from net.Addr
+	at   time.Time
+}
+
+func newDelayConn(pc net.PacketConn, delay time.Duration) *delayConn {
+	d := &delayConn{PacketConn: pc, delay: delay, in: make(chan delayed, 256)}
+	go func() {
+		defer close(d.in)
+		for {
+			buf := make([]byte, 1500)
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			d.in <- delayed{buf[:n], from, time.Now().Add(delay)}
+		}
+	}()
+	return d
+}
+
+func (d *delayConn) WriteTo(p []byte, to net.Addr) (int, error) {
+	b := append([]byte(nil), p...)
+	time.AfterFunc(d.delay, func() { _, _ = d.PacketConn.WriteTo(b, to) })
+	return len(p), nil
+}
+
+func (d *delayConn) ReadFrom(p []byte) (int, net.Addr, error) {
+	x, ok := <-d.in
+	if !ok {
+		return 0, nil, net.ErrClosed
+	}
+	time.Sleep(time.Until(x.at)) // the link's delay, not a wait for an event
+	return copy(p, x.p), x.from, nil
+}
+
+// TestQUICThroughGovernor: quic-go serves through the governor (one
+// datagram at a time), and the second connection from the same IP, with an
+// answer time learned from the first, completes its handshake and
+// exchanges data; what the governor held was dropped or released.
+func TestQUICThroughGovernor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(*net.UDPConn) (net.PacketConn, *Conn)
+	}{
+		{"one datagram per call", func(u *net.UDPConn) (net.PacketConn, *Conn) { c := New(u, Options{}); return c, c }},
+		{"Wrap (GSO, ECN, batched reads on Linux)", func(u *net.UDPConn) (net.PacketConn, *Conn) {
+			w := Wrap(u, true, nil)
+			return w, governorOf(w)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testQUICThroughGovernor(t, tc.wrap) })
+	}
+}
+
+// governorOf returns the Conn of what Wrap returned.
+func governorOf(pc net.PacketConn) *Conn {
+	switch c := pc.(type) {
+	case *Conn:
+		return c
+	case sysConn:
+		return c.Conn
+	case interface{ governor() *Conn }:
+		return c.governor()
+	}
+	return nil
+}
+
+func testQUICThroughGovernor(t *testing.T, wrap func(*net.UDPConn) (net.PacketConn, *Conn)) {
+	cert, err := certs.SelfSigned(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, gov := wrap(udp)
+	defer pc.Close()
+	tr := &quic.Transport{Conn: pc}
+	defer tr.Close()
+	ln, err := tr.Listen(&tls.Config{Certificates: []tls.Certificate{cert.TLS}, NextProtos: []string{"t"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept(context.Background())
+			if err != nil {
+				return
+			}
+			go func() {
+				s, err := c.AcceptStream(context.Background())
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(s, s)
+				_ = s.Close()
+			}()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 2 {
+		cu, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctr := &quic.Transport{Conn: newDelayConn(cu, 200*time.Millisecond)}
+		c, err := ctr.Dial(ctx, ln.Addr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"t"}}, nil)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		s, err := c.OpenStreamSync(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+		got, err := io.ReadAll(s)
+		if err != nil || string(got) != "ping" {
+			t.Fatalf("connection %d: echo %q, %v", i, got, err)
+		}
+		_ = c.CloseWithError(0, "")
+		_ = ctr.Close()
+		_ = cu.Close()
+	}
+	st := gov.Stats()
+	t.Logf("governor: %+v", st)
+	if st.Samples < 2 {
+		t.Fatalf("%d answer times learned, want 2", st.Samples)
+	}
+	if st.Held != st.Dropped+st.Released {
+		t.Fatalf("held %d != dropped %d + released %d", st.Held, st.Dropped, st.Released)
+	}
+}
+
+// BenchmarkBulkDownload: a 16 MiB download from a server on a plain UDP
+// socket (quic-go's GSO, ECN and batched reads), on Wrap (the same on
+// Linux) and on New (one datagram per system call), over loopback: what
+// the governor costs a server that sends much.
+func BenchmarkBulkDownload(b *testing.B) {
+	const size = 16 << 20
+	for _, v := range []struct {
+		name string
+		wrap func(*net.UDPConn) net.PacketConn
+	}{
+		{"udp", func(u *net.UDPConn) net.PacketConn { return u }},
+		{"wrap", func(u *net.UDPConn) net.PacketConn { return Wrap(u, true, nil) }},
+		{"new", func(u *net.UDPConn) net.PacketConn { return New(u, Options{}) }},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			cert, err := certs.SelfSigned(nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer udp.Close()
+			tr := &quic.Transport{Conn: v.wrap(udp)}
+			defer tr.Close()
+			ln, err := tr.Listen(&tls.Config{Certificates: []tls.Certificate{cert.TLS}, NextProtos: []string{"t"}}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			payload := make([]byte, size)
+			go func() {
+				for {
+					c, err := ln.Accept(context.Background())
+					if err != nil {
+						return
+					}
+					go func() {
+						s, err := c.OpenStreamSync(context.Background())
+						if err != nil {
+							return
+						}
+						_, _ = s.Write(payload)
+						_ = s.Close()
+					}()
+				}
+			}()
+			b.SetBytes(size)
+			for b.Loop() {
+				c, err := quic.DialAddr(context.Background(), ln.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"t"}}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s, err := c.AcceptStream(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n, err := io.Copy(io.Discard, s); err != nil || n != size {
+					b.Fatalf("%d bytes, %v", n, err)
+				}
+				_ = c.CloseWithError(0, "")
+			}
+		})
+	}
+}
