@@ -155,6 +155,7 @@ type ClientState struct {
 	open            context.Context      // indicate that the client is open for packet exchange
 	cancelOpen      context.CancelFunc   // cancel function for open context
 	outboundQty     int32                // number of messages currently in the outbound queue
+	writing         atomic.Bool          // quiot: a goroutine is writing the outbound queue (startWriter)
 	Keepalive       uint16               // the number of seconds the connection can wait
 	ServerKeepalive bool                 // keepalive was set by the server
 }
@@ -190,8 +191,35 @@ func newClient(c net.Conn, o *ops) *Client {
 	return cl
 }
 
-// WriteLoop ranges over pending outbound messages and writes them to the client connection.
-func (cl *Client) WriteLoop() {
+// startWriter starts a goroutine writing the client's outbound queue
+// unless one is already draining it. quiot: mochi v2.7.9 ran a WriteLoop
+// goroutine for the life of each client, 4-8 KiB of stack while idle; the
+// writer now exists only while packets are queued (QUIOT.md).
+func (cl *Client) startWriter() {
+	if cl.State.writing.CompareAndSwap(false, true) {
+		go cl.writeQueued()
+	}
+}
+
+// writeQueued writes the outbound queue in order until it is empty or the
+// client closes, then gives up the writer role. A packet queued after the
+// queue was found empty but before the role was given up found the role
+// taken and started no writer: the queue is checked again after giving the
+// role up, and the role taken back if it is not empty, so no packet is left
+// waiting without a writer.
+func (cl *Client) writeQueued() {
+	for {
+		cl.drainOutbound()
+		cl.State.writing.Store(false)
+		if len(cl.State.outbound) == 0 || cl.Closed() || !cl.State.writing.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// drainOutbound writes queued packets until the queue is empty or the
+// client closes (as WriteLoop did, a closed client's queue is not written).
+func (cl *Client) drainOutbound() {
 	for {
 		select {
 		case pk := <-cl.State.outbound:
@@ -201,6 +229,8 @@ func (cl *Client) WriteLoop() {
 			}
 			atomic.AddInt32(&cl.State.outboundQty, -1)
 		case <-cl.State.open.Done():
+			return
+		default:
 			return
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -52,8 +53,6 @@ func newTestClient() (cl *Client, r net.Conn, w net.Conn) {
 	cl.State.Inflight.receiveQuota = 10
 	cl.Properties.Props.TopicAliasMaximum = 0
 	cl.Properties.Props.RequestResponseInfo = 0x1
-
-	go cl.WriteLoop()
 
 	return
 }
@@ -935,3 +934,33 @@ var (
 		packets.TPacketData[packets.Auth].Get(packets.TAuth),
 	}
 )
+
+// quiot: the writer exists only while packets are queued (QUIOT.md). A
+// producer queueing as publishToClient does gets every packet written in
+// order, with no packet left queued and no writer behind.
+func TestClientWriterOnDemand(t *testing.T) {
+	cl, r, _ := newTestClient()
+	defer cl.Stop(errClientStop)
+	cl.Properties.ProtocolVersion = 4
+	rc := newClient(r, cl.ops)
+	rc.Properties.ProtocolVersion = 4
+
+	const n = 2000
+	go func() {
+		for i := 0; i < n; i++ {
+			pk := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "t", Payload: []byte(strconv.Itoa(i))}
+			cl.State.outbound <- pk // blocks while the queue is full: a writer is draining it
+			atomic.AddInt32(&cl.State.outboundQty, 1)
+			cl.startWriter()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		fh := new(packets.FixedHeader)
+		require.NoError(t, rc.ReadFixedHeader(fh))
+		pk, err := rc.ReadPacket(fh)
+		require.NoError(t, err)
+		require.Equal(t, strconv.Itoa(i), string(pk.Payload))
+	}
+	require.Eventually(t, func() bool { return !cl.State.writing.Load() }, 5*time.Second, time.Millisecond)
+	require.Equal(t, int32(0), atomic.LoadInt32(&cl.State.outboundQty))
+}

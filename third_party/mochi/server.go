@@ -407,8 +407,7 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	defer s.Listeners.ClientsWg.Done()
 	s.Listeners.ClientsWg.Add(1)
 
-	go cl.WriteLoop()
-	defer cl.Stop(nil)
+	defer cl.Stop(nil) // quiot: no WriteLoop; publishToClient starts a writer on demand
 
 	pk, err := s.readConnectionPacket(cl)
 	if err != nil {
@@ -1100,6 +1099,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 	select {
 	case cl.State.outbound <- &out:
 		atomic.AddInt32(&cl.State.outboundQty, 1)
+		cl.startWriter() // quiot: a writer while packets are queued
 	default:
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
 		cl.ops.hooks.OnPublishDropped(cl, pk)
