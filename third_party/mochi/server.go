@@ -403,15 +403,44 @@ func (s *Server) EstablishConnection(listener string, c net.Conn) error {
 
 // attachClient validates an incoming client connection and if viable, attaches the client
 // to the server, performs session housekeeping, and reads incoming packets.
+//
+// quiot: attachClient's frame stays on the client's stack while its reader
+// waits for the next packet, for the life of the connection. In mochi
+// v2.7.9 it held the CONNECT packet (2.9 KB of frame); admitClient,
+// establishSession and detachClient now hold what happens before and after
+// reading, so the resting stack is small enough for the garbage collector to
+// shrink (QUIOT.md). The steps and their order are upstream's.
 func (s *Server) attachClient(cl *Client, listener string) error {
 	defer s.Listeners.ClientsWg.Done()
 	s.Listeners.ClientsWg.Add(1)
 
 	defer cl.Stop(nil) // quiot: no WriteLoop; publishToClient starts a writer on demand
 
+	pk, err := s.admitClient(cl, listener)
+	if err != nil {
+		return err
+	}
+
+	atomic.AddInt64(&s.Info.ClientsConnected, 1)
+	defer atomic.AddInt64(&s.Info.ClientsConnected, -1)
+
+	if err := s.establishSession(cl, pk); err != nil {
+		return err
+	}
+
+	err = cl.Read(s.receivePacket)
+	return s.detachClient(cl, listener, err)
+}
+
+// admitClient reads and validates the connection packet and authenticates
+// the client; it returns the packet, or the error that refuses the client
+// (its CONNACK sent).
+//
+//go:noinline
+func (s *Server) admitClient(cl *Client, listener string) (*packets.Packet, error) {
 	pk, err := s.readConnectionPacket(cl)
 	if err != nil {
-		return fmt.Errorf("read connection: %w", err)
+		return nil, fmt.Errorf("read connection: %w", err)
 	}
 
 	cl.ParseConnect(listener, pk)
@@ -422,41 +451,47 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 			s.SendConnack(cl, packets.ErrServerBusy, false, nil)
 		}
 
-		return packets.ErrServerBusy
+		return nil, packets.ErrServerBusy
 	}
 
 	code := s.validateConnect(cl, pk) // [MQTT-3.1.4-1] [MQTT-3.1.4-2]
 	if code != packets.CodeSuccess {
 		if err := s.SendConnack(cl, code, false, nil); err != nil {
-			return fmt.Errorf("invalid connection send ack: %w", err)
+			return nil, fmt.Errorf("invalid connection send ack: %w", err)
 		}
-		return code // [MQTT-3.2.2-7] [MQTT-3.1.4-6]
+		return nil, code // [MQTT-3.2.2-7] [MQTT-3.1.4-6]
 	}
 
 	err = s.hooks.OnConnect(cl, pk)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	cl.refreshDeadline(cl.State.Keepalive)
 	if !s.hooks.OnConnectAuthenticate(cl, pk) { // [MQTT-3.1.4-2]
 		err := s.SendConnack(cl, packets.ErrBadUsernameOrPassword, false, nil)
 		if err != nil {
-			return fmt.Errorf("invalid connection send ack: %w", err)
+			return nil, fmt.Errorf("invalid connection send ack: %w", err)
 		}
 
-		return packets.ErrBadUsernameOrPassword
+		return nil, packets.ErrBadUsernameOrPassword
 	}
 
-	atomic.AddInt64(&s.Info.ClientsConnected, 1)
-	defer atomic.AddInt64(&s.Info.ClientsConnected, -1)
+	return &pk, nil
+}
 
+// establishSession takes over or starts the client's session and
+// acknowledges the connection.
+//
+//go:noinline
+func (s *Server) establishSession(cl *Client, cp *packets.Packet) error {
+	pk := *cp
 	s.hooks.OnSessionEstablish(cl, pk)
 
 	sessionPresent := s.inheritClientSession(pk, cl)
 	s.Clients.Add(cl) // [MQTT-4.1.0-1]
 
-	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
+	err := s.SendConnack(cl, packets.CodeSuccess, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
 	if err != nil {
 		return fmt.Errorf("ack connection packet: %w", err)
 	}
@@ -471,8 +506,14 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	}
 
 	s.hooks.OnSessionEstablished(cl, pk)
+	return nil
+}
 
-	err = cl.Read(s.receivePacket)
+// detachClient ends the client's connection once reading has ended with
+// err, and returns err.
+//
+//go:noinline
+func (s *Server) detachClient(cl *Client, listener string, err error) error {
 	if err != nil {
 		s.sendLWT(cl)
 		cl.Stop(err)
