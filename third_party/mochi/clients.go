@@ -172,7 +172,13 @@ func newClient(c net.Conn, o *ops) *Client {
 			open:          ctx,
 			cancelOpen:    cancel,
 			Keepalive:     defaultKeepalive,
-			outbound:      make(chan *packets.Packet, o.options.Capabilities.MaximumClientWritesPending),
+			// quiot: one slot more than MaximumClientWritesPending. Upstream's
+			// WriteLoop, waiting on the queue, took a packet straight from the
+			// sender (as it held one while writing), so a client could have
+			// MaximumClientWritesPending+1 packets pending; a writer started on
+			// demand holds none until it runs, and the extra slot keeps that
+			// bound (QUIOT.md).
+			outbound: make(chan *packets.Packet, o.options.Capabilities.MaximumClientWritesPending+1),
 		},
 		Properties: ClientProperties{
 			ProtocolVersion: defaultClientProtocolVersion, // default protocol version

@@ -2102,7 +2102,7 @@ func TestPublishToClientExceedClientWritesPending(t *testing.T) {
 
 	s.Clients.Add(cl)
 
-	for i := int32(0); i < cl.ops.options.Capabilities.MaximumClientWritesPending; i++ {
+	for i := 0; i < cap(cl.State.outbound); i++ { // quiot: the queue holds MaximumClientWritesPending+1
 		cl.State.outbound <- new(packets.Packet)
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 	}
