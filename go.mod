@@ -84,3 +84,5 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 	gopkg.in/warnings.v0 v0.1.2 // indirect
 )
+
+replace github.com/mochi-mqtt/server/v2 => ./third_party/mochi

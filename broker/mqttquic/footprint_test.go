@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/quiot/quiot/broker"
+	"github.com/quiot/quiot/broker/brokertest"
 )
 
 // TestPerClientHeap bounds the Go heap an idle MQTT/TCP client costs
@@ -36,6 +39,88 @@ func TestPerClientHeap(t *testing.T) {
 	t.Logf("heap per idle client: %d bytes (broker and test client)", per)
 	if limit := int64(14 << 10); per > limit {
 		t.Errorf("heap per idle client %d bytes, want at most %d", per, limit)
+	}
+	runtime.KeepAlive(clients)
+}
+
+// TestPerClientStack bounds the goroutine stacks an idle MQTT/TCP client
+// costs the broker, connected and subscribed, then after one QoS 1
+// delivery. mochi v2.7.9 held two goroutines per client: a reader whose
+// stack grew to 16 KiB on the first packet and never shrank, and a write
+// loop of 4 KiB (8 KiB after a delivery): 20.3 KiB subscribed, 23.6 KiB
+// after a delivery. The fork in third_party/mochi (its QUIOT.md) starts a
+// writer only while packets are queued (15.6 and 18.6 KiB) and keeps the
+// reader's resting frames small enough for the garbage collector to shrink
+// its stack to 8 KiB (8.0 and 8.0 KiB; docs/BENCH.md, "What an MQTT/TCP
+// connection costs, and what changed"). The test's raw clients read
+// synchronously: they own no goroutine, so the stacks counted are the
+// broker's.
+func TestPerClientStack(t *testing.T) {
+	if raceDetector {
+		t.Skip("the race detector enlarges frames and stacks")
+	}
+	const n = 300
+	p := newPKI(t)
+	h3 := brokertest.Start(t, p, &broker.Options{ClientCAs: p.Pool()})
+	b := &bridged{pki: p, h3: h3, mqtt: startServer(t, p, func(o *Options) {
+		o.Broker = h3.Broker
+		o.QUICAddr, o.TLS, o.TCPAddr = "off", nil, "127.0.0.1:0"
+		o.Limits.MaxSessionsPerIdentity = 2 * n // all anonymous, from one address
+	})}
+	stack := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.StackInuse
+	}
+	// One client first, so what is allocated once is not counted per client.
+	pub := mustConnect(t, b.mqtt, b.pki, "tcp", connectOpts{version: 4, id: "pub", clean: true})
+	if _, err := pub.publish("fp/warm", "x", 1, false); err != nil {
+		t.Fatal(err)
+	}
+	before := stack()
+	clients := make([]*rawClient, 0, n)
+	for i := range n {
+		c := mustConnect(t, b.mqtt, b.pki, "tcp", connectOpts{version: 4, id: fmt.Sprintf("s%d", i), clean: true})
+		if codes := c.subscribe("fp/all"); len(codes) != 1 || codes[0] != 1 {
+			t.Fatalf("subscribe: codes %v", codes)
+		}
+		clients = append(clients, c)
+	}
+	idle := stack()
+	if code, err := pub.publish("fp/all", "hello", 1, false); err != nil || code != 0 {
+		t.Fatalf("publish: code 0x%02x, %v", code, err)
+	}
+	for _, c := range clients {
+		if pk := c.next(); pk.TopicName != "fp/all" {
+			t.Fatalf("delivery on %q, want fp/all", pk.TopicName)
+		}
+	}
+	// The PUBACKs are written; wait until the broker has read them all,
+	// so no reader is caught mid-packet.
+	waitUntil(t, func() bool {
+		for i := range n {
+			cl, ok := b.mqtt.MQTT().Clients.Get(fmt.Sprintf("s%d", i))
+			if !ok || cl.State.Inflight.Len() > 0 {
+				return false
+			}
+		}
+		return true
+	}, "the broker has read every PUBACK")
+	delivered := stack()
+	perIdle := (int64(idle) - int64(before)) / n
+	perDelivered := (int64(delivered) - int64(before)) / n
+	t.Logf("goroutine stacks per client: %.1f KiB subscribed, %.1f KiB after a QoS 1 delivery",
+		float64(perIdle)/1024, float64(perDelivered)/1024)
+	const limit = 12 << 10
+	for _, c := range []struct {
+		what string
+		per  int64
+	}{{"subscribed", perIdle}, {"after a delivery", perDelivered}} {
+		if c.per > limit {
+			t.Errorf("stack per client %s: %d bytes, want at most %d", c.what, c.per, limit)
+		}
 	}
 	runtime.KeepAlive(clients)
 }
