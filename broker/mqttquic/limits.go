@@ -121,4 +121,10 @@ func (l *Limits) apply(caps *mqtt.Capabilities, standalone bool) {
 	}
 	caps.MaximumInflight = uint16(min(l.MaxQueuedMessages, 65535))
 	caps.ReceiveMaximum = uint16(min(l.MaxReceiveInflight, 65535))
+	// QoS 0 deliveries waiting to be written to a client that does not
+	// read are held to the same bytes as a session's QoS 1 queue, counted
+	// apart from it (mochi bounded them in packets only: 256 copies of
+	// the largest packet per client).
+	caps.MaximumClientWritesPendingBytes = l.MaxQueuedBytes
+	caps.MaximumWritesPendingBytes = l.MaxQueuedBytesTotal
 }

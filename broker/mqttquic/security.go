@@ -112,6 +112,12 @@ type SecurityStats struct {
 	QueuedBytes int64
 	// BridgeQueueBytes is the bytes waiting in the bridge queue.
 	BridgeQueueBytes int64
+	// PendingWriteBytes is the bytes of the QoS 0 messages waiting to be
+	// written to clients, and DroppedPendingBytes counts the QoS 0
+	// deliveries dropped because Limits.MaxQueuedBytes or
+	// MaxQueuedBytesTotal of them were waiting.
+	PendingWriteBytes   int64
+	DroppedPendingBytes uint64
 }
 
 type securityCounters struct {
@@ -127,6 +133,9 @@ func (s *Server) Security() SecurityStats {
 		DroppedInflight:   uint64(atomic.LoadInt64(&s.mq.Info.InflightDropped)),
 		RefusedPreConnect: s.compat.pre.refused.Load(),
 		ClosedNoConnect:   s.compat.pre.timedOut.Load(),
+
+		PendingWriteBytes:   atomic.LoadInt64(&s.mq.Info.PendingWriteBytes),
+		DroppedPendingBytes: uint64(atomic.LoadInt64(&s.mq.Info.PendingBytesDropped)),
 	}
 	if s.quic != nil {
 		st.QUICRetries, st.QUICHalfOpen = s.quic.valid.Retries(), s.quic.valid.HalfOpen()

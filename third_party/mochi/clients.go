@@ -156,6 +156,7 @@ type ClientState struct {
 	cancelOpen      context.CancelFunc   // cancel function for open context
 	outboundQty     int32                // number of messages currently in the outbound queue
 	writing         atomic.Bool          // quiot: a goroutine is writing the outbound queue (startWriter)
+	outboundBytes   atomic.Int64         // quiot: bytes of the QoS 0 messages in the outbound queue (queuedSize)
 	Keepalive       uint16               // the number of seconds the connection can wait
 	ServerKeepalive bool                 // keepalive was set by the server
 }
@@ -234,8 +235,64 @@ func (cl *Client) drainOutbound() {
 				cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
 			}
 			atomic.AddInt32(&cl.State.outboundQty, -1)
+			cl.releaseQueued(queuedSize(pk))
 		case <-cl.State.open.Done():
 			return
+		default:
+			return
+		}
+	}
+}
+
+// queuedSize is what a packet in the outbound queue counts against the
+// byte bounds (Capabilities.MaximumClientWritesPendingBytes,
+// MaximumWritesPendingBytes): the topic and payload of a QoS 0 PUBLISH.
+// QoS 1 and 2 messages count nothing here: they are bounded while in
+// flight. quiot: mochi bounded the queue in packets only, so a subscriber
+// that stopped reading held up to MaximumClientWritesPending copies of the
+// largest packet (QUIOT.md).
+func queuedSize(pk *packets.Packet) int64 {
+	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos > 0 {
+		return 0
+	}
+	return int64(len(pk.TopicName) + len(pk.Payload))
+}
+
+// reserveQueued counts n more bytes in the client's outbound queue and in
+// the server's, unless that would pass a bound.
+func (cl *Client) reserveQueued(n int64) bool {
+	if n == 0 {
+		return true
+	}
+	caps := cl.ops.options.Capabilities
+	if m := caps.MaximumClientWritesPendingBytes; m > 0 && cl.State.outboundBytes.Load()+n > m {
+		return false
+	}
+	if m := caps.MaximumWritesPendingBytes; m > 0 && atomic.LoadInt64(&cl.ops.info.PendingWriteBytes)+n > m {
+		return false
+	}
+	cl.State.outboundBytes.Add(n)
+	atomic.AddInt64(&cl.ops.info.PendingWriteBytes, n)
+	return true
+}
+
+// releaseQueued gives back n bytes reserved by reserveQueued.
+func (cl *Client) releaseQueued(n int64) {
+	if n == 0 {
+		return
+	}
+	cl.State.outboundBytes.Add(-n)
+	atomic.AddInt64(&cl.ops.info.PendingWriteBytes, -n)
+}
+
+// dropQueued empties the outbound queue of a stopped client, giving back
+// what its packets count (the writer stops at the close and leaves them).
+func (cl *Client) dropQueued() {
+	for {
+		select {
+		case pk := <-cl.State.outbound:
+			atomic.AddInt32(&cl.State.outboundQty, -1)
+			cl.releaseQueued(queuedSize(pk))
 		default:
 			return
 		}
@@ -451,6 +508,7 @@ func (cl *Client) Stop(err error) {
 		if cl.State.cancelOpen != nil {
 			cl.State.cancelOpen()
 		}
+		cl.dropQueued() // quiot: give back the queue's bytes
 
 		atomic.StoreInt64(&cl.State.disconnected, time.Now().Unix())
 	})

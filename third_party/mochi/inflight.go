@@ -92,10 +92,13 @@ func (i *Inflight) GetAll(immediate bool) []packets.Packet {
 // NextImmediate returns the next inflight packet which is indicated to be sent immediately.
 // This typically occurs when the quota has been exhausted, and we need to wait until new quota
 // is free to continue sending.
+//
+// quiot: it no longer takes the read lock around GetAll, which takes it
+// again: a writer (Set, from a goroutine delivering to the client) that
+// came between the two waited for the first, and the second waited for the
+// writer, so the client's reader, the publisher and mochi's event loop
+// were stuck for good (QUIOT.md).
 func (i *Inflight) NextImmediate() (packets.Packet, bool) {
-	i.RLock()
-	defer i.RUnlock()
-
 	m := i.GetAll(true)
 	if len(m) > 0 {
 		return m[0], true

@@ -5,8 +5,10 @@
 package mqtt
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/stretchr/testify/require"
@@ -196,4 +198,33 @@ func TestNextImmediate(t *testing.T) {
 
 	_, ok = cl.State.Inflight.NextImmediate()
 	require.False(t, ok)
+}
+
+// TestNextImmediateBesideSet: NextImmediate beside Set from another
+// goroutine. quiot: it took the read lock twice, and a Set waiting between
+// the two deadlocked both.
+func TestNextImmediateBesideSet(t *testing.T) {
+	i := NewInflights()
+	i.Set(packets.Packet{PacketID: 1, Expiry: -1})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for n := 0; n < 20000; n++ {
+			i.Set(packets.Packet{PacketID: uint16(2 + n%4), Expiry: -1})
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for n := 0; n < 20000; n++ {
+			i.NextImmediate()
+		}
+	}()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("NextImmediate and Set deadlocked")
+	}
 }

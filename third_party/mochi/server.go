@@ -61,6 +61,14 @@ type Capabilities struct {
 	RetainAvailable              byte            `yaml:"retain_available" json:"retain_available"`                 // support of retain messages
 	WildcardSubAvailable         byte            `yaml:"wildcard_sub_available" json:"wildcard_sub_available"`     // support of wildcard subscriptions
 	SubIDAvailable               byte            `yaml:"sub_id_available" json:"sub_id_available"`                 // support of subscription identifiers
+
+	// quiot: byte bounds on the QoS 0 messages waiting in clients' outbound
+	// queues (topic and payload), per client and in all; zero means none.
+	// Beyond them a QoS 0 delivery is dropped (Info.MessagesDropped,
+	// OnPublishDropped) as when the queue is full. Concurrent deliveries
+	// may overshoot a bound by one message each.
+	MaximumClientWritesPendingBytes int64 `yaml:"-" json:"-"`
+	MaximumWritesPendingBytes       int64 `yaml:"-" json:"-"`
 }
 
 // NewDefaultServerCapabilities defines the default features and capabilities provided by the server.
@@ -1137,11 +1145,23 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		return out, packets.CodeDisconnect
 	}
 
+	queued := queuedSize(&out)
+	if !cl.reserveQueued(queued) { // quiot: QoS 0 byte bounds
+		atomic.AddInt64(&s.Info.PendingBytesDropped, 1)
+		atomic.AddInt64(&s.Info.MessagesDropped, 1)
+		cl.ops.hooks.OnPublishDropped(cl, pk)
+		return out, packets.ErrPendingClientWritesExceeded
+	}
+
 	select {
 	case cl.State.outbound <- &out:
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 		cl.startWriter() // quiot: a writer while packets are queued
+		if cl.Closed() {
+			cl.dropQueued() // quiot: Stop may have emptied the queue before this one came
+		}
 	default:
+		cl.releaseQueued(queued)
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
 		cl.ops.hooks.OnPublishDropped(cl, pk)
 		if out.FixedHeader.Qos > 0 {

@@ -3931,3 +3931,45 @@ func TestMinimum(t *testing.T) {
 	require.EqualValues(t, -1, minimum(-1, 20))
 	require.EqualValues(t, -2, minimum(-1, -2))
 }
+
+// quiot: QoS 0 deliveries to a client that does not read are bounded in
+// bytes, per client and in all, and a stopped client gives its bytes back.
+func TestPublishToClientQoS0Bytes(t *testing.T) {
+	s := newServer()
+	s.Options.Capabilities.MaximumClientWritesPendingBytes = 100
+	s.Options.Capabilities.MaximumWritesPendingBytes = 150
+	newStalled := func() *Client {
+		_, w := net.Pipe() // nobody reads: the writer blocks on its first packet
+		cl := newClient(w, &ops{info: s.Info, hooks: s.hooks, log: logger, options: s.Options})
+		s.Clients.Add(cl)
+		return cl
+	}
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "a/b", Payload: make([]byte, 20)} // 23 bytes
+	a, b := newStalled(), newStalled()
+	for i := 0; i < 4; i++ {
+		_, err := s.publishToClient(a, packets.Subscription{Filter: "a/b"}, pk)
+		require.NoError(t, err)
+	}
+	_, err := s.publishToClient(a, packets.Subscription{Filter: "a/b"}, pk)
+	require.ErrorIs(t, err, packets.ErrPendingClientWritesExceeded) // 115 > 100 for a
+	require.Equal(t, int64(92), a.State.outboundBytes.Load())
+	for i := 0; i < 2; i++ {
+		_, err := s.publishToClient(b, packets.Subscription{Filter: "a/b"}, pk)
+		require.NoError(t, err)
+	}
+	_, err = s.publishToClient(b, packets.Subscription{Filter: "a/b"}, pk)
+	require.ErrorIs(t, err, packets.ErrPendingClientWritesExceeded) // 161 > 150 in all
+	require.Equal(t, int64(138), atomic.LoadInt64(&s.Info.PendingWriteBytes))
+	require.Equal(t, int64(2), atomic.LoadInt64(&s.Info.MessagesDropped))
+	require.Equal(t, int64(2), atomic.LoadInt64(&s.Info.PendingBytesDropped))
+
+	// QoS 1 deliveries are bounded in flight, not here.
+	q1 := pk
+	q1.FixedHeader.Qos = 1
+	_, err = s.publishToClient(a, packets.Subscription{Filter: "a/b", Qos: 1}, q1)
+	require.NoError(t, err)
+
+	a.Stop(nil)
+	b.Stop(nil)
+	require.Eventually(t, func() bool { return atomic.LoadInt64(&s.Info.PendingWriteBytes) == 0 }, 10*time.Second, time.Millisecond)
+}

@@ -31,6 +31,11 @@ type Info struct {
 	PacketsSent         int64  `json:"packets_sent"`         // total number of messages of any type sent since the broker started
 	MemoryAlloc         int64  `json:"memory_alloc"`         // memory currently allocated
 	Threads             int64  `json:"threads"`              // number of active goroutines, named as threads for platform ambiguity
+
+	// quiot: the bytes of the QoS 0 messages in clients' outbound queues,
+	// and the QoS 0 deliveries dropped for the queues' byte bounds.
+	PendingWriteBytes   int64 `json:"pending_write_bytes"`
+	PendingBytesDropped int64 `json:"pending_bytes_dropped"`
 }
 
 // Clone makes a copy of Info using atomic operation
@@ -57,5 +62,7 @@ func (i *Info) Clone() *Info {
 		PacketsSent:         atomic.LoadInt64(&i.PacketsSent),
 		MemoryAlloc:         atomic.LoadInt64(&i.MemoryAlloc),
 		Threads:             atomic.LoadInt64(&i.Threads),
+		PendingWriteBytes:   atomic.LoadInt64(&i.PendingWriteBytes),
+		PendingBytesDropped: atomic.LoadInt64(&i.PendingBytesDropped),
 	}
 }
