@@ -34,8 +34,8 @@ type Info struct {
 
 	// quiot: the bytes of the QoS 0 messages in clients' outbound queues,
 	// and the QoS 0 deliveries dropped for the queues' byte bounds.
-	PendingWriteBytes   int64 `json:"pending_write_bytes"`
-	PendingBytesDropped int64 `json:"pending_bytes_dropped"`
+	PendingWriteBytes   int64 `json:"-"`
+	PendingBytesDropped int64 `json:"-"`
 }
 
 // Clone makes a copy of Info using atomic operation
