@@ -9,7 +9,7 @@ DIST     := dist
 # In the forked MQTT server (third_party/mochi) only quiot's own tests do:
 # some of upstream's tests race with themselves (TestServerProcessPublishACLCheckDeny
 # fails 2 runs in 12 under -race on the verbatim copy too).
-MOCHI_RACE_TESTS ?= TestNextImmediateBesideSet|TestPublishToClientQoS0Bytes|TestClientWriterOnDemand
+MOCHI_RACE_TESTS ?= TestNextImmediateBesideSet|TestPublishToClientQoS0Bytes|TestClientWriterOnDemand|TestNextPacketIDBesideBlockedWrite
 RACE_PKGS ?= ./broker/... ./device/bench/... ./device/client/... ./internal/spool/... ./internal/netimpair/... ./internal/wire/... ./probe/capture/... ./probe/measure/... ./probe/watch/... ./internal/qmetrics/... ./internal/sysstat/... ./internal/streamconn/... ./probe/ovs/...
 
 .PHONY: all build quiot pi arm64 test unit race lint fuzz demo deps deb lab bench clean

@@ -157,6 +157,7 @@ type ClientState struct {
 	outboundQty     int32                // number of messages currently in the outbound queue
 	writing         atomic.Bool          // quiot: a goroutine is writing the outbound queue (startWriter)
 	outboundBytes   atomic.Int64         // quiot: bytes of the QoS 0 messages in the outbound queue (queuedSize)
+	idMu            sync.Mutex           // quiot: serialises NextPacketID (not the client's write lock)
 	Keepalive       uint16               // the number of seconds the connection can wait
 	ServerKeepalive bool                 // keepalive was set by the server
 }
@@ -366,9 +367,15 @@ func (cl *Client) refreshDeadline(keepalive uint16) {
 // NextPacketID returns the next available (unused) packet id for the client.
 // If no unused packet ids are available, an error is returned and the client
 // should be disconnected.
+//
+// quiot: it takes State.idMu, not the client's lock, which a writer holds
+// while a write blocks on a client that stopped reading: a QoS 1 delivery
+// to that client then held up its publisher, and so every subscriber of
+// the publisher's messages, for as long as the connection stayed up
+// (QUIOT.md).
 func (cl *Client) NextPacketID() (i uint32, err error) {
-	cl.Lock()
-	defer cl.Unlock()
+	cl.State.idMu.Lock()
+	defer cl.State.idMu.Unlock()
 
 	i = atomic.LoadUint32(&cl.State.packetID)
 	started := i

@@ -964,3 +964,27 @@ func TestClientWriterOnDemand(t *testing.T) {
 	require.Eventually(t, func() bool { return !cl.State.writing.Load() }, 5*time.Second, time.Millisecond)
 	require.Equal(t, int32(0), atomic.LoadInt32(&cl.State.outboundQty))
 }
+
+// quiot: a packet id is handed out while the client's writer is blocked
+// on a connection nobody reads (it holds the client's lock).
+func TestNextPacketIDBesideBlockedWrite(t *testing.T) {
+	cl, _, _ := newTestClient() // nobody reads the other end
+	cl.ops.options.ClientNetWriteBufferSize = 0
+	go func() { _ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingresp}}) }()
+	require.Eventually(t, func() bool { // the write holds the lock
+		if cl.TryLock() {
+			cl.Unlock()
+			return false
+		}
+		return true
+	}, 10*time.Second, time.Millisecond)
+	got := make(chan error, 1)
+	go func() { _, err := cl.NextPacketID(); got <- err }()
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("NextPacketID waited for the blocked write")
+	}
+	cl.Stop(nil)
+}
