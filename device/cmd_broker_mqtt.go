@@ -37,8 +37,8 @@ func (f *mqttFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&l.MaxSessionsPerIdentity, "mqtt-max-sessions-per-identity", 0, "MQTT sessions of one identity, anonymous clients per source address, at most (0 = 256)")
 	fs.DurationVar(&l.AnonymousSessionExpiry, "mqtt-anonymous-session-expiry", 0, "how long an anonymous client's offline session is kept (0 = 5m)")
 	fs.IntVar(&l.MaxQueuedMessages, "mqtt-max-queued-messages", 0, "QoS 1/2 messages one MQTT session holds at most (0 = 1024)")
-	fs.Int64Var(&l.MaxQueuedBytes, "mqtt-max-queued-bytes", 0, "bytes of messages one MQTT session holds at most (0 = 4MiB)")
-	fs.Int64Var(&l.MaxQueuedBytesTotal, "mqtt-max-queued-bytes-total", 0, "bytes of messages all MQTT sessions hold at most (0 = 64MiB)")
+	fs.Int64Var(&l.MaxQueuedBytes, "mqtt-max-queued-bytes", 0, "bytes of messages one MQTT session holds at most, and apart from them of QoS 0 messages waiting to be written to one client (0 = 4MiB)")
+	fs.Int64Var(&l.MaxQueuedBytesTotal, "mqtt-max-queued-bytes-total", 0, "bytes of messages all MQTT sessions hold at most, and apart from them of QoS 0 messages waiting to be written to clients (0 = 64MiB)")
 	fs.DurationVar(&l.ConnectTimeout, "mqtt-connect-timeout", 0, "close an MQTT connection that sends no CONNECT within this time, TLS handshake included (0 = 10s)")
 	fs.IntVar(&l.MaxPreConnectPerAddr, "mqtt-max-preconnect-per-addr", 0, "MQTT connections of one source address without CONNECT yet at most (0 = 64)")
 }

@@ -37,7 +37,9 @@ type Limits struct {
 	MaxQueuedMessages int
 	// MaxQueuedBytes caps the bytes (topic and payload) of the messages a
 	// session holds; once reached, further messages are not queued for it
-	// until some are acknowledged or the session ends. Zero means 4 MiB.
+	// until some are acknowledged or the session ends. It bounds too,
+	// counted apart, the QoS 0 messages waiting to be written to one
+	// client (MaxQueuedBytesTotal all clients'). Zero means 4 MiB.
 	MaxQueuedBytes int64
 	// MaxQueuedBytesTotal caps the bytes of the messages all sessions hold
 	// together; zero means 64 MiB.
