@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +20,6 @@ type delayConn struct {
 	net.PacketConn
 	delay time.Duration
 	in    chan delayed
-	once  sync.Once
 }
 
 type delayed struct {
