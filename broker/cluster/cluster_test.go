@@ -191,8 +191,10 @@ func TestRetainedStoredAfterFailedPut(t *testing.T) {
 	n[0].publish("cfg/put", "v1", "retain=1&qos=1")
 	waitFor(t, hasRetained(n[2], "cfg/put", "v1"), "retained message on b3")
 	waitFor(t, hasRetained(n[1], "cfg/put", "v1"), "retained message on b2")
-	if f := failed.Load(); f != 3 {
-		t.Errorf("%d puts of cfg/put, want 3 (2 failed, then stored)", f)
+	// The seam fails two puts; a real put may then time out too under
+	// load (what the retry is for), so more attempts are fine.
+	if f := failed.Load(); f < 3 {
+		t.Errorf("%d puts of cfg/put, want at least 3 (2 failed, then stored)", f)
 	}
 }
 
