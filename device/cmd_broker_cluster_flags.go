@@ -20,7 +20,7 @@ type clusterFlags struct {
 	ca, cert, key                               string
 	prefix                                      string
 	replicas, holdMessages                      int
-	holdBytes                                   int64
+	holdBytes, receiveBytes                     int64
 	ackTimeout, reconnectWait, maxReconnectWait time.Duration
 	localNumbering                              bool
 }
@@ -40,6 +40,7 @@ func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.replicas, "cluster-replicas", 0, "JetStream replicas of the history stream and retained bucket when this broker creates them (0 = 3; 1 for a single NATS server)")
 	fs.IntVar(&f.holdMessages, "cluster-hold-messages", 0, "messages held for the cluster while NATS is unreachable; beyond it the oldest are dropped and the gap announced (0 = 10000)")
 	fs.Int64Var(&f.holdBytes, "cluster-hold-bytes", 0, "bytes held for the cluster while NATS is unreachable (0 = 16MiB)")
+	fs.Int64Var(&f.receiveBytes, "cluster-receive-bytes", 0, "bytes of messages from the cluster waiting for this broker (--cluster-local-numbering); beyond it they are dropped and counted (0 = 64MiB)")
 	fs.DurationVar(&f.ackTimeout, "cluster-ack-timeout", 0, "wait for JetStream's acknowledgement before sending again (0 = 5s)")
 	fs.DurationVar(&f.reconnectWait, "cluster-reconnect-wait", 0, "first delay between NATS reconnection attempts, doubling with jitter (0 = 250ms)")
 	fs.DurationVar(&f.maxReconnectWait, "cluster-max-reconnect-wait", 0, "longest delay between NATS reconnection attempts (0 = 10s)")
@@ -54,7 +55,7 @@ func (f *clusterFlags) config() node.Cluster {
 		User: f.user, Password: f.password, Token: f.token, NKeySeedFile: f.nkey, CredsFile: f.creds,
 		CAFile: f.ca, CertFile: f.cert, KeyFile: f.key,
 		Prefix: f.prefix, Replicas: f.replicas,
-		HoldMessages: f.holdMessages, HoldBytes: f.holdBytes,
+		HoldMessages: f.holdMessages, HoldBytes: f.holdBytes, ReceiveBytes: f.receiveBytes,
 		AckTimeout: f.ackTimeout, ReconnectWait: f.reconnectWait, MaxReconnectWait: f.maxReconnectWait,
 		LocalNumbering: f.localNumbering,
 	}

@@ -29,6 +29,8 @@ func TestClusterFlags(t *testing.T) {
 		{"two credential kinds", []string{"--cluster", "nats://a:4222", "--cluster-token", "x", "--cluster-user", "u"}, true},
 		{"cert without key", []string{"--cluster", "nats://a:4222", "--cluster-cert", "c.pem"}, true},
 		{"negative hold", []string{"--cluster", "nats://a:4222", "--cluster-hold-messages", "-1"}, true},
+		{"receive bytes", []string{"--cluster", "nats://a:4222", "--cluster-local-numbering", "--cluster-receive-bytes", "8MiB"}, false},
+		{"negative receive bytes", []string{"--cluster", "nats://a:4222", "--cluster-receive-bytes", "-1"}, true},
 		{"bad replicas", []string{"--cluster", "nats://a:4222", "--cluster-replicas", "7"}, true},
 	}
 	for _, tt := range tests {

@@ -22,7 +22,7 @@ var flagLayouts = map[string]cli.Help{
 			{Title: "Cluster (docs/cluster.md)", Flags: []string{"cluster", "cluster-name", "cluster-prefix", "cluster-replicas",
 				"cluster-local-numbering", "cluster-user", "cluster-password", "cluster-token", "cluster-creds", "cluster-nkey",
 				"cluster-ca", "cluster-cert", "cluster-key", "cluster-hold-messages", "cluster-hold-bytes",
-				"cluster-ack-timeout", "cluster-reconnect-wait", "cluster-max-reconnect-wait"}},
+				"cluster-receive-bytes", "cluster-ack-timeout", "cluster-reconnect-wait", "cluster-max-reconnect-wait"}},
 			{Title: "Metrics and logging", Flags: []string{"metrics-listen", "metrics-trace", "log-level"}},
 			{Title: "Tuning", Flags: []string{"tuning", "stream-inflight", "gc-percent", "memory-limit", "shutdown-grace"}},
 			{Title: "Configuration", Flags: []string{"config", "check-config"}},
@@ -77,7 +77,7 @@ func clientGroups() []cli.Group {
 // 256KiB, 16MiB or plain bytes (internal/cli.SizeFlags), also in the
 // configuration file.
 var sizeFlags = map[string][]string{
-	"broker": {"max-payload", "history-bytes", "retained-bytes", "max-header-bytes", "cluster-hold-bytes",
+	"broker": {"max-payload", "history-bytes", "retained-bytes", "max-header-bytes", "cluster-hold-bytes", "cluster-receive-bytes",
 		"mqtt-max-queued-bytes", "mqtt-max-queued-bytes-total", "queue-bytes", "queue-bytes-total"},
 	"pub":             {"payload-size", "spool-max-bytes"},
 	"bench-reconnect": {"payload"},

@@ -19,7 +19,7 @@ func newLink(c Cluster, log *slog.Logger) (clusterLink, error) {
 		User: c.User, Password: c.Password, Token: c.Token, NKeySeedFile: c.NKeySeedFile, CredsFile: c.CredsFile,
 		CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile,
 		Prefix: c.Prefix, Replicas: c.Replicas,
-		HoldMessages: c.HoldMessages, HoldBytes: c.HoldBytes,
+		HoldMessages: c.HoldMessages, HoldBytes: c.HoldBytes, ReceiveBytes: int(c.ReceiveBytes),
 		AckTimeout: c.AckTimeout, ReconnectWait: c.ReconnectWait, MaxReconnectWait: c.MaxReconnectWait,
 		LocalNumbering: c.LocalNumbering,
 		Logger:         log,

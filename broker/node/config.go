@@ -170,6 +170,9 @@ type Cluster struct {
 	// unreachable; zero means 10000 and 16 MiB.
 	HoldMessages int
 	HoldBytes    int64
+	// ReceiveBytes bounds the bytes of the messages from the cluster
+	// waiting for this broker (local numbering); zero means 64 MiB.
+	ReceiveBytes int64
 	// AckTimeout, ReconnectWait and MaxReconnectWait: zero means 5 s,
 	// 250 ms and 10 s.
 	AckTimeout, ReconnectWait, MaxReconnectWait time.Duration
@@ -240,7 +243,7 @@ func (c Config) validate() error {
 		return fieldErr("Cluster.URLs", "the cluster's credentials and certificates need URLs")
 	}
 	cl := c.Cluster
-	if cl.Replicas < 0 || cl.HoldMessages < 0 || cl.HoldBytes < 0 || cl.AckTimeout < 0 || cl.ReconnectWait < 0 || cl.MaxReconnectWait < 0 {
+	if cl.Replicas < 0 || cl.HoldMessages < 0 || cl.HoldBytes < 0 || cl.ReceiveBytes < 0 || cl.AckTimeout < 0 || cl.ReconnectWait < 0 || cl.MaxReconnectWait < 0 {
 		return fieldErr("Cluster", "numbers must not be negative (0 = default)")
 	}
 	for i, b := range c.Bridges {
