@@ -1185,7 +1185,16 @@ func (s *Server) publishRetainedToClient(cl *Client, sub packets.Subscription, e
 
 	sub.FwdRetainedFlag = true
 	for _, pkv := range s.Topics.Messages(sub.Filter) { // [MQTT-3.8.4-4]
+		// quiot: a replay larger than the client's write queue (its
+		// packets or bytes) waits for the writer to make room instead of
+		// dropping the rest: it runs on the client's own reading goroutine,
+		// so only this client waits (QUIOT.md).
+		for !cl.roomFor(sub, pkv) && cl.awaitRoom() {
+		}
 		_, err := s.publishToClient(cl, sub, pkv)
+		for errors.Is(err, packets.ErrPendingClientWritesExceeded) && cl.awaitRoom() {
+			_, err = s.publishToClient(cl, sub, pkv) // filled meanwhile by another delivery
+		}
 		if err != nil {
 			s.Log.Debug("failed to publish retained message", "error", err, "client", cl.ID, "listener", cl.Net.Listener, "packet", pkv)
 			continue
