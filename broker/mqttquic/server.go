@@ -282,7 +282,7 @@ func (s *Server) Start() error {
 			Address:       s.opts.QUICAddr,
 			PacketConn:    s.opts.PacketConn,
 			TLS:           tc,
-			Tuning:       s.opts.Tuning,
+			Tuning:        s.opts.Tuning,
 			Tracer:        s.opts.Tracer,
 			StreamTimeout: s.opts.StreamTimeout,
 			RetryAbove:    s.opts.Limits.QUICRetryAbove,
