@@ -187,7 +187,7 @@ func New(opts *Options) (*Broker, error) {
 	b.h3 = &http3.Server{
 		Handler:     handler,
 		TLSConfig:   b.tlsH3,
-		QUICConfig:  o.QUIC,
+		QUICConfig:  b.quicConfig(),
 		ConnContext: b.quicConnContext,
 		Logger:      web.RedactTokens(o.Logger), // no session token from a URL in its request log
 		// MaxHeaderBytes bounds a request's header section (Limits).
@@ -283,11 +283,11 @@ func (b *Broker) Start() error {
 		VerifySourceAddress: b.srcValid.VerifySourceAddress}
 	var ln http3.QUICListener
 	var err error
-	if b.opts.QUIC.Allow0RTT {
-		ln, err = b.tr.ListenEarly(http3.ConfigureTLSConfig(b.tlsH3), b.opts.QUIC)
+	if qc := b.h3.QUICConfig; qc.Allow0RTT {
+		ln, err = b.tr.ListenEarly(http3.ConfigureTLSConfig(b.tlsH3), qc)
 	} else {
 		var l *quic.Listener
-		l, err = b.tr.Listen(http3.ConfigureTLSConfig(b.tlsH3), b.opts.QUIC)
+		l, err = b.tr.Listen(http3.ConfigureTLSConfig(b.tlsH3), qc)
 		ln = l
 	}
 	if err != nil {
@@ -341,6 +341,14 @@ func (b *Broker) Start() error {
 	b.started = true
 	b.log.Info("broker listening", "udp", b.udpAddr.String(), "tcp", b.tcpAddr(), "auth_open", b.opts.Auth.IsOpen(), "anonymous", b.opts.Auth.Anonymous())
 	return nil
+}
+
+// quicConfig is the broker's quic.Config: its tuning profile's, with the
+// tracer of Options.
+func (b *Broker) quicConfig() *quic.Config {
+	qc := b.opts.Tuning.QUICConfig()
+	qc.Tracer = b.opts.Tracer
+	return qc
 }
 
 // listenPair opens the UDP socket at Options.Listen and, when the TCP

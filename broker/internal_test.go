@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quic-go/quic-go"
-
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/quictune"
 )
@@ -130,7 +128,7 @@ func TestHeartbeatDefault(t *testing.T) {
 	}{
 		{"default", Options{}, 15 * time.Second},
 		{"lean tuning (90 s idle)", Options{Tuning: quictune.Lean()}, 15 * time.Second},
-		{"short idle timeout", Options{QUIC: &quic.Config{MaxIdleTimeout: 10 * time.Second}}, 5 * time.Second},
+		{"short idle timeout", Options{Tuning: &quictune.Profile{MaxIdleTimeout: quictune.Duration(10 * time.Second)}}, 5 * time.Second},
 		{"set", Options{Heartbeat: time.Second}, time.Second},
 		{"disabled", Options{Heartbeat: -1}, 0},
 	}

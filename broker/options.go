@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlogwriter"
 
 	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/broker/web"
@@ -154,10 +156,13 @@ type Options struct {
 	// ClientCAFile is a PEM file of CA certificates for ClientCAs.
 	ClientCAFile string
 
-	// QUIC is the quic.Config; nil means Tuning's.
-	QUIC *quic.Config
-	// Tuning is the QUIC/TLS profile; nil means quictune.Default().
+	// Tuning is the QUIC/TLS profile the broker's quic.Config is built
+	// from (quictune.Profile.QUICConfig); nil means quictune.Default().
+	// Limits.MaxStreamsPerConn, when set, replaces its stream limit.
 	Tuning *quictune.Profile
+	// Tracer, when set, is installed in the broker's quic.Config (e.g. the
+	// metrics' connection tracer, internal/qmetrics).
+	Tracer func(ctx context.Context, isClient bool, connID quic.ConnectionID) qlogwriter.Trace
 
 	// Auth holds identities and the ACL; nil means no ACL, deny by
 	// default: clients from loopback addresses may do everything, others
@@ -220,11 +225,6 @@ func (o *Options) ensureDefaults() Options {
 	if c.Tuning == nil {
 		c.Tuning = quictune.Default()
 	}
-	if c.QUIC == nil {
-		c.QUIC = c.Tuning.QUICConfig()
-	} else {
-		c.QUIC = c.QUIC.Clone()
-	}
 	if c.Auth == nil {
 		c.Auth = auth.LoopbackOnly()
 	}
@@ -279,13 +279,9 @@ func (o *Options) ensureDefaults() Options {
 		l.MaxConnsPerIdentity = 128
 	}
 	if l.MaxStreamsPerConn <= 0 {
-		if c.QUIC.MaxIncomingStreams > 0 {
-			l.MaxStreamsPerConn = int(min(c.QUIC.MaxIncomingStreams, 1<<20))
-		} else {
-			l.MaxStreamsPerConn = 100
-		}
+		l.MaxStreamsPerConn = c.Tuning.StreamLimit()
 	}
-	c.QUIC.MaxIncomingStreams = int64(l.MaxStreamsPerConn)
+	c.Tuning = c.Tuning.WithStreamLimit(l.MaxStreamsPerConn)
 	if l.MaxHeaderBytes <= 0 {
 		l.MaxHeaderBytes = 64 << 10
 	}
@@ -302,7 +298,7 @@ func (o *Options) ensureDefaults() Options {
 		c.ShutdownGrace = 5 * time.Second
 	}
 	if c.Heartbeat == 0 {
-		idle := c.QUIC.MaxIdleTimeout
+		idle := time.Duration(c.Tuning.MaxIdleTimeout)
 		if idle <= 0 {
 			idle = quicDefaultIdleTimeout
 		}

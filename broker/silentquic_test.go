@@ -63,9 +63,9 @@ func (c *muteConn) ReadFrom(p []byte) (int, net.Addr, error) {
 func TestSilentQUICConnectionsClosed(t *testing.T) {
 	const bound = 500 * time.Millisecond
 	const slack = 10 * time.Second // a loaded host's timers; far below the clients' own timeouts
-	qc := quictune.Default().QUICConfig()
-	qc.HandshakeIdleTimeout, qc.MaxIdleTimeout, qc.KeepAlivePeriod = bound, bound, 0
-	b := brokertest.Start(t, nil, &broker.Options{QUIC: qc, Limits: broker.Limits{MaxConnsPerAddr: 1}})
+	tun := quictune.Default()
+	tun.HandshakeIdleTimeout, tun.MaxIdleTimeout, tun.KeepAlivePeriod = quictune.Duration(bound), quictune.Duration(bound), 0
+	b := brokertest.Start(t, nil, &broker.Options{Tuning: tun, Limits: broker.Limits{MaxConnsPerAddr: 1}})
 	server := b.Addr().(*net.UDPAddr)
 	const client = "127.0.0.2" // its own address: one slot, not shared with WaitReady's client
 	listen := func(t *testing.T) *net.UDPConn {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/brokertest"
+	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/testutil"
 )
 
@@ -48,7 +49,7 @@ func (c *deafConn) Close() error {
 func TestQUICRetryBeforePerAddressLimits(t *testing.T) {
 	b := brokertest.Start(t, nil, &broker.Options{
 		Limits: broker.Limits{MaxConnsPerAddr: 2, QUICRetryAbove: 1},
-		QUIC:   &quic.Config{HandshakeIdleTimeout: 2 * time.Minute, MaxIdleTimeout: 2 * time.Minute},
+		Tuning: &quictune.Profile{SessionResumption: true, HandshakeIdleTimeout: quictune.Duration(2 * time.Minute), MaxIdleTimeout: quictune.Duration(2 * time.Minute)},
 	})
 	server := b.Addr().(*net.UDPAddr)
 	const victim = "127.0.0.2"

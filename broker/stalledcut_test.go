@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quic-go/quic-go"
-
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/brokertest"
+	"github.com/quiot/quiot/internal/quictune"
 )
 
 // TestStalledSubscriberCutOff: with the Disconnect queue policy
@@ -43,7 +42,7 @@ func TestStalledSubscriberCutOff(t *testing.T) {
 			t.Parallel() // each waits out its IdleTimeout
 			b := brokertest.Start(t, nil, &broker.Options{
 				Limits: broker.Limits{QueueBytes: 1 << 20, QueuePolicy: broker.Disconnect, HistoryPerTopic: -1, IdleTimeout: 300 * time.Millisecond},
-				QUIC:   &quic.Config{MaxIdleTimeout: 5 * time.Minute},
+				Tuning: &quictune.Profile{SessionResumption: true, MaxIdleTimeout: quictune.Duration(5 * time.Minute)},
 			})
 			pub := newClient(t, b, nil)
 			tc.sub(t, b)

@@ -63,7 +63,7 @@ func startEarly(t *testing.T) (b *bridged, repeats <-chan string) {
 	h3 := brokertest.Start(t, p, &broker.Options{ClientCAs: p.Pool(), Logger: slog.New(w)})
 	s := startServer(t, p, func(o *Options) {
 		o.Broker = h3.Broker
-		o.Profile = early0RTTProfile()
+		o.Tuning = early0RTTProfile()
 		o.ClientCAs = nil // a CONNECT with a client certificate waits for the handshake
 	})
 	return &bridged{pki: p, h3: h3, mqtt: s}, w.seen

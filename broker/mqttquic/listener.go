@@ -16,8 +16,10 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlogwriter"
 
 	"github.com/quiot/quiot/internal/quicgov"
+	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/srcvalid"
 	"github.com/quiot/quiot/internal/streamconn"
 )
@@ -42,8 +44,12 @@ type ListenerConfig struct {
 	// TLS is the server TLS configuration (required). NextProtos is
 	// replaced by ALPN "mqtt".
 	TLS *tls.Config
-	// QUIC is the QUIC configuration; nil means quic-go's defaults.
-	QUIC *quic.Config
+	// Tuning is the QUIC tuning profile the listener's quic.Config is
+	// built from (and whether a probe governor runs on its socket:
+	// internal/quicgov); nil means quictune.Default().
+	Tuning *quictune.Profile
+	// Tracer, when set, is installed in the listener's quic.Config.
+	Tracer func(ctx context.Context, isClient bool, connID quic.ConnectionID) qlogwriter.Trace
 	// StreamTimeout bounds the wait for the client's MQTT stream after the
 	// handshake; zero means 10 s.
 	StreamTimeout time.Duration
@@ -63,9 +69,6 @@ type ListenerConfig struct {
 	// (srcvalid.DefaultThreshold), a negative value a Retry for every new
 	// connection (Limits.QUICRetryAbove, docs/security.md).
 	RetryAbove int
-	// ProbeGovernor puts the socket under a probe governor
-	// (internal/quicgov; quictune's probe_governor).
-	ProbeGovernor bool
 }
 
 // QUICListener is a mochi listeners.Listener serving MQTT over QUIC in
@@ -117,6 +120,9 @@ func NewQUICListener(cfg ListenerConfig) *QUICListener {
 	if cfg.CloseGrace == 0 {
 		cfg.CloseGrace = 2 * time.Second
 	}
+	if cfg.Tuning == nil {
+		cfg.Tuning = quictune.Default()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &QUICListener{cfg: cfg, ctx: ctx, cancel: cancel, valid: srcvalid.New(cfg.RetryAbove),
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -164,15 +170,13 @@ func (l *QUICListener) Init(log *slog.Logger) error {
 	// spoofed Initial packets (or replayed 0-RTT flights) from forged
 	// addresses cannot reach the per-address bounds (preConnect) without
 	// limit.
-	l.tr = &quic.Transport{Conn: quicgov.Wrap(pc, l.cfg.ProbeGovernor, l.log), StatelessResetKey: l.cfg.StatelessResetKey,
+	l.tr = &quic.Transport{Conn: quicgov.Wrap(pc, l.cfg.Tuning.ProbeGovernor, l.log), StatelessResetKey: l.cfg.StatelessResetKey,
 		VerifySourceAddress: l.valid.VerifySourceAddress,
 		ConnContext: func(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
 			return l.valid.Begin(ctx, ci), nil
 		}}
-	qc := l.cfg.QUIC
-	if qc == nil {
-		qc = &quic.Config{}
-	}
+	qc := l.cfg.Tuning.QUICConfig()
+	qc.Tracer = l.cfg.Tracer
 	var ln quicAcceptor
 	var err error
 	if qc.Allow0RTT {

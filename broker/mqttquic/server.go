@@ -82,8 +82,8 @@ type Options struct {
 	// (mTLS); the identity is the certificate's common name. Clients
 	// without a certificate may still log in with a username and password.
 	ClientCAs *x509.CertPool
-	// Profile is the QUIC tuning profile; nil means quictune.Default().
-	Profile *quictune.Profile
+	// Tuning is the QUIC tuning profile; nil means quictune.Default().
+	Tuning *quictune.Profile
 	// PacketConn, when set, is the UDP socket of the QUIC listener (e.g. a
 	// counting wrapper); nil means a new socket on QUICAddr.
 	PacketConn net.PacketConn
@@ -144,8 +144,8 @@ func (o *Options) ensureDefaults() {
 	if o.QUICAddr == "" {
 		o.QUICAddr = ":14567"
 	}
-	if o.Profile == nil {
-		o.Profile = quictune.Default()
+	if o.Tuning == nil {
+		o.Tuning = quictune.Default()
 	}
 	if o.MaxPacketSize == 0 {
 		o.MaxPacketSize = 320 << 10
@@ -273,21 +273,19 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Start() error {
 	if s.opts.QUICAddr != "off" {
 		tc := s.opts.TLS.Clone()
-		s.opts.Profile.ApplyServerTLS(tc)
+		s.opts.Tuning.ApplyServerTLS(tc)
 		if s.opts.ClientCAs != nil {
 			tc.ClientCAs = s.opts.ClientCAs
 			tc.ClientAuth = tls.VerifyClientCertIfGiven
 		}
-		qc := s.opts.Profile.QUICConfig()
-		qc.Tracer = s.opts.Tracer
 		s.quic = NewQUICListener(ListenerConfig{
 			Address:       s.opts.QUICAddr,
 			PacketConn:    s.opts.PacketConn,
 			TLS:           tc,
-			QUIC:          qc,
+			Tuning:        s.opts.Tuning,
+			Tracer:        s.opts.Tracer,
 			StreamTimeout: s.opts.StreamTimeout,
 			RetryAbove:    s.opts.Limits.QUICRetryAbove,
-			ProbeGovernor: s.opts.Profile.ProbeGovernor,
 
 			StatelessResetKey: s.resetKey,
 		})

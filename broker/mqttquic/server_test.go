@@ -164,7 +164,7 @@ func TestServerPacketConnTracerProfile(t *testing.T) {
 	var traced atomic.Int64
 	s := startServer(t, p, func(o *Options) {
 		o.PacketConn = pc
-		o.Profile = quictune.Lean()
+		o.Tuning = quictune.Lean()
 		o.Tracer = func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace {
 			traced.Add(1)
 			return nil

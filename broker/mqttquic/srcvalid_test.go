@@ -138,7 +138,7 @@ func retryBeforePerAddressLimits(t *testing.T, early bool) {
 	pr.Allow0RTT = early
 	pr.HandshakeIdleTimeout = quictune.Duration(2 * time.Minute) // the spoofed handshakes stay half-open
 	s := startServer(t, pki, func(o *Options) {
-		o.Profile = pr
+		o.Tuning = pr
 		o.ClientCAs = nil // no client certificate requested: a 0-RTT CONNECT is read at once
 		o.Limits.MaxPreConnectPerAddr = 2
 		o.Limits.ConnectTimeout = time.Hour
@@ -277,7 +277,7 @@ func TestEarlyWakeUpThroughRetry(t *testing.T) {
 	h3 := brokertest.Start(t, p, &broker.Options{ClientCAs: p.Pool(), Logger: discard()})
 	s := startServer(t, p, func(o *Options) {
 		o.Broker = h3.Broker
-		o.Profile = early0RTTProfile()
+		o.Tuning = early0RTTProfile()
 		o.ClientCAs = nil
 		o.Limits.QUICRetryAbove = -1
 	})

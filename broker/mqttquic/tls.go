@@ -19,7 +19,7 @@ import (
 // and a server that names protocols refuses a client that offers others).
 func (s *Server) serverTLS() *tls.Config {
 	tc := s.opts.TLS.Clone()
-	s.opts.Profile.ApplyServerTLS(tc)
+	s.opts.Tuning.ApplyServerTLS(tc)
 	tc.MinVersion = tls.VersionTLS13
 	tc.NextProtos = nil
 	if s.opts.ClientCAs != nil {

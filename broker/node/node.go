@@ -46,8 +46,7 @@ type clusterLink interface {
 type Node struct {
 	c        Config // defaults applied
 	log      *slog.Logger
-	tls      TLS          // loaded once (Config.TLS with Certificates and ClientCAs)
-	quic     *quic.Config // the HTTP/3 listener's, built once from Tuning
+	tls      TLS // loaded once (Config.TLS with Certificates and ClientCAs)
 	store    *store.Store
 	resetKey *quic.StatelessResetKey
 	link     clusterLink
@@ -94,10 +93,8 @@ func New(c Config) (*Node, error) {
 	if n.tls, err = c.loadTLS(); err != nil {
 		return nil, err
 	}
-	n.quic = c.Tuning.QUICConfig()
 	if c.Metrics.Listen != "" && c.Metrics.Trace {
-		n.tracer = qmetrics.NewTracer(n.quic.Tracer)
-		n.quic.Tracer = n.tracer.ConnectionTracer
+		n.tracer = qmetrics.NewTracer(nil)
 	}
 	if n.link, err = newLink(c.Cluster, n.log); err != nil {
 		return nil, err
@@ -165,9 +162,12 @@ func (n *Node) brokerOptions() *broker.Options {
 	o := &broker.Options{
 		Listen: c.HTTP.Listen, DisableTCP: c.HTTP.DisableTCP,
 		Certificates: n.tls.Certificates, ClientCAs: n.tls.ClientCAs,
-		QUIC: n.quic, Tuning: c.Tuning, Auth: c.Auth, Limits: c.HTTP.Limits,
+		Tuning: c.Tuning, Auth: c.Auth, Limits: c.HTTP.Limits,
 		ShutdownGrace: c.ShutdownGrace, Heartbeat: c.HTTP.Heartbeat,
 		StatelessResetKey: n.resetKey, Web: c.HTTP.Web, Logger: n.log,
+	}
+	if n.tracer != nil {
+		o.Tracer = n.tracer.ConnectionTracer
 	}
 	if n.store != nil {
 		o.Store = n.store
@@ -281,7 +281,7 @@ func (n *Node) startMQTT(context.Context) error {
 		return nil
 	}
 	o := mqttquic.Options{QUICAddr: m.QUICAddr, TCPAddr: m.TCPAddr, TLSAddr: m.TLSAddr, WSAddr: m.WSAddr, WSSAddr: m.WSSAddr,
-		WSOnBroker: m.WSOnBroker, Broker: n.b, Profile: n.c.Tuning, Logger: n.log, Limits: m.Limits, DataDir: n.c.DataDir}
+		WSOnBroker: m.WSOnBroker, Broker: n.b, Tuning: n.c.Tuning, Logger: n.log, Limits: m.Limits, DataDir: n.c.DataDir}
 	if n.c.HTTP.Web != nil {
 		o.CORSOrigins = n.c.HTTP.Web.CORSOrigins // the same origins as the HTTP side
 	}

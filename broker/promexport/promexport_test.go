@@ -25,7 +25,6 @@ import (
 	"github.com/quiot/quiot/broker/space"
 	"github.com/quiot/quiot/internal/lograte"
 	"github.com/quiot/quiot/internal/qmetrics"
-	"github.com/quiot/quiot/internal/quictune"
 	itest "github.com/quiot/quiot/internal/testutil"
 )
 
@@ -307,9 +306,7 @@ func TestScrapeRealBroker(t *testing.T) {
 	t.Cleanup(func() { udp.Close() })
 	pc := qmetrics.NewCountingPacketConn(udp)
 	tracer := qmetrics.NewTracer(nil)
-	qc := quictune.Default().QUICConfig()
-	qc.Tracer = tracer.ConnectionTracer
-	b := brokertest.Start(t, nil, &broker.Options{PacketConn: pc, QUIC: qc, DisableTCP: true})
+	b := brokertest.Start(t, nil, &broker.Options{PacketConn: pc, Tracer: tracer.ConnectionTracer, DisableTCP: true})
 
 	reg := NewRegistry(NewBrokerCollector(b.Stats), NewQUICCollector(pc.Stats, tracer.Stats))
 	srv, err := Listen("127.0.0.1:0", reg)

@@ -235,11 +235,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	path := r.URL.Path
 	web := true
 	switch {
-	case path == "/v1/session":
+	case path == wire.PathSession:
 		h.handleSession(w, r, sess)
-	case path == "/v1/stats":
+	case path == wire.PathStats:
 		h.handleStats(w, r)
-	case path == "/v1/stats/topics":
+	case path == wire.PathStatsTopics:
 		h.handleTopics(w, r)
 	case h.opts.Dashboard && (path == "/" || path == "/index.html" || strings.HasPrefix(path, "/ui/")):
 		h.handleDashboard(w, r)

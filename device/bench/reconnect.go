@@ -122,7 +122,7 @@ func Reconnect(ctx context.Context, o ReconnectOptions) ([]Wakeup, error) {
 	case "", ProtoH3:
 	case ProtoMQTT:
 		ms, err := mqttquic.New(mqttquic.Options{QUICAddr: "127.0.0.1:0", TLS: &tls.Config{Certificates: []tls.Certificate{cert.TLS}},
-			Broker: b, Profile: o.Tuning, Logger: o.Logger})
+			Broker: b, Tuning: o.Tuning, Logger: o.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("reconnect: %w", err)
 		}

@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -352,8 +353,51 @@ func (p *Page) event(method string, params json.RawMessage) {
 	}
 }
 
-// Navigate loads url and waits for the load event.
+// networkChanged is Chromium's error for a load cut by a change of the
+// host's network interfaces or addresses: it cancels loads in flight when
+// any interface changes, and tests that run beside (network namespaces,
+// veth pairs: probe/, device/) make such changes. It says nothing of the
+// page or the server.
+const networkChanged = "net::ERR_NETWORK_CHANGED"
+
+// retriedLoadErrors are the load errors after which Navigate loads the
+// page again (a variable for the test, which cannot change the host's
+// network at will).
+var retriedLoadErrors = []string{networkChanged}
+
+// retried reports whether e is one of retriedLoadErrors.
+func retried(e string) bool {
+	return slices.ContainsFunc(retriedLoadErrors, func(r string) bool { return strings.Contains(e, r) })
+}
+
+// navigateAttempts bounds the loads Navigate repeats after a network
+// change cut one.
+const navigateAttempts = 4
+
+// Navigate loads url and waits for the load event. A load that Chromium
+// cut because the host's interfaces changed (networkChanged) is made again,
+// and the errors it logged are dropped.
 func (p *Page) Navigate(ctx context.Context, url string) error {
+	for attempt := 1; ; attempt++ {
+		p.mu.Lock()
+		before := len(p.errs)
+		p.mu.Unlock()
+		err := p.navigateOnce(ctx, url)
+		p.mu.Lock()
+		cut := slices.ContainsFunc(p.errs[before:], retried) || err != nil && retried(err.Error())
+		again := cut && attempt < navigateAttempts && ctx.Err() == nil
+		if again {
+			p.errs = p.errs[:before]
+		}
+		p.mu.Unlock()
+		if !again {
+			return err
+		}
+	}
+}
+
+// navigateOnce loads url once and waits for the load event.
+func (p *Page) navigateOnce(ctx context.Context, url string) error {
 	p.mu.Lock()
 	p.loaded = make(chan struct{})
 	p.loadOnce = &sync.Once{}

@@ -3,8 +3,12 @@ package chromium
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"image/png"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -54,5 +58,58 @@ console.error('boom'); setTimeout(() => { throw new Error('late'); }, 20); setTi
 	}
 	if w := img.Bounds().Dx(); w != 640 {
 		t.Errorf("screenshot %d px wide, want 640", w)
+	}
+}
+
+// TestNavigateAgainAfterCutLoad: a load that Chromium cut because the
+// host's interfaces changed (net::ERR_NETWORK_CHANGED, as tests that make
+// network namespaces beside cause) is made again, and the cut load's
+// errors are dropped. The host's network cannot be changed at will here,
+// so the first load of a script is cut by the server instead
+// (net::ERR_CONTENT_LENGTH_MISMATCH), standing in for the network change.
+func TestNavigateAgainAfterCutLoad(t *testing.T) {
+	old := retriedLoadErrors
+	retriedLoadErrors = []string{"net::ERR_CONTENT_LENGTH_MISMATCH"}
+	t.Cleanup(func() { retriedLoadErrors = old })
+	var loads atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/":
+			fmt.Fprint(w, `<title>t</title><script src="/s.js"></script><body>page</body>`)
+		case "/s.js":
+			if loads.Add(1) == 1 { // the first load is cut short
+				w.Header().Set("Content-Length", "100")
+				fmt.Fprint(w, "window")
+				if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+					_ = c.Close()
+				}
+				return
+			}
+			w.Header().Set("Content-Type", "text/javascript")
+			fmt.Fprint(w, `window.loadedJS = true;`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	b := Start(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, err := b.NewPage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Navigate(ctx, srv.URL+"/"); err != nil {
+		t.Fatal(err)
+	}
+	var ok bool
+	if err := p.Eval(ctx, `window.loadedJS === true`, &ok); err != nil || !ok {
+		t.Fatalf("script not loaded after the cut load (%v); errors %q", err, p.Errors())
+	}
+	if n := loads.Load(); n != 2 {
+		t.Errorf("s.js requested %d times, want 2", n)
+	}
+	if errs := p.Errors(); len(errs) > 0 {
+		t.Errorf("errors kept: %q", errs)
 	}
 }

@@ -349,3 +349,52 @@ func TestQUICThroughProfiles(t *testing.T) {
 		})
 	}
 }
+
+// TestScriptRunsApplyCommands runs netem.sh apply for every profile, with
+// and without a peer, with tc, ip and modprobe replaced by stand-ins that
+// print their arguments: the script must run what ApplyCommands says,
+// after clearing the device (ClearCommands), in that order.
+func TestScriptRunsApplyCommands(t *testing.T) {
+	sh := testenv.RequireTool(t, "sh")
+	bin := t.TempDir()
+	for _, c := range []string{"tc", "ip", "modprobe"} {
+		if err := os.WriteFile(filepath.Join(bin, c), []byte("#!/bin/sh\necho "+c+" \"$@\"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := filepath.Join("..", "..", "scripts", "netem", "netem.sh")
+	// plain is how a command line prints through the stand-ins: no
+	// redirections, no quotes.
+	plain := func(cmds []string) []string {
+		out := make([]string, len(cmds))
+		for i, c := range cmds {
+			out[i] = strings.TrimSuffix(c, " 2>/dev/null || true")
+		}
+		return out
+	}
+	for _, p := range Default().All() {
+		for _, peer := range []string{"", "192.0.2.7"} {
+			t.Run(p.Name+"/peer="+peer, func(t *testing.T) {
+				target := NetemTarget{Dev: "eth9", Peer: peer}
+				want := append(plain(ClearCommands(target)), plain(ApplyCommands(p, target))...)
+				args := []string{script, "apply", p.Name, "eth9"}
+				if peer != "" {
+					args = append(args, peer)
+				}
+				cmd := exec.Command(sh, args...)
+				cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("netem.sh apply: %v\n%s", err, out)
+				}
+				got := strings.Split(strings.TrimSpace(string(out)), "\n")
+				if len(got) == 0 || !strings.HasPrefix(got[len(got)-1], "applied "+p.Name) {
+					t.Fatalf("no closing line:\n%s", out)
+				}
+				if got = got[:len(got)-1]; !slices.Equal(got, want) {
+					t.Errorf("ran\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+				}
+			})
+		}
+	}
+}

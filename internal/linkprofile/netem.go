@@ -117,8 +117,13 @@ func round(v float64) float64 { return math.Round(v*1e4) / 1e4 }
 // a testbed device: Up on t.Dev's egress, Down on its ingress via t.IFB.
 // They expect a clean device (run ClearCommands first).
 func ApplyCommands(p Profile, t NetemTarget) []string {
+	return applyCommands(NetemArgs(p.Up), NetemArgs(p.Down), t)
+}
+
+// applyCommands is ApplyCommands with the netem arguments of each
+// direction given (the script passes shell variables).
+func applyCommands(up, down string, t NetemTarget) []string {
 	t = t.withDefaults()
-	up, down := NetemArgs(p.Up), NetemArgs(p.Down)
 	cmds := []string{
 		"modprobe sch_netem 2>/dev/null || true",
 		"modprobe ifb numifbs=0 2>/dev/null || true",
@@ -186,23 +191,25 @@ func Script(s *Set, source string) string {
 		w("\t%s\n", c)
 	}
 	w("}\n\n")
-	for _, p := range s.All() {
-		w("# %s: %s\n", p.Name, p.Description)
-		w("apply_%s() {\n\tif [ -n \"$PEER\" ]; then\n", p.Name)
-		for _, c := range ApplyCommands(p, withPeer) {
-			w("\t\t%s\n", c)
-		}
-		w("\telse\n")
-		for _, c := range ApplyCommands(p, vars) {
-			w("\t\t%s\n", c)
-		}
-		w("\tfi\n}\n\n")
+	// One function shapes both directions; each profile is a line of
+	// netem arguments ($1 up, $2 down: split into words on purpose).
+	w("# shape UP DOWN: netem arguments UP on DEV's egress, DOWN on its ingress.\n")
+	w("shape() {\n\tif [ -n \"$PEER\" ]; then\n")
+	for _, c := range applyCommands("$1", "$2", withPeer) {
+		w("\t\t%s\n", c)
 	}
+	w("\telse\n")
+	for _, c := range applyCommands("$1", "$2", vars) {
+		w("\t\t%s\n", c)
+	}
+	w("\tfi\n}\n\n")
 	w("case \"${1:-}\" in\n")
 	w("apply)\n\t[ $# -ge 3 ] || usage\n\tPROFILE=$2 DEV=$3 PEER=${4:-}\n\tcase \"$PROFILE\" in\n")
-	w("\t%s) ;;\n", strings.Join(s.Names(), " | "))
+	for _, p := range s.All() {
+		w("\t%s) # %s\n\t\tUP='%s'\n\t\tDOWN='%s' ;;\n", p.Name, p.Description, NetemArgs(p.Up), NetemArgs(p.Down))
+	}
 	w("\t*) echo \"unknown profile $PROFILE (known: %s)\" >&2; exit 2 ;;\n\tesac\n", strings.Join(s.Names(), " "))
-	w("\tclear_dev\n\t\"apply_$PROFILE\"\n\techo \"applied $PROFILE on $DEV (ingress via $IFB)${PEER:+, broker $PEER only}\"\n\t;;\n")
+	w("\tclear_dev\n\tshape \"$UP\" \"$DOWN\"\n\techo \"applied $PROFILE on $DEV (ingress via $IFB)${PEER:+, broker $PEER only}\"\n\t;;\n")
 	w("clear)\n\t[ $# -ge 2 ] || usage\n\tDEV=$2\n\tclear_dev\n\t;;\n")
 	w("show)\n\t[ $# -ge 2 ] || usage\n\ttc qdisc show dev \"$2\"\n\ttc qdisc show dev \"$IFB\" 2>/dev/null || true\n\t;;\n")
 	w("list)\n")

@@ -210,6 +210,32 @@ func (p *Profile) Validate() error {
 	return nil
 }
 
+// maxStreamLimit caps StreamLimit (quic-go's own bound is far higher, but
+// each stream the peer may open is state the broker holds).
+const maxStreamLimit = 1 << 20
+
+// StreamLimit is the number of concurrent bidirectional streams the
+// profile grants a peer: MaxIncomingStreams, or quic-go's 100 when zero,
+// at most 1<<20.
+func (p *Profile) StreamLimit() int {
+	if p.MaxIncomingStreams <= 0 {
+		return 100
+	}
+	return int(min(p.MaxIncomingStreams, maxStreamLimit))
+}
+
+// WithStreamLimit returns the profile with its bidirectional stream limit
+// set to n (a broker's --max-streams-per-conn): p itself when it already
+// grants n, else a copy.
+func (p *Profile) WithStreamLimit(n int) *Profile {
+	if p.MaxIncomingStreams == int64(n) {
+		return p
+	}
+	c := *p
+	c.MaxIncomingStreams = int64(n)
+	return &c
+}
+
 // QUICConfig returns a fresh quic.Config for the profile. Callers may set
 // Tracer on it.
 func (p *Profile) QUICConfig() *quic.Config {

@@ -25,6 +25,13 @@ const (
 	// PathHealth answers GET with "ok" (and the cluster link's state) while
 	// the broker serves.
 	PathHealth = "/healthz"
+	// PathSession is a browser's session: POST gets a token (and cookie),
+	// GET says who the caller is, DELETE ends the token (docs/browser.md).
+	PathSession = "/v1/session"
+	// PathStats answers GET with the broker's counters as JSON.
+	PathStats = "/v1/stats"
+	// PathStatsTopics answers GET with the topics seen since start.
+	PathStatsTopics = "/v1/stats/topics"
 )
 
 // Header names of the protocol.

@@ -78,18 +78,36 @@ func TestRunBurstsFlowsCount(t *testing.T) {
 	}
 }
 
+// TestRunWarmup: the warmup's packets are the sequence numbers scheduled
+// before Warmup has passed (20 at 1000/s over 20 ms), counted apart. With
+// Count the stream is sent whole, so the figures are exact whatever the
+// load; with Duration only the bounds hold (a sender descheduled near the
+// end stops on time and sends fewer, never more than scheduled).
 func TestRunWarmup(t *testing.T) {
-	f := &fakeSender{}
-	withFake(t, f)
-	st, err := Run(context.Background(), Options{Dst: netip.MustParseAddrPort("10.0.0.2:9"),
-		Rate: 1000, Warmup: 20 * time.Millisecond, Duration: 30 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 50 scheduled; a sender descheduled at the very end stops on time.
-	if st.WarmupSent != 20 || st.Seqs < 40 || st.Seqs > 50 {
-		t.Errorf("warmup %d of %d sequence numbers, want 20 of 50", st.WarmupSent, st.Seqs)
-	}
+	t.Run("count", func(t *testing.T) {
+		f := &fakeSender{}
+		withFake(t, f)
+		st, err := Run(context.Background(), Options{Dst: netip.MustParseAddrPort("10.0.0.2:9"),
+			Rate: 1000, Warmup: 20 * time.Millisecond, Count: 50, Duration: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.WarmupSent != 20 || st.Seqs != 50 {
+			t.Errorf("warmup %d of %d sequence numbers, want 20 of 50", st.WarmupSent, st.Seqs)
+		}
+	})
+	t.Run("duration", func(t *testing.T) {
+		f := &fakeSender{}
+		withFake(t, f)
+		st, err := Run(context.Background(), Options{Dst: netip.MustParseAddrPort("10.0.0.2:9"),
+			Rate: 1000, Warmup: 20 * time.Millisecond, Duration: 30 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.WarmupSent > 20 || st.Seqs > 50 || st.WarmupSent > st.Seqs {
+			t.Errorf("warmup %d of %d sequence numbers, want at most 20 of at most 50", st.WarmupSent, st.Seqs)
+		}
+	})
 }
 
 func TestRunSendErrors(t *testing.T) {

@@ -26,8 +26,8 @@ clear_dev() {
 	ip link del "$IFB" 2>/dev/null || true
 }
 
-# lan: switched Ethernet LAN (baseline)
-apply_lan() {
+# shape UP DOWN: netem arguments UP on DEV's egress, DOWN on its ingress.
+shape() {
 	if [ -n "$PEER" ]; then
 		modprobe sch_netem 2>/dev/null || true
 		modprobe ifb numifbs=0 2>/dev/null || true
@@ -36,10 +36,10 @@ apply_lan() {
 		tc qdisc add dev "$DEV" handle ffff: ingress
 		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
 		tc qdisc add dev "$DEV" root handle 1: prio bands 4
-		tc qdisc add dev "$DEV" parent 1:4 handle 40: netem delay 250us 50us rate 100000kbit limit 1059
+		tc qdisc add dev "$DEV" parent 1:4 handle 40: netem $1
 		tc filter add dev "$DEV" parent 1: protocol ip prio 1 u32 match ip dst "$PEER"/32 flowid 1:4
 		tc qdisc add dev "$IFB" root handle 1: prio bands 4
-		tc qdisc add dev "$IFB" parent 1:4 handle 40: netem delay 250us 50us rate 100000kbit limit 1059
+		tc qdisc add dev "$IFB" parent 1:4 handle 40: netem $2
 		tc filter add dev "$IFB" parent 1: protocol ip prio 1 u32 match ip src "$PEER"/32 flowid 1:4
 	else
 		modprobe sch_netem 2>/dev/null || true
@@ -48,143 +48,8 @@ apply_lan() {
 		ip link set dev "$IFB" up
 		tc qdisc add dev "$DEV" handle ffff: ingress
 		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
-		tc qdisc add dev "$DEV" root netem delay 250us 50us rate 100000kbit limit 1059
-		tc qdisc add dev "$IFB" root netem delay 250us 50us rate 100000kbit limit 1059
-	fi
-}
-
-# wifi: 802.11n 2.4 GHz, single stream (Pi Zero W), shared channel
-apply_wifi() {
-	if [ -n "$PEER" ]; then
-		modprobe sch_netem 2>/dev/null || true
-		modprobe ifb numifbs=0 2>/dev/null || true
-		ip link add "$IFB" type ifb 2>/dev/null || true
-		ip link set dev "$IFB" up
-		tc qdisc add dev "$DEV" handle ffff: ingress
-		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
-		tc qdisc add dev "$DEV" root handle 1: prio bands 4
-		tc qdisc add dev "$DEV" parent 1:4 handle 40: netem delay 3ms 2ms loss gemodel 0.1% 50% 100% 0.3% rate 20000kbit limit 296
-		tc filter add dev "$DEV" parent 1: protocol ip prio 1 u32 match ip dst "$PEER"/32 flowid 1:4
-		tc qdisc add dev "$IFB" root handle 1: prio bands 4
-		tc qdisc add dev "$IFB" parent 1:4 handle 40: netem delay 3ms 2ms loss gemodel 0.1% 50% 100% 0.3% rate 20000kbit limit 296
-		tc filter add dev "$IFB" parent 1: protocol ip prio 1 u32 match ip src "$PEER"/32 flowid 1:4
-	else
-		modprobe sch_netem 2>/dev/null || true
-		modprobe ifb numifbs=0 2>/dev/null || true
-		ip link add "$IFB" type ifb 2>/dev/null || true
-		ip link set dev "$IFB" up
-		tc qdisc add dev "$DEV" handle ffff: ingress
-		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
-		tc qdisc add dev "$DEV" root netem delay 3ms 2ms loss gemodel 0.1% 50% 100% 0.3% rate 20000kbit limit 296
-		tc qdisc add dev "$IFB" root netem delay 3ms 2ms loss gemodel 0.1% 50% 100% 0.3% rate 20000kbit limit 296
-	fi
-}
-
-# ltem: LTE-M (Cat-M1), good coverage
-apply_ltem() {
-	if [ -n "$PEER" ]; then
-		modprobe sch_netem 2>/dev/null || true
-		modprobe ifb numifbs=0 2>/dev/null || true
-		ip link add "$IFB" type ifb 2>/dev/null || true
-		ip link set dev "$IFB" up
-		tc qdisc add dev "$DEV" handle ffff: ingress
-		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
-		tc qdisc add dev "$DEV" root handle 1: prio bands 4
-		tc qdisc add dev "$DEV" parent 1:4 handle 40: netem delay 75ms 15ms loss random 1% rate 375kbit limit 116
-		tc filter add dev "$DEV" parent 1: protocol ip prio 1 u32 match ip dst "$PEER"/32 flowid 1:4
-		tc qdisc add dev "$IFB" root handle 1: prio bands 4
-		tc qdisc add dev "$IFB" parent 1:4 handle 40: netem delay 75ms 15ms loss random 1% rate 300kbit limit 103
-		tc filter add dev "$IFB" parent 1: protocol ip prio 1 u32 match ip src "$PEER"/32 flowid 1:4
-	else
-		modprobe sch_netem 2>/dev/null || true
-		modprobe ifb numifbs=0 2>/dev/null || true
-		ip link add "$IFB" type ifb 2>/dev/null || true
-		ip link set dev "$IFB" up
-		tc qdisc add dev "$DEV" handle ffff: ingress
-		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
-		tc qdisc add dev "$DEV" root netem delay 75ms 15ms loss random 1% rate 375kbit limit 116
-		tc qdisc add dev "$IFB" root netem delay 75ms 15ms loss random 1% rate 300kbit limit 103
-	fi
-}
-
-# nbiot: NB-IoT (Cat-NB1), normal coverage
-apply_nbiot() {
-	if [ -n "$PEER" ]; then
-		modprobe sch_netem 2>/dev/null || true
-		modprobe ifb numifbs=0 2>/dev/null || true
-		ip link add "$IFB" type ifb 2>/dev/null || true
-		ip link set dev "$IFB" up
-		tc qdisc add dev "$DEV" handle ffff: ingress
-		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
-		tc qdisc add dev "$DEV" root handle 1: prio bands 4
-		tc qdisc add dev "$DEV" parent 1:4 handle 40: netem delay 300ms 50ms loss random 1% rate 20kbit limit 34
-		tc filter add dev "$DEV" parent 1: protocol ip prio 1 u32 match ip dst "$PEER"/32 flowid 1:4
-		tc qdisc add dev "$IFB" root handle 1: prio bands 4
-		tc qdisc add dev "$IFB" parent 1:4 handle 40: netem delay 300ms 50ms loss random 1% rate 25kbit limit 38
-		tc filter add dev "$IFB" parent 1: protocol ip prio 1 u32 match ip src "$PEER"/32 flowid 1:4
-	else
-		modprobe sch_netem 2>/dev/null || true
-		modprobe ifb numifbs=0 2>/dev/null || true
-		ip link add "$IFB" type ifb 2>/dev/null || true
-		ip link set dev "$IFB" up
-		tc qdisc add dev "$DEV" handle ffff: ingress
-		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
-		tc qdisc add dev "$DEV" root netem delay 300ms 50ms loss random 1% rate 20kbit limit 34
-		tc qdisc add dev "$IFB" root netem delay 300ms 50ms loss random 1% rate 25kbit limit 38
-	fi
-}
-
-# lossy: poor Wi-Fi / congested link, ~10 % loss with bursts
-apply_lossy() {
-	if [ -n "$PEER" ]; then
-		modprobe sch_netem 2>/dev/null || true
-		modprobe ifb numifbs=0 2>/dev/null || true
-		ip link add "$IFB" type ifb 2>/dev/null || true
-		ip link set dev "$IFB" up
-		tc qdisc add dev "$DEV" handle ffff: ingress
-		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
-		tc qdisc add dev "$DEV" root handle 1: prio bands 4
-		tc qdisc add dev "$DEV" parent 1:4 handle 40: netem delay 20ms 5ms loss gemodel 1% 20% 100% 5% rate 1000kbit limit 149
-		tc filter add dev "$DEV" parent 1: protocol ip prio 1 u32 match ip dst "$PEER"/32 flowid 1:4
-		tc qdisc add dev "$IFB" root handle 1: prio bands 4
-		tc qdisc add dev "$IFB" parent 1:4 handle 40: netem delay 20ms 5ms loss gemodel 1% 20% 100% 5% rate 1000kbit limit 149
-		tc filter add dev "$IFB" parent 1: protocol ip prio 1 u32 match ip src "$PEER"/32 flowid 1:4
-	else
-		modprobe sch_netem 2>/dev/null || true
-		modprobe ifb numifbs=0 2>/dev/null || true
-		ip link add "$IFB" type ifb 2>/dev/null || true
-		ip link set dev "$IFB" up
-		tc qdisc add dev "$DEV" handle ffff: ingress
-		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
-		tc qdisc add dev "$DEV" root netem delay 20ms 5ms loss gemodel 1% 20% 100% 5% rate 1000kbit limit 149
-		tc qdisc add dev "$IFB" root netem delay 20ms 5ms loss gemodel 1% 20% 100% 5% rate 1000kbit limit 149
-	fi
-}
-
-# sat: geostationary satellite (VSAT)
-apply_sat() {
-	if [ -n "$PEER" ]; then
-		modprobe sch_netem 2>/dev/null || true
-		modprobe ifb numifbs=0 2>/dev/null || true
-		ip link add "$IFB" type ifb 2>/dev/null || true
-		ip link set dev "$IFB" up
-		tc qdisc add dev "$DEV" handle ffff: ingress
-		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
-		tc qdisc add dev "$DEV" root handle 1: prio bands 4
-		tc qdisc add dev "$DEV" parent 1:4 handle 40: netem delay 290ms 10ms loss gemodel 0.05% 20% 100% 0.3% rate 2000kbit limit 1272
-		tc filter add dev "$DEV" parent 1: protocol ip prio 1 u32 match ip dst "$PEER"/32 flowid 1:4
-		tc qdisc add dev "$IFB" root handle 1: prio bands 4
-		tc qdisc add dev "$IFB" parent 1:4 handle 40: netem delay 290ms 10ms loss gemodel 0.05% 20% 100% 0.3% rate 10000kbit limit 6360
-		tc filter add dev "$IFB" parent 1: protocol ip prio 1 u32 match ip src "$PEER"/32 flowid 1:4
-	else
-		modprobe sch_netem 2>/dev/null || true
-		modprobe ifb numifbs=0 2>/dev/null || true
-		ip link add "$IFB" type ifb 2>/dev/null || true
-		ip link set dev "$IFB" up
-		tc qdisc add dev "$DEV" handle ffff: ingress
-		tc filter add dev "$DEV" parent ffff: protocol all prio 1 matchall action mirred egress redirect dev "$IFB"
-		tc qdisc add dev "$DEV" root netem delay 290ms 10ms loss gemodel 0.05% 20% 100% 0.3% rate 2000kbit limit 1272
-		tc qdisc add dev "$IFB" root netem delay 290ms 10ms loss gemodel 0.05% 20% 100% 0.3% rate 10000kbit limit 6360
+		tc qdisc add dev "$DEV" root netem $1
+		tc qdisc add dev "$IFB" root netem $2
 	fi
 }
 
@@ -193,11 +58,28 @@ apply)
 	[ $# -ge 3 ] || usage
 	PROFILE=$2 DEV=$3 PEER=${4:-}
 	case "$PROFILE" in
-	lan | wifi | ltem | nbiot | lossy | sat) ;;
+	lan) # switched Ethernet LAN (baseline)
+		UP='delay 250us 50us rate 100000kbit limit 1059'
+		DOWN='delay 250us 50us rate 100000kbit limit 1059' ;;
+	wifi) # 802.11n 2.4 GHz, single stream (Pi Zero W), shared channel
+		UP='delay 3ms 2ms loss gemodel 0.1% 50% 100% 0.3% rate 20000kbit limit 296'
+		DOWN='delay 3ms 2ms loss gemodel 0.1% 50% 100% 0.3% rate 20000kbit limit 296' ;;
+	ltem) # LTE-M (Cat-M1), good coverage
+		UP='delay 75ms 15ms loss random 1% rate 375kbit limit 116'
+		DOWN='delay 75ms 15ms loss random 1% rate 300kbit limit 103' ;;
+	nbiot) # NB-IoT (Cat-NB1), normal coverage
+		UP='delay 300ms 50ms loss random 1% rate 20kbit limit 34'
+		DOWN='delay 300ms 50ms loss random 1% rate 25kbit limit 38' ;;
+	lossy) # poor Wi-Fi / congested link, ~10 % loss with bursts
+		UP='delay 20ms 5ms loss gemodel 1% 20% 100% 5% rate 1000kbit limit 149'
+		DOWN='delay 20ms 5ms loss gemodel 1% 20% 100% 5% rate 1000kbit limit 149' ;;
+	sat) # geostationary satellite (VSAT)
+		UP='delay 290ms 10ms loss gemodel 0.05% 20% 100% 0.3% rate 2000kbit limit 1272'
+		DOWN='delay 290ms 10ms loss gemodel 0.05% 20% 100% 0.3% rate 10000kbit limit 6360' ;;
 	*) echo "unknown profile $PROFILE (known: lan wifi ltem nbiot lossy sat)" >&2; exit 2 ;;
 	esac
 	clear_dev
-	"apply_$PROFILE"
+	shape "$UP" "$DOWN"
 	echo "applied $PROFILE on $DEV (ingress via $IFB)${PEER:+, broker $PEER only}"
 	;;
 clear)
