@@ -66,6 +66,16 @@ type ListenerConfig struct {
 	// ProbeGovernor puts the socket under a probe governor
 	// (internal/quicgov; quictune's probe_governor).
 	ProbeGovernor bool
+	// Admit, when set, charges a connection to its source address until
+	// its MQTT stream is handed on or the connection ends: from its first
+	// packet when the address is validated (a refused attempt is refused
+	// at once, CONNECTION_REFUSED), otherwise once its handshake
+	// completed (a refused connection is closed with CodeRefused). It
+	// returns the function that frees the charge (called once), or an
+	// error when the address is at its bound. Handshakes from addresses
+	// not validated are bounded by RetryAbove instead, so that spoofed
+	// packets cannot use another address's share.
+	Admit func(addr net.Addr) (release func(), err error)
 }
 
 // QUICListener is a mochi listeners.Listener serving MQTT over QUIC in
@@ -86,6 +96,9 @@ type QUICListener struct {
 	// valid asks for a Retry when many handshakes from unvalidated
 	// addresses are in progress (ListenerConfig.RetryAbove).
 	valid *srcvalid.Validator
+	// admitted holds the charges of connections admitted once accepted
+	// (ListenerConfig.Admit).
+	admitted sync.Map // *quic.Conn -> *admission
 
 	// ProtocolErrors counts connections closed for malformed MQTT bytes.
 	ProtocolErrors atomic.Int64
@@ -167,6 +180,14 @@ func (l *QUICListener) Init(log *slog.Logger) error {
 	l.tr = &quic.Transport{Conn: quicgov.Wrap(pc, l.cfg.ProbeGovernor, l.log), StatelessResetKey: l.cfg.StatelessResetKey,
 		VerifySourceAddress: l.valid.VerifySourceAddress,
 		ConnContext: func(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
+			if ci.AddrVerified && l.cfg.Admit != nil {
+				release, err := l.cfg.Admit(ci.RemoteAddr)
+				if err != nil {
+					l.log.Debug("mqtt-quic connection refused", "remote", ci.RemoteAddr.String(), "error", err)
+					return ctx, err
+				}
+				ctx = withAdmission(ctx, release)
+			}
 			return l.valid.Begin(ctx, ci), nil
 		}}
 	qc := l.cfg.QUIC
@@ -202,11 +223,67 @@ func (l *QUICListener) Serve(establish listeners.EstablishFn) {
 		}
 		l.Accepted.Add(1)
 		srcvalid.Established(qc)
+		if !l.admit(qc) {
+			continue
+		}
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
 			l.handle(qc, establish)
 		}()
+	}
+}
+
+// admissionKey is the context key of a connection's charge to its address
+// (ListenerConfig.Admit).
+type admissionKey struct{}
+
+// admission is a connection's charge to its address; release frees it
+// once.
+type admission struct {
+	once    sync.Once
+	release func()
+}
+
+func (a *admission) free() { a.once.Do(a.release) }
+
+// withAdmission returns ctx (a connection's) carrying the charge release
+// frees, freed when ctx ends at the latest.
+func withAdmission(ctx context.Context, release func()) context.Context {
+	a := &admission{release: release}
+	context.AfterFunc(ctx, a.free)
+	return context.WithValue(ctx, admissionKey{}, a)
+}
+
+// admit charges an accepted connection not charged at its first packet
+// (ListenerConfig.Admit), closing it when its address is at its bound.
+func (l *QUICListener) admit(qc *quic.Conn) bool {
+	if l.cfg.Admit == nil {
+		return true
+	}
+	if _, ok := qc.Context().Value(admissionKey{}).(*admission); ok {
+		return true
+	}
+	release, err := l.cfg.Admit(qc.RemoteAddr())
+	if err != nil {
+		l.log.Debug("mqtt-quic connection refused", "remote", qc.RemoteAddr().String(), "error", err)
+		_ = qc.CloseWithError(streamconn.CodeRefused, "too many connections without CONNECT from this address")
+		return false
+	}
+	a := &admission{release: release}
+	context.AfterFunc(qc.Context(), a.free)
+	l.admitted.Store(qc, a)
+	return true
+}
+
+// freeAdmission frees qc's charge to its address: its MQTT stream is
+// handed on (the server counts it until CONNECT) or it ends.
+func (l *QUICListener) freeAdmission(qc *quic.Conn) {
+	if a, ok := qc.Context().Value(admissionKey{}).(*admission); ok {
+		a.free()
+	}
+	if a, ok := l.admitted.LoadAndDelete(qc); ok {
+		a.(*admission).free()
 	}
 }
 
@@ -218,6 +295,7 @@ func (l *QUICListener) handle(qc *quic.Conn, establish listeners.EstablishFn) {
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.StreamTimeout)
 	s, err := qc.AcceptStream(ctx)
 	cancel()
+	l.freeAdmission(qc)
 	if err != nil {
 		_ = qc.CloseWithError(streamconn.CodeRefused, "no MQTT stream opened")
 		return

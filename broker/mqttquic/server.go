@@ -288,6 +288,7 @@ func (s *Server) Start() error {
 			StreamTimeout: s.opts.StreamTimeout,
 			RetryAbove:    s.opts.Limits.QUICRetryAbove,
 			ProbeGovernor: s.opts.Profile.ProbeGovernor,
+			Admit:         s.compat.pre.admitQUIC, // connections without CONNECT, per address
 
 			StatelessResetKey: s.resetKey,
 		})
