@@ -223,9 +223,6 @@ func (l *QUICListener) Serve(establish listeners.EstablishFn) {
 		}
 		l.Accepted.Add(1)
 		srcvalid.Established(qc)
-		if !l.admit(qc) {
-			continue
-		}
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
@@ -255,24 +252,66 @@ func withAdmission(ctx context.Context, release func()) context.Context {
 	return context.WithValue(ctx, admissionKey{}, a)
 }
 
-// admit charges an accepted connection not charged at its first packet
-// (ListenerConfig.Admit), closing it when its address is at its bound.
-func (l *QUICListener) admit(qc *quic.Conn) bool {
+// errAdmit: the connection's address is at its bound (admit closed it).
+var errAdmit = errors.New("mqtt-quic connection refused: its address is at its bound")
+
+// acceptStream waits for qc's MQTT stream, charging qc to its address
+// (ListenerConfig.Admit) once its handshake completes if it was not at
+// its first packet; a stream that comes first (in 0-RTT data, before the
+// handshake completes) is handed on uncharged here, the server counting
+// it until CONNECT. A connection refused is closed, with errAdmit.
+func (l *QUICListener) acceptStream(ctx context.Context, qc *quic.Conn) (*quic.Stream, error) {
 	if l.cfg.Admit == nil {
-		return true
+		return qc.AcceptStream(ctx)
 	}
 	if _, ok := qc.Context().Value(admissionKey{}).(*admission); ok {
-		return true
+		return qc.AcceptStream(ctx) // charged at its first packet
 	}
+	select {
+	case <-qc.HandshakeComplete():
+		if !l.admit(qc) {
+			return nil, errAdmit
+		}
+		return qc.AcceptStream(ctx)
+	default:
+	}
+	// An early connection (0-RTT allowed): its stream may come before
+	// its handshake completes.
+	type accepted struct {
+		s   *quic.Stream
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		s, err := qc.AcceptStream(ctx)
+		ch <- accepted{s, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.s, a.err
+	case <-qc.HandshakeComplete():
+		if !l.admit(qc) {
+			<-ch // ended by the close
+			return nil, errAdmit
+		}
+		a := <-ch
+		return a.s, a.err
+	case <-qc.Context().Done():
+		a := <-ch
+		return a.s, a.err
+	}
+}
+
+// admit charges qc to its address (ListenerConfig.Admit), closing it
+// when its address is at its bound.
+func (l *QUICListener) admit(qc *quic.Conn) bool {
 	release, err := l.cfg.Admit(qc.RemoteAddr())
 	if err != nil {
 		l.log.Debug("mqtt-quic connection refused", "remote", qc.RemoteAddr().String(), "error", err)
 		_ = qc.CloseWithError(streamconn.CodeRefused, "too many connections without CONNECT from this address")
 		return false
 	}
-	a := &admission{release: release}
-	context.AfterFunc(qc.Context(), a.free)
-	l.admitted.Store(qc, a)
+	l.admitted.Store(qc, &admission{release: release})
 	return true
 }
 
@@ -293,9 +332,12 @@ func (l *QUICListener) handle(qc *quic.Conn, establish listeners.EstablishFn) {
 		defer l.cfg.OnConn(-1)
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.StreamTimeout)
-	s, err := qc.AcceptStream(ctx)
+	s, err := l.acceptStream(ctx, qc)
 	cancel()
 	l.freeAdmission(qc)
+	if errors.Is(err, errAdmit) {
+		return // closed by admit
+	}
 	if err != nil {
 		_ = qc.CloseWithError(streamconn.CodeRefused, "no MQTT stream opened")
 		return

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/streamconn"
 )
 
@@ -45,14 +46,19 @@ func dialQUICFrom(t *testing.T, s *Server, pki *testPKI, from string) (*quic.Con
 func TestQUICSilentStreamPerAddr(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		retry int // Limits.QUICRetryAbove
+		retry int  // Limits.QUICRetryAbove
+		early bool // 0-RTT allowed: connections come before their handshake completes
 	}{
-		{"handshake", 0},
-		{"validated", -1}, // every attempt proves its address first
+		{"handshake", 0, false},
+		{"validated", -1, false}, // every attempt proves its address first
+		{"early", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pki := newPKI(t)
 			s := startServer(t, pki, func(o *Options) {
+				pr := quictune.Lean()
+				pr.Allow0RTT = tc.early
+				o.Profile = pr
 				o.TCPAddr = "127.0.0.1:0"
 				o.Limits.MaxPreConnectPerAddr = 2
 				o.Limits.QUICRetryAbove = tc.retry
