@@ -504,7 +504,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	if !s.readEncoding(w, r) {
 		return
 	}
-	sub, initial, err := b.space.Subscribe(filter, s.since, s.otherRun)
+	sub, initial, retained, err := b.space.SubscribePaced(filter, s.since, s.otherRun)
 	if err != nil {
 		b.refuseErr(w, r, s.id, errStatus(err), err)
 		return
@@ -525,7 +525,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	s.writeSubscribeHeader(w)
 	rc := http.NewResponseController(w)
 	defer b.endWritesWhenCutOff(rc, sub)()
-	buf, delivered, ok := s.replay(w, rc, initial)
+	buf, delivered, ok := s.replay(w, rc, initial, retained)
 	if !ok {
 		return
 	}
@@ -674,12 +674,16 @@ func (s *subRequest) encode(buf []byte, f *wire.Frame) []byte {
 }
 
 // replay writes and flushes the frames a subscription starts with
-// (retained messages, or the history after the resume point and its gaps),
-// at most s.limit messages; history is flagged FlagReplayed. An SSE stream
-// with nothing to replay gets a comment, so that the client sees it start.
-// It returns the buffer for reuse and the number of messages written, and
-// ok=false when a write or flush failed (the client is gone).
-func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, initial []wire.Frame) (buf []byte, delivered uint64, ok bool) {
+// (the history after the resume point and its gaps, or the retained
+// messages), at most s.limit messages; history is flagged FlagReplayed.
+// The retained messages are read from retained a chunk at a time, each
+// written before the next is taken: the stream's flow control holds a
+// subscriber that does not read at one chunk, never the whole retained
+// set (docs/security.md, "Worst cases"). An SSE stream with nothing to
+// replay gets a comment, so that the client sees it start. It returns the
+// buffer for reuse and the number of messages written, and ok=false when
+// a write or flush failed (the client is gone).
+func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, initial []wire.Frame, retained *space.RetainedReplay) (buf []byte, delivered uint64, ok bool) {
 	for i := range initial {
 		if s.limit > 0 && delivered == s.limit {
 			break
@@ -693,14 +697,37 @@ func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, 
 		if !initial[i].IsGap() {
 			delivered++
 		}
-		if len(buf) > 64<<10 {
+		if len(buf) > replayChunkBytes {
 			if _, err := w.Write(buf); err != nil {
 				return buf, delivered, false
 			}
 			buf = buf[:0]
 		}
 	}
-	if s.sse && len(buf) == 0 {
+	var chunk []wire.Frame
+	wrote := false
+	for more := retained != nil; more && (s.limit == 0 || delivered < s.limit); {
+		n := replayChunkMsgs
+		if s.limit > 0 {
+			n = int(min(uint64(n), s.limit-delivered))
+		}
+		chunk, more = retained.Next(chunk[:0], n, replayChunkBytes)
+		for i := range chunk {
+			buf = s.encode(buf, &chunk[i])
+		}
+		delivered += uint64(len(chunk))
+		clear(chunk) // the payloads are the store's, maybe replaced meanwhile
+		if len(buf) > 0 {
+			if _, err := w.Write(buf); err != nil {
+				return buf, delivered, false
+			}
+			if err := rc.Flush(); err != nil {
+				return buf, delivered, false
+			}
+			buf, wrote = buf[:0], true
+		}
+	}
+	if s.sse && len(buf) == 0 && !wrote {
 		buf = append(buf, ": subscribed\n\n"...)
 	}
 	if _, err := w.Write(buf); err != nil {
@@ -711,6 +738,14 @@ func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, 
 	}
 	return buf, delivered, true
 }
+
+// A subscription's retained replay is written in chunks of at most
+// replayChunkMsgs messages and, beyond its first message,
+// replayChunkBytes of payload and topic (RetainedReplay.Next).
+const (
+	replayChunkMsgs  = 256
+	replayChunkBytes = 64 << 10
+)
 
 // deliverLive delivers a subscription's messages as the space queues them, after
 // delivered messages were replayed, until the client goes away, s.limit

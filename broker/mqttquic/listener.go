@@ -69,6 +69,16 @@ type ListenerConfig struct {
 	// (srcvalid.DefaultThreshold), a negative value a Retry for every new
 	// connection (Limits.QUICRetryAbove, docs/security.md).
 	RetryAbove int
+	// Admit, when set, charges a connection to its source address until
+	// its MQTT stream is handed on or the connection ends: from its first
+	// packet when the address is validated (a refused attempt is refused
+	// at once, CONNECTION_REFUSED), otherwise once its handshake
+	// completed (a refused connection is closed with CodeRefused). It
+	// returns the function that frees the charge (called once), or an
+	// error when the address is at its bound. Handshakes from addresses
+	// not validated are bounded by RetryAbove instead, so that spoofed
+	// packets cannot use another address's share.
+	Admit func(addr net.Addr) (release func(), err error)
 }
 
 // QUICListener is a mochi listeners.Listener serving MQTT over QUIC in
@@ -89,6 +99,9 @@ type QUICListener struct {
 	// valid asks for a Retry when many handshakes from unvalidated
 	// addresses are in progress (ListenerConfig.RetryAbove).
 	valid *srcvalid.Validator
+	// admitted holds the charges of connections admitted once accepted
+	// (ListenerConfig.Admit).
+	admitted sync.Map // *quic.Conn -> *admission
 
 	// ProtocolErrors counts connections closed for malformed MQTT bytes.
 	ProtocolErrors atomic.Int64
@@ -173,6 +186,14 @@ func (l *QUICListener) Init(log *slog.Logger) error {
 	l.tr = &quic.Transport{Conn: quicgov.Wrap(pc, l.cfg.Tuning.ProbeGovernor, l.log), StatelessResetKey: l.cfg.StatelessResetKey,
 		VerifySourceAddress: l.valid.VerifySourceAddress,
 		ConnContext: func(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
+			if ci.AddrVerified && l.cfg.Admit != nil {
+				release, err := l.cfg.Admit(ci.RemoteAddr)
+				if err != nil {
+					l.log.Debug("mqtt-quic connection refused", "remote", ci.RemoteAddr.String(), "error", err)
+					return ctx, err
+				}
+				ctx = withAdmission(ctx, release)
+			}
 			return l.valid.Begin(ctx, ci), nil
 		}}
 	qc := l.cfg.Tuning.QUICConfig()
@@ -214,14 +235,113 @@ func (l *QUICListener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
+// admissionKey is the context key of a connection's charge to its address
+// (ListenerConfig.Admit).
+type admissionKey struct{}
+
+// admission is a connection's charge to its address; release frees it
+// once.
+type admission struct {
+	once    sync.Once
+	release func()
+}
+
+func (a *admission) free() { a.once.Do(a.release) }
+
+// withAdmission returns ctx (a connection's) carrying the charge release
+// frees, freed when ctx ends at the latest.
+func withAdmission(ctx context.Context, release func()) context.Context {
+	a := &admission{release: release}
+	context.AfterFunc(ctx, a.free)
+	return context.WithValue(ctx, admissionKey{}, a)
+}
+
+// errAdmit: the connection's address is at its bound (admit closed it).
+var errAdmit = errors.New("mqtt-quic connection refused: its address is at its bound")
+
+// acceptStream waits for qc's MQTT stream, charging qc to its address
+// (ListenerConfig.Admit) once its handshake completes if it was not at
+// its first packet; a stream that comes first (in 0-RTT data, before the
+// handshake completes) is handed on uncharged here, the server counting
+// it until CONNECT. A connection refused is closed, with errAdmit.
+func (l *QUICListener) acceptStream(ctx context.Context, qc *quic.Conn) (*quic.Stream, error) {
+	if l.cfg.Admit == nil {
+		return qc.AcceptStream(ctx)
+	}
+	if _, ok := qc.Context().Value(admissionKey{}).(*admission); ok {
+		return qc.AcceptStream(ctx) // charged at its first packet
+	}
+	select {
+	case <-qc.HandshakeComplete():
+		if !l.admit(qc) {
+			return nil, errAdmit
+		}
+		return qc.AcceptStream(ctx)
+	default:
+	}
+	// An early connection (0-RTT allowed): its stream may come before
+	// its handshake completes.
+	type accepted struct {
+		s   *quic.Stream
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		s, err := qc.AcceptStream(ctx)
+		ch <- accepted{s, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.s, a.err
+	case <-qc.HandshakeComplete():
+		if !l.admit(qc) {
+			<-ch // ended by the close
+			return nil, errAdmit
+		}
+		a := <-ch
+		return a.s, a.err
+	case <-qc.Context().Done():
+		a := <-ch
+		return a.s, a.err
+	}
+}
+
+// admit charges qc to its address (ListenerConfig.Admit), closing it
+// when its address is at its bound.
+func (l *QUICListener) admit(qc *quic.Conn) bool {
+	release, err := l.cfg.Admit(qc.RemoteAddr())
+	if err != nil {
+		l.log.Debug("mqtt-quic connection refused", "remote", qc.RemoteAddr().String(), "error", err)
+		_ = qc.CloseWithError(streamconn.CodeRefused, "too many connections without CONNECT from this address")
+		return false
+	}
+	l.admitted.Store(qc, &admission{release: release})
+	return true
+}
+
+// freeAdmission frees qc's charge to its address: its MQTT stream is
+// handed on (the server counts it until CONNECT) or it ends.
+func (l *QUICListener) freeAdmission(qc *quic.Conn) {
+	if a, ok := qc.Context().Value(admissionKey{}).(*admission); ok {
+		a.free()
+	}
+	if a, ok := l.admitted.LoadAndDelete(qc); ok {
+		a.(*admission).free()
+	}
+}
+
 func (l *QUICListener) handle(qc *quic.Conn, establish listeners.EstablishFn) {
 	if l.cfg.OnConn != nil {
 		l.cfg.OnConn(1)
 		defer l.cfg.OnConn(-1)
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.StreamTimeout)
-	s, err := qc.AcceptStream(ctx)
+	s, err := l.acceptStream(ctx, qc)
 	cancel()
+	l.freeAdmission(qc)
+	if errors.Is(err, errAdmit) {
+		return // closed by admit
+	}
 	if err != nil {
 		_ = qc.CloseWithError(streamconn.CodeRefused, "no MQTT stream opened")
 		return

@@ -57,27 +57,9 @@ func addrOf(c net.Conn) netip.Addr {
 // returns the release function (idempotent, reports whether it released),
 // or an error when c's address is at its bound.
 func (p *preConnect) admit(c net.Conn) (release func() bool, err error) {
-	a := addrOf(c)
-	p.mu.Lock()
-	if p.n[a] >= p.perAddr {
-		p.mu.Unlock()
-		p.refused.Add(1)
-		countRefused(p.core, broker.ReasonTooMany)
-		return nil, fmt.Errorf("%w (%s: %d, Limits.MaxPreConnectPerAddr)", errPreConnectLimit, a, p.perAddr)
-	}
-	p.n[a]++
-	p.mu.Unlock()
-	var once atomic.Bool
-	free := func() bool {
-		if !once.CompareAndSwap(false, true) {
-			return false
-		}
-		p.mu.Lock()
-		if p.n[a]--; p.n[a] <= 0 {
-			delete(p.n, a)
-		}
-		p.mu.Unlock()
-		return true
+	free, err := p.charge(addrOf(c))
+	if err != nil {
+		return nil, err
 	}
 	// The timer closes the connection (a read deadline would leave the
 	// counting to whoever sees the error, after the peer saw the close).
@@ -92,4 +74,51 @@ func (p *preConnect) admit(c net.Conn) (release func() bool, err error) {
 		timer.Stop()
 		return free()
 	}, nil
+}
+
+// charge counts one connection without CONNECT from a; it returns the
+// function that frees it (idempotent, reports whether it freed), or an
+// error, counted as a refusal, when a is at its bound.
+func (p *preConnect) charge(a netip.Addr) (free func() bool, err error) {
+	p.mu.Lock()
+	if p.n[a] >= p.perAddr {
+		p.mu.Unlock()
+		p.refused.Add(1)
+		countRefused(p.core, broker.ReasonTooMany)
+		return nil, fmt.Errorf("%w (%s: %d, Limits.MaxPreConnectPerAddr)", errPreConnectLimit, a, p.perAddr)
+	}
+	p.n[a]++
+	p.mu.Unlock()
+	var once atomic.Bool
+	return func() bool {
+		if !once.CompareAndSwap(false, true) {
+			return false
+		}
+		p.mu.Lock()
+		if p.n[a]--; p.n[a] <= 0 {
+			delete(p.n, a)
+		}
+		p.mu.Unlock()
+		return true
+	}, nil
+}
+
+// admitQUIC is ListenerConfig.Admit: an MQTT-over-QUIC connection counts
+// among its address's connections without CONNECT from its handshake
+// (from its first packet when its address is validated) until its MQTT
+// stream reaches the broker, where admit counts it again until CONNECT.
+// Without it a connection whose stream sends nothing (the broker never
+// sees such a stream) was counted in no per-address bound.
+func (p *preConnect) admitQUIC(addr net.Addr) (release func(), err error) {
+	a := netip.Addr{}
+	if addr != nil {
+		if ap, perr := netip.ParseAddrPort(addr.String()); perr == nil {
+			a = ap.Addr().Unmap()
+		}
+	}
+	free, err := p.charge(a)
+	if err != nil {
+		return nil, err
+	}
+	return func() { free() }, nil
 }

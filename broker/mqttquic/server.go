@@ -286,6 +286,7 @@ func (s *Server) Start() error {
 			Tracer:        s.opts.Tracer,
 			StreamTimeout: s.opts.StreamTimeout,
 			RetryAbove:    s.opts.Limits.QUICRetryAbove,
+			Admit:         s.compat.pre.admitQUIC, // connections without CONNECT, per address
 
 			StatelessResetKey: s.resetKey,
 		})

@@ -10,6 +10,9 @@ type entry struct {
 type topicState struct {
 	hist     ring[*entry]
 	retained *Message
+	// rgen identifies retained's entry in the retained index
+	// (retainedreplay.go).
+	rgen uint64
 	// evictedMax is the highest sequence number dropped from hist.
 	evictedMax uint64
 	// retainedSeq is the cluster's sequence number of the last retained
@@ -108,6 +111,7 @@ func (sp *Space) retainedFits(ts *topicState, m *Message) bool {
 func (sp *Space) setRetained(ts *topicState, m *Message) {
 	sp.clearRetained(ts)
 	ts.retained = m
+	sp.indexRetained(ts, m)
 	sp.retainedSize += msgCost(m)
 	sp.retainedCount++
 }
@@ -118,6 +122,7 @@ func (sp *Space) clearRetained(ts *topicState) {
 	if ts != nil && ts.retained != nil {
 		sp.retainedSize -= msgCost(ts.retained)
 		sp.retainedCount--
+		sp.unindexRetained(ts)
 		ts.retained = nil
 	}
 }

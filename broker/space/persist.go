@@ -170,9 +170,13 @@ func (sp *Space) restore(st *StoredState) {
 	for name, ev := range st.Evicted {
 		get(name).evictedMax = ev
 	}
-	for _, m := range st.Retained {
+	retained := slices.Clone(st.Retained) // indexed in sequence order
+	slices.SortFunc(retained, func(a, b *Message) int { return cmpU64(a.Seq, b.Seq) })
+	for _, m := range retained {
 		ts := get(m.Topic)
+		sp.clearRetained(ts)
 		ts.retained = m
+		sp.indexRetained(ts, m)
 		sp.retainedSize += msgCost(m)
 		sp.retainedCount++
 	}

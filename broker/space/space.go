@@ -78,6 +78,12 @@ type Space struct {
 	retainedSize  int64
 	retainedCount int
 	histMsgs      int
+	// retIdx lists the retained messages in sequence order for paced
+	// replays (RetainedReplay); retStubs counts its entries replaced or
+	// cleared, retGen its insertions.
+	retIdx   []retEntry
+	retStubs int
+	retGen   uint64
 	// forgotten is the highest sequence number of a message lost with a
 	// topic that was dropped from the map (history emptied, no retained).
 	forgotten uint64
@@ -307,19 +313,25 @@ func (sp *Space) apply(msg *Message, live bool) {
 // another broker run (its epoch is not ours): the restart is announced and
 // all history replayed. sp.mu is held throughout, so nothing is missed or
 // duplicated between the snapshot and live delivery.
-func (sp *Space) start(s *Subscriber, since *uint64, otherRun bool) ([]wire.Frame, error) {
+//
+// With paced, the retained messages are not returned but read from the
+// returned RetainedReplay.
+func (sp *Space) start(s *Subscriber, since *uint64, otherRun, paced bool) ([]wire.Frame, *RetainedReplay, error) {
 	out, since, otherRun, release, err := sp.cover(s.filter, since, otherRun) // federation.go
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer release() // after the subscription's own interest below
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if sp.closing {
-		return nil, ErrShuttingDown
+		return nil, nil, ErrShuttingDown
 	}
 	var msgs []*Message
-	if since == nil {
+	var replay *RetainedReplay
+	if since == nil && paced {
+		replay = &RetainedReplay{sp: sp, filter: s.filter, gen: sp.retGen}
+	} else if since == nil {
 		for name, ts := range sp.topics {
 			if ts.retained != nil && topic.Match(s.filter, name) {
 				msgs = append(msgs, ts.retained)
@@ -369,7 +381,7 @@ func (sp *Space) start(s *Subscriber, since *uint64, otherRun bool) ([]wire.Fram
 	}
 	sp.nsubs++
 	sp.interest(s.filter, 1)
-	return out, nil
+	return out, replay, nil
 }
 
 // Subscribe registers a subscription on filter (a valid topic filter: the
@@ -381,11 +393,26 @@ func (sp *Space) start(s *Subscriber, since *uint64, otherRun bool) ([]wire.Fram
 // through the Subscriber's queue; end it with Unsubscribe.
 func (sp *Space) Subscribe(filter string, since *uint64, otherRun bool) (*Subscriber, []wire.Frame, error) {
 	s := newSubscriber(filter, sp.limits, &sp.stats)
-	out, err := sp.start(s, since, otherRun)
+	out, _, err := sp.start(s, since, otherRun, false)
 	if err != nil {
 		return nil, nil, err
 	}
 	return s, out, nil
+}
+
+// SubscribePaced is Subscribe whose retained messages (since == nil) are
+// not returned with the frames but read, a bounded chunk at a time, from
+// the returned RetainedReplay (nil with a resume point) as the
+// subscriber's stream takes them: a subscriber that does not read then
+// holds one chunk, not the whole retained set. Live messages published
+// meanwhile wait in the Subscriber's queue, within its bounds.
+func (sp *Space) SubscribePaced(filter string, since *uint64, otherRun bool) (*Subscriber, []wire.Frame, *RetainedReplay, error) {
+	s := newSubscriber(filter, sp.limits, &sp.stats)
+	out, replay, err := sp.start(s, since, otherRun, true)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return s, out, replay, nil
 }
 
 // Unsubscribe ends a subscription of Subscribe and releases its queue.
