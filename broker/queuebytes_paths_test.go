@@ -10,8 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -216,28 +214,7 @@ func TestStalledSubscriberEveryHTTPPath(t *testing.T) {
 			pub := newClient(t, b, nil)
 			s := tc.sub(t, b)
 			eventually(t, "the subscription", func() bool { return b.Stats().Subscriptions == 1 })
-			var ms runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			base := ms.HeapAlloc
-			payload := strings.Repeat("p", payloadSize)
-			for range n {
-				pub.mustPublish("big", payload, "qos=0")
-			}
-			st := b.Stats()
-			if st.QueueDepthMax*payloadSize > perSub {
-				t.Errorf("the stalled subscriber queues %d messages of %d bytes, beyond its bound of %d bytes", st.QueueDepthMax, payloadSize, perSub)
-			}
-			if st.Dropped == 0 {
-				t.Errorf("nothing dropped: %+v", st)
-			}
-			runtime.GC()
-			runtime.ReadMemStats(&ms)
-			grown := int64(ms.HeapAlloc) - int64(base)
-			t.Logf("heap grew by %d bytes; queue depth max %d, dropped %d", grown, st.QueueDepthMax, st.Dropped)
-			if grown > 5*perSub {
-				t.Errorf("heap grew by %d bytes for %d bytes published; want at most %d", grown, n*payloadSize, 5*perSub)
-			}
+			publishToStalled(t, b, pub, n, payloadSize, perSub, 5*perSub)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			done := make(chan error, 1)
