@@ -185,32 +185,53 @@ func TestConnectionsPerIdentity(t *testing.T) {
 // get 429, beyond MaxSubscriptions 503, each counted; ending one frees its
 // slot.
 func TestSubscriptionLimits(t *testing.T) {
+	b := brokertest.Start(t, nil, &broker.Options{Auth: tokenUsersACL(t), Limits: broker.Limits{MaxSubscriptionsPerIdentity: 2, MaxSubscriptions: 3}})
+	checkSubscriptionLimits(t, b, newClient(t, b, nil), newClient(t, b, nil), false)
+}
+
+// tokenUsersACL lets users a and b (tokens tok-a and tok-b) subscribe to
+// everything.
+func tokenUsersACL(t *testing.T) *auth.Authenticator {
+	t.Helper()
 	acl, err := auth.Parse([]byte("[[user]]\nname = \"a\"\ntoken = \"tok-a\"\nsubscribe = [\"#\"]\n[[user]]\nname = \"b\"\ntoken = \"tok-b\"\nsubscribe = [\"#\"]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := brokertest.Start(t, nil, &broker.Options{Auth: acl, Limits: broker.Limits{MaxSubscriptionsPerIdentity: 2, MaxSubscriptions: 3}})
-	ca, cb := newClient(t, b, nil), newClient(t, b, nil)
+	return acl
+}
+
+// checkSubscriptionLimits: on b (tokenUsersACL, MaxSubscriptionsPerIdentity
+// 2, MaxSubscriptions 3), a's third subscription gets 429 and the fourth
+// in total 503, each counted; ending one frees its slot. ca and cb become
+// a's and b's clients; sse subscribes as EventSource.
+func checkSubscriptionLimits(t *testing.T, b *brokertest.Broker, ca, cb *client, sse bool) {
+	t.Helper()
 	ca.hdr.Set("Authorization", "Bearer tok-a")
 	cb.hdr.Set("Authorization", "Bearer tok-b")
-	a1 := ca.mustSubscribe("s/1", "", false)
-	ca.mustSubscribe("s/2", "", false)
-	if _, st, body := ca.subscribe("s/3", "", false); st != http.StatusTooManyRequests || !strings.Contains(body, `identity "a"`) {
-		t.Fatalf("third subscription of a: %d %q, want 429", st, body)
+	a1 := ca.mustSubscribe("s/1", "", sse)
+	ca.mustSubscribe("s/2", "", sse)
+	if _, st, body := ca.subscribe("s/3", "", sse); st != http.StatusTooManyRequests || !strings.Contains(body, `identity "a"`) {
+		t.Fatalf("third subscription of a (sse %v): %d %q, want 429", sse, st, body)
 	}
-	cb.mustSubscribe("s/4", "", false)
-	if _, st, body := cb.subscribe("s/5", "", false); st != http.StatusServiceUnavailable || !strings.Contains(body, "limit of 3 subscriptions") {
-		t.Fatalf("fourth subscription in total: %d %q, want 503", st, body)
+	cb.mustSubscribe("s/4", "", sse)
+	if _, st, body := cb.subscribe("s/5", "", sse); st != http.StatusServiceUnavailable || !strings.Contains(body, "limit of 3 subscriptions") {
+		t.Fatalf("fourth subscription in total (sse %v): %d %q, want 503", sse, st, body)
 	}
 	s := b.Stats()
 	if s.Refused[broker.RefusedSubscriptionsPerIdentity] != 1 || s.Refused[broker.RefusedSubscriptions] != 1 {
 		t.Fatalf("refusals %v", s.Refused)
 	}
 	a1.close()
-	eventually(t, "a subscription slot after one ended", func() bool {
-		sub, st, _ := cb.subscribe("s/5", "", false)
-		if sub != nil {
-			sub.close()
+	freed(t, cb, "s/5", sse)
+}
+
+// freed waits until a new subscription of c to filter is served.
+func freed(t *testing.T, c *client, filter string, sse bool) {
+	t.Helper()
+	eventually(t, "a slot after a subscription ended", func() bool {
+		s, st, _ := c.subscribe(filter, "", sse)
+		if s != nil {
+			s.close()
 		}
 		return st == http.StatusOK
 	})

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/quiot/quiot/broker"
-	"github.com/quiot/quiot/broker/auth"
 	"github.com/quiot/quiot/broker/brokertest"
 )
 
@@ -28,22 +27,7 @@ func tcpClient(t *testing.T, b *brokertest.Broker, proto string) *client {
 // per connection over HTTP/2 (429). Each refusal is counted, and a slot is
 // free again once a subscription ends.
 func TestSSEConnectionAndSubscriptionLimits(t *testing.T) {
-	acl, err := auth.Parse([]byte("[[user]]\nname = \"a\"\ntoken = \"tok-a\"\nsubscribe = [\"#\"]\n[[user]]\nname = \"b\"\ntoken = \"tok-b\"\nsubscribe = [\"#\"]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// freed waits until a new subscription of c to filter is served.
-	freed := func(t *testing.T, c *client, filter string) {
-		t.Helper()
-		eventually(t, "a slot after a subscription ended", func() bool {
-			s, st, _ := c.subscribe(filter, "", true)
-			if s != nil {
-				s.close()
-			}
-			return st == http.StatusOK
-		})
-	}
-
+	acl := tokenUsersACL(t)
 	t.Run("http/1.1 connections per address", func(t *testing.T) {
 		b := brokertest.Start(t, nil, &broker.Options{Limits: broker.Limits{MaxConnsPerAddr: 2}})
 		connsIdle(t, b)
@@ -57,7 +41,7 @@ func TestSSEConnectionAndSubscriptionLimits(t *testing.T) {
 			t.Fatal("refusal not counted")
 		}
 		first.close()
-		freed(t, c, "s/3")
+		freed(t, c, "s/3", true)
 	})
 
 	t.Run("http/1.1 connections per identity", func(t *testing.T) {
@@ -72,29 +56,12 @@ func TestSSEConnectionAndSubscriptionLimits(t *testing.T) {
 			t.Fatal("refusal not counted")
 		}
 		first.close()
-		freed(t, c, "s/2")
+		freed(t, c, "s/2", true)
 	})
 
 	t.Run("subscriptions per identity and in total", func(t *testing.T) {
 		b := brokertest.Start(t, nil, &broker.Options{Auth: acl, Limits: broker.Limits{MaxSubscriptionsPerIdentity: 2, MaxSubscriptions: 3}})
-		ca, cb := newClient(t, b, nil), tcpClient(t, b, "h2")
-		ca.hdr.Set("Authorization", "Bearer tok-a")
-		cb.hdr.Set("Authorization", "Bearer tok-b")
-		a1 := ca.mustSubscribe("s/1", "", true)
-		ca.mustSubscribe("s/2", "", true)
-		if _, st, body := ca.subscribe("s/3", "", true); st != http.StatusTooManyRequests || !strings.Contains(body, `identity "a"`) {
-			t.Fatalf("third EventSource of a (HTTP/3): %d %q, want 429", st, body)
-		}
-		cb.mustSubscribe("s/4", "", true)
-		if _, st, body := cb.subscribe("s/5", "", true); st != http.StatusServiceUnavailable || !strings.Contains(body, "limit of 3 subscriptions") {
-			t.Fatalf("fourth EventSource in total (HTTP/2): %d %q, want 503", st, body)
-		}
-		s := b.Stats()
-		if s.Refused[broker.RefusedSubscriptionsPerIdentity] != 1 || s.Refused[broker.RefusedSubscriptions] != 1 {
-			t.Fatalf("refusals %v", s.Refused)
-		}
-		a1.close()
-		freed(t, cb, "s/5")
+		checkSubscriptionLimits(t, b, newClient(t, b, nil), tcpClient(t, b, "h2"), true)
 	})
 
 	t.Run("subscriptions per connection over h2", func(t *testing.T) {
@@ -109,6 +76,6 @@ func TestSSEConnectionAndSubscriptionLimits(t *testing.T) {
 			t.Fatal("refusal not counted")
 		}
 		first.close()
-		freed(t, c, "s/3")
+		freed(t, c, "s/3", true)
 	})
 }
