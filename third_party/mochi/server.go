@@ -1153,14 +1153,13 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		return out, packets.ErrPendingClientWritesExceeded
 	}
 
-	select {
-	case cl.State.outbound <- &out:
+	if cl.State.outbound.push(&out) {
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 		cl.startWriter() // quiot: a writer while packets are queued
 		if cl.Closed() {
 			cl.dropQueued() // quiot: Stop may have emptied the queue before this one came
 		}
-	default:
+	} else {
 		cl.releaseQueued(queued)
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
 		cl.ops.hooks.OnPublishDropped(cl, pk)
