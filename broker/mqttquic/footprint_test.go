@@ -14,7 +14,11 @@ import (
 // bufio.Reader, about 5 KiB). mochi allocates each client's outbound queue
 // whole, 8 bytes a slot, and its read buffer with the client: with 1024
 // slots and 2 KiB this measured 20 KiB, with the defaults (256 slots,
-// 1 KiB) 12 KiB (docs/BENCH.md, "quiot beside mosquitto").
+// 1 KiB) 12 KiB (docs/BENCH.md, "quiot beside mosquitto"). The fork in
+// third_party/mochi (its QUIOT.md) allocates the queue only while packets
+// are queued (9.2 KB) and reads an idle client into a 128-byte array,
+// the 1 KiB buffer pooled (8.3 KB; docs/BENCH.md, "Heap and stack per
+// idle connection").
 func TestPerClientHeap(t *testing.T) {
 	const n = 200
 	p := newPKI(t)
@@ -37,7 +41,7 @@ func TestPerClientHeap(t *testing.T) {
 	after := heap()
 	per := (int64(after) - int64(before)) / n
 	t.Logf("heap per idle client: %d bytes (broker and test client)", per)
-	if limit := int64(14 << 10); per > limit {
+	if limit := int64(10 << 10); per > limit {
 		t.Errorf("heap per idle client %d bytes, want at most %d", per, limit)
 	}
 	runtime.KeepAlive(clients)

@@ -5,7 +5,6 @@
 package mqtt
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -114,7 +113,7 @@ type Client struct {
 // ClientConnection contains the connection transport and metadata for the client.
 type ClientConnection struct {
 	Conn     net.Conn      // the net.Conn used to establish the connection
-	bconn    *bufio.Reader // a buffered net.Conn for reading packets
+	bconn    *connReader   // a buffered net.Conn for reading packets (quiot: connReader, was a bufio.Reader)
 	outbuf   *bytes.Buffer // a buffer for writing packets
 	Remote   string        // the remote address of the client
 	Listener string        // listener id of the client
@@ -193,7 +192,7 @@ func newClient(c net.Conn, o *ops) *Client {
 	if c != nil {
 		cl.Net = ClientConnection{
 			Conn:   c,
-			bconn:  bufio.NewReaderSize(c, o.options.ClientNetReadBufferSize),
+			bconn:  newConnReader(c, o.options.ClientNetReadBufferSize),
 			Remote: c.RemoteAddr().String(),
 		}
 	}
