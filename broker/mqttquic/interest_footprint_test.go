@@ -75,7 +75,7 @@ func TestInterestHookHeldFilters(t *testing.T) {
 }
 
 // TestInterestHookHeapPerClient bounds what the interest hook keeps for a
-// client subscribed to one filter: a map of one filter cost about 290
+// client subscribed to one filter: a map of one filter cost about 310
 // bytes a client, the slice about 140 (docs/BENCH.md, "Heap and stack per
 // idle connection").
 func TestInterestHookHeapPerClient(t *testing.T) {
