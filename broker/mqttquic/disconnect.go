@@ -149,10 +149,23 @@ type sizeConn struct {
 	mu sync.Mutex
 }
 
-// Read reads from the connection and follows what it read.
+// Read reads from the connection and follows what it read. Its frame is
+// on the stack of the connection's reader while it waits (sessionEnds.Serve):
+// it passes no method value, which would take a closure's room in it.
 func (c *sizeConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	return c.w.refuse(p, n, err, c.Write)
+	if tooLarge, at := c.w.feed(p[:n]); tooLarge && c.w.v5 {
+		return c.sendTooLarge(at)
+	}
+	return n, err
+}
+
+// sendTooLarge sends DISCONNECT 0x95 (sizeWatch.refuse).
+//
+//go:noinline
+func (c *sizeConn) sendTooLarge(at int) (int, error) {
+	_, _ = c.Write(disconnectTooLarge)
+	return at, errTooLargeSent
 }
 
 // Write writes p, one writer at a time.

@@ -49,8 +49,8 @@ type interestHook struct {
 	allowed func(cl *mqtt.Client, filter string) bool
 
 	mu      sync.Mutex
-	held    map[string]map[string]bool // client ID -> filters
-	covered map[*mqtt.Client][]func()  // releases of covers taken in OnSubscribe
+	held    map[string]filterSet      // client ID -> filters
+	covered map[*mqtt.Client][]func() // releases of covers taken in OnSubscribe
 }
 
 func newInterestHook(core Core) *interestHook {
@@ -62,7 +62,7 @@ func newInterestHook(core Core) *interestHook {
 	} else {
 		return nil
 	}
-	return &interestHook{sink: s, held: map[string]map[string]bool{}, covered: map[*mqtt.Client][]func(){}}
+	return &interestHook{sink: s, held: map[string]filterSet{}, covered: map[*mqtt.Client][]func(){}}
 }
 
 // ID names the hook.
@@ -98,7 +98,7 @@ func (h *interestHook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.P
 		if !mqtt.IsValidFilter(sub.Filter, false) {
 			continue // mochi refuses it
 		}
-		if f := interestFilter(sub.Filter); !h.held[cl.ID][f] && !slices.Contains(fresh, f) {
+		if f := interestFilter(sub.Filter); !h.held[cl.ID].has(f) && !slices.Contains(fresh, f) {
 			fresh = append(fresh, f)
 		}
 	}
@@ -149,13 +149,8 @@ func (h *interestHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []
 			continue
 		}
 		f := interestFilter(sub.Filter)
-		m := h.held[cl.ID]
-		if m == nil {
-			m = map[string]bool{}
-			h.held[cl.ID] = m
-		}
-		if !m[f] {
-			m[f] = true
+		if m := h.held[cl.ID]; !m.has(f) {
+			h.held[cl.ID] = m.add(f)
 			h.sink.AddInterest(f, 1)
 		}
 	}
@@ -166,15 +161,77 @@ func (h *interestHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []
 func (h *interestHook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	m := h.held[cl.ID]
+	m, ok := h.held[cl.ID]
+	if !ok {
+		return
+	}
 	for _, sub := range pk.Filters {
 		f := interestFilter(sub.Filter)
-		if m[f] {
-			delete(m, f)
+		if m.has(f) {
+			m = m.remove(f)
 			h.sink.AddInterest(f, -1)
 		}
 	}
-	if len(m) == 0 {
+	if m.len() == 0 {
 		delete(h.held, cl.ID)
+	} else {
+		h.held[cl.ID] = m
 	}
+}
+
+// filterSetFew is the most filters a filterSet holds in a slice.
+const filterSetFew = 16
+
+// filterSet is the filters one client holds: a slice while they are few
+// (an idle subscriber's one filter costs a string header, where a map of
+// one cost about 200 bytes), a map beyond filterSetFew. Its methods that
+// change it return the set to store.
+type filterSet struct {
+	few  []string
+	many map[string]struct{}
+}
+
+// has reports whether f is in the set.
+func (s filterSet) has(f string) bool {
+	if s.many != nil {
+		_, ok := s.many[f]
+		return ok
+	}
+	return slices.Contains(s.few, f)
+}
+
+// add returns the set with f added; f is not in it.
+func (s filterSet) add(f string) filterSet {
+	if s.many == nil && len(s.few) < filterSetFew {
+		s.few = append(s.few, f)
+		return s
+	}
+	if s.many == nil {
+		s.many = make(map[string]struct{}, 2*filterSetFew)
+		for _, g := range s.few {
+			s.many[g] = struct{}{}
+		}
+		s.few = nil
+	}
+	s.many[f] = struct{}{}
+	return s
+}
+
+// remove returns the set without f; f is in it.
+func (s filterSet) remove(f string) filterSet {
+	if s.many != nil {
+		delete(s.many, f)
+		return s
+	}
+	i := slices.Index(s.few, f)
+	s.few = slices.Delete(s.few, i, i+1)
+	return s
+}
+
+// len is the number of filters in the set.
+func (s filterSet) len() int {
+	if s.many != nil {
+		return len(s.many)
+	}
+	return len(s.few)
 }

@@ -5,7 +5,6 @@
 package mqtt
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -114,7 +113,7 @@ type Client struct {
 // ClientConnection contains the connection transport and metadata for the client.
 type ClientConnection struct {
 	Conn     net.Conn      // the net.Conn used to establish the connection
-	bconn    *bufio.Reader // a buffered net.Conn for reading packets
+	bconn    *connReader   // a buffered net.Conn for reading packets (quiot: connReader, was a bufio.Reader)
 	outbuf   *bytes.Buffer // a buffer for writing packets
 	Remote   string        // the remote address of the client
 	Listener string        // listener id of the client
@@ -143,24 +142,24 @@ type Will struct {
 
 // ClientState tracks the state of the client.
 type ClientState struct {
-	TopicAliases    TopicAliases         // a map of topic aliases
-	stopCause       atomic.Value         // reason for stopping
-	Inflight        *Inflight            // a map of in-flight qos messages
-	Subscriptions   *Subscriptions       // a map of the subscription filters a client maintains
-	disconnected    int64                // the time the client disconnected in unix time, for calculating expiry
-	outbound        chan *packets.Packet // queue for pending outbound packets
-	endOnce         sync.Once            // only end once
-	isTakenOver     atomic.Bool          // used to identify orphaned clients
-	packetID        uint32               // the current highest packetID
-	open            context.Context      // indicate that the client is open for packet exchange
-	cancelOpen      context.CancelFunc   // cancel function for open context
-	outboundQty     int32                // number of messages currently in the outbound queue
-	writing         atomic.Bool          // quiot: a goroutine is writing the outbound queue (startWriter)
-	outboundBytes   atomic.Int64         // quiot: bytes of the QoS 0 messages in the outbound queue (queuedSize)
-	idMu            sync.Mutex           // quiot: serialises NextPacketID (not the client's write lock)
-	room            chan struct{}        // quiot: the writer took a packet from the queue (awaitRoom)
-	Keepalive       uint16               // the number of seconds the connection can wait
-	ServerKeepalive bool                 // keepalive was set by the server
+	TopicAliases    TopicAliases       // a map of topic aliases
+	stopCause       atomic.Value       // reason for stopping
+	Inflight        *Inflight          // a map of in-flight qos messages
+	Subscriptions   *Subscriptions     // a map of the subscription filters a client maintains
+	disconnected    int64              // the time the client disconnected in unix time, for calculating expiry
+	outbound        writeQueue         // queue for pending outbound packets (quiot: writeQueue, was a channel)
+	endOnce         sync.Once          // only end once
+	isTakenOver     atomic.Bool        // used to identify orphaned clients
+	packetID        uint32             // the current highest packetID
+	open            context.Context    // indicate that the client is open for packet exchange
+	cancelOpen      context.CancelFunc // cancel function for open context
+	outboundQty     int32              // number of messages currently in the outbound queue
+	writing         atomic.Bool        // quiot: a goroutine is writing the outbound queue (startWriter)
+	outboundBytes   atomic.Int64       // quiot: bytes of the QoS 0 messages in the outbound queue (queuedSize)
+	idMu            sync.Mutex         // quiot: serialises NextPacketID (not the client's write lock)
+	room            chan struct{}      // quiot: the writer took a packet from the queue (awaitRoom)
+	Keepalive       uint16             // the number of seconds the connection can wait
+	ServerKeepalive bool               // keepalive was set by the server
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -181,7 +180,7 @@ func newClient(c net.Conn, o *ops) *Client {
 			// MaximumClientWritesPending+1 packets pending; a writer started on
 			// demand holds none until it runs, and the extra slot keeps that
 			// bound (QUIOT.md).
-			outbound: make(chan *packets.Packet, o.options.Capabilities.MaximumClientWritesPending+1),
+			outbound: writeQueue{max: int(o.options.Capabilities.MaximumClientWritesPending) + 1},
 			room:     make(chan struct{}, 1),
 		},
 		Properties: ClientProperties{
@@ -193,7 +192,7 @@ func newClient(c net.Conn, o *ops) *Client {
 	if c != nil {
 		cl.Net = ClientConnection{
 			Conn:   c,
-			bconn:  bufio.NewReaderSize(c, o.options.ClientNetReadBufferSize),
+			bconn:  newConnReader(c, o.options.ClientNetReadBufferSize),
 			Remote: c.RemoteAddr().String(),
 		}
 	}
@@ -221,7 +220,7 @@ func (cl *Client) writeQueued() {
 	for {
 		cl.drainOutbound()
 		cl.State.writing.Store(false)
-		if len(cl.State.outbound) == 0 || cl.Closed() || !cl.State.writing.CompareAndSwap(false, true) {
+		if cl.State.outbound.len() == 0 || cl.Closed() || !cl.State.writing.CompareAndSwap(false, true) {
 			return
 		}
 	}
@@ -231,22 +230,22 @@ func (cl *Client) writeQueued() {
 // client closes (as WriteLoop did, a closed client's queue is not written).
 func (cl *Client) drainOutbound() {
 	for {
-		select {
-		case pk := <-cl.State.outbound:
-			if err := cl.WritePacket(*pk); err != nil {
-				// TODO : Figure out what to do with error
-				cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
-			}
-			atomic.AddInt32(&cl.State.outboundQty, -1)
-			cl.releaseQueued(queuedSize(pk))
-			select { // quiot: awaitRoom
-			case cl.State.room <- struct{}{}:
-			default:
-			}
-		case <-cl.State.open.Done():
+		if cl.Closed() {
 			return
+		}
+		pk, ok := cl.State.outbound.pop()
+		if !ok {
+			return
+		}
+		if err := cl.WritePacket(*pk); err != nil {
+			// TODO : Figure out what to do with error
+			cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
+		}
+		atomic.AddInt32(&cl.State.outboundQty, -1)
+		cl.releaseQueued(queuedSize(pk))
+		select { // quiot: awaitRoom
+		case cl.State.room <- struct{}{}:
 		default:
-			return
 		}
 	}
 }
@@ -296,7 +295,7 @@ func (cl *Client) releaseQueued(n int64) {
 // delivered under sub: a free slot and, for a QoS 0 delivery, its bytes
 // within the byte bounds.
 func (cl *Client) roomFor(sub packets.Subscription, pk packets.Packet) bool {
-	if len(cl.State.outbound) >= cap(cl.State.outbound) {
+	if cl.State.outbound.len() >= cl.State.outbound.cap() {
 		return false
 	}
 	if pk.FixedHeader.Qos > 0 && sub.Qos > 0 {
@@ -322,7 +321,7 @@ const awaitRoomTimeout = time.Second
 // bound reached is the one of all clients, which this client cannot make
 // room in). A wait is bounded, so a lost signal costs a second.
 func (cl *Client) awaitRoom() bool {
-	if len(cl.State.outbound) == 0 && cl.State.outboundBytes.Load() == 0 {
+	if cl.State.outbound.len() == 0 && cl.State.outboundBytes.Load() == 0 {
 		return false
 	}
 	t := time.NewTimer(awaitRoomTimeout)
@@ -341,13 +340,12 @@ func (cl *Client) awaitRoom() bool {
 // what its packets count (the writer stops at the close and leaves them).
 func (cl *Client) dropQueued() {
 	for {
-		select {
-		case pk := <-cl.State.outbound:
-			atomic.AddInt32(&cl.State.outboundQty, -1)
-			cl.releaseQueued(queuedSize(pk))
-		default:
+		pk, ok := cl.State.outbound.pop()
+		if !ok {
 			return
 		}
+		atomic.AddInt32(&cl.State.outboundQty, -1)
+		cl.releaseQueued(queuedSize(pk))
 	}
 }
 
@@ -765,7 +763,7 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	n, err := func() (int64, error) {
 		cl.Lock()
 		defer cl.Unlock()
-		if len(cl.State.outbound) == 0 {
+		if cl.State.outbound.len() == 0 {
 			if cl.Net.outbuf == nil {
 				return buf.WriteTo(cl.Net.Conn)
 			}

@@ -788,7 +788,7 @@ func TestClientWritePacketBuffer(t *testing.T) {
 	small := packets.TPacketData[packets.Publish].Get(packets.TPublishNoPayload).Packet
 	large := packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).Packet
 
-	cl.State.outbound <- small
+	cl.State.outbound.push(small)
 
 	tt := []struct {
 		pks  []*packets.Packet
@@ -949,7 +949,9 @@ func TestClientWriterOnDemand(t *testing.T) {
 	go func() {
 		for i := 0; i < n; i++ {
 			pk := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "t", Payload: []byte(strconv.Itoa(i))}
-			cl.State.outbound <- pk // blocks while the queue is full: a writer is draining it
+			for !cl.State.outbound.push(pk) { // the queue is full: a writer is draining it
+				<-cl.State.room
+			}
 			atomic.AddInt32(&cl.State.outboundQty, 1)
 			cl.startWriter()
 		}

@@ -419,25 +419,46 @@ func (s *Server) EstablishConnection(listener string, c net.Conn) error {
 // reading, so the resting stack is small enough for the garbage collector to
 // shrink (QUIOT.md). The steps and their order are upstream's.
 func (s *Server) attachClient(cl *Client, listener string) error {
-	defer s.Listeners.ClientsWg.Done()
 	s.Listeners.ClientsWg.Add(1)
+	err := s.admitAndEstablish(cl, listener)
+	if err == nil {
+		err = s.detachClient(cl, listener, cl.Read(s.receivePacket))
+		atomic.AddInt64(&s.Info.ClientsConnected, -1)
+	}
+	s.endAttach(cl)
+	return err
+}
 
-	defer cl.Stop(nil) // quiot: no WriteLoop; publishToClient starts a writer on demand
-
+// admitAndEstablish admits the client and establishes its session;
+// once it has counted the client in Info.ClientsConnected it returns nil
+// or, if establishing the session failed, the error after undoing that
+// count. quiot: upstream's attachClient deferred the decrement, Stop and
+// ClientsWg.Done; three deferred calls enlarged the frame that stays on
+// the client's stack (QUIOT.md). They now run in the same order without
+// defer; nothing recovers a panic on the connection's goroutine, so a
+// panic ends the process either way.
+//
+//go:noinline
+func (s *Server) admitAndEstablish(cl *Client, listener string) error {
 	pk, err := s.admitClient(cl, listener)
 	if err != nil {
 		return err
 	}
-
 	atomic.AddInt64(&s.Info.ClientsConnected, 1)
-	defer atomic.AddInt64(&s.Info.ClientsConnected, -1)
-
 	if err := s.establishSession(cl, pk); err != nil {
+		atomic.AddInt64(&s.Info.ClientsConnected, -1)
 		return err
 	}
+	return nil
+}
 
-	err = cl.Read(s.receivePacket)
-	return s.detachClient(cl, listener, err)
+// endAttach ends what attachClient began, in upstream's order: the client
+// stopped, then its place in ClientsWg given back.
+//
+//go:noinline
+func (s *Server) endAttach(cl *Client) {
+	cl.Stop(nil) // quiot: no WriteLoop; publishToClient starts a writer on demand
+	s.Listeners.ClientsWg.Done()
 }
 
 // admitClient reads and validates the connection packet and authenticates
@@ -1153,14 +1174,13 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		return out, packets.ErrPendingClientWritesExceeded
 	}
 
-	select {
-	case cl.State.outbound <- &out:
+	if cl.State.outbound.push(&out) {
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 		cl.startWriter() // quiot: a writer while packets are queued
 		if cl.Closed() {
 			cl.dropQueued() // quiot: Stop may have emptied the queue before this one came
 		}
-	default:
+	} else {
 		cl.releaseQueued(queued)
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
 		cl.ops.hooks.OnPublishDropped(cl, pk)

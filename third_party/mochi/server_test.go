@@ -2102,8 +2102,8 @@ func TestPublishToClientExceedClientWritesPending(t *testing.T) {
 
 	s.Clients.Add(cl)
 
-	for i := 0; i < cap(cl.State.outbound); i++ { // quiot: the queue holds MaximumClientWritesPending+1
-		cl.State.outbound <- new(packets.Packet)
+	for i := 0; i < cl.State.outbound.cap(); i++ { // quiot: the queue holds MaximumClientWritesPending+1
+		require.True(t, cl.State.outbound.push(new(packets.Packet)))
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 	}
 

@@ -6,6 +6,7 @@ package mqtt
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -102,21 +103,84 @@ func TestSharedSubscriptionsDelete(t *testing.T) {
 
 func TestNewSubscriptions(t *testing.T) {
 	s := NewSubscriptions()
-	require.NotNil(t, s.internal)
+	require.NotNil(t, s)
+	require.Equal(t, 0, s.Len()) // quiot: no map until a second subscription
+}
+
+// requireSubscription asserts that s holds a subscription of id.
+func requireSubscription(t *testing.T, s *Subscriptions, id string) {
+	t.Helper()
+	_, ok := s.Get(id)
+	require.True(t, ok, "no subscription %q", id)
+	require.Contains(t, s.GetAll(), id)
+}
+
+// quiot: a set of one subscription holds no map, and the set behaves as a
+// map through every change between one and several.
+func TestSubscriptionsOneInPlace(t *testing.T) {
+	s := NewSubscriptions()
+	steps := []struct {
+		add, del string
+		want     map[string]byte // id -> Qos
+	}{
+		{add: "a", want: map[string]byte{"a": 1}},
+		{add: "a", want: map[string]byte{"a": 1}},
+		{del: "b", want: map[string]byte{"a": 1}},
+		{add: "b", want: map[string]byte{"a": 1, "b": 1}},
+		{add: "c", want: map[string]byte{"a": 1, "b": 1, "c": 1}},
+		{del: "a", want: map[string]byte{"b": 1, "c": 1}},
+		{del: "b", want: map[string]byte{"c": 1}},
+		{del: "c", want: map[string]byte{}},
+		{add: "d", want: map[string]byte{"d": 1}},
+		{del: "d", want: map[string]byte{}},
+	}
+	for i, st := range steps {
+		if st.add != "" {
+			s.Add(st.add, packets.Subscription{Filter: st.add, Qos: 1})
+		}
+		if st.del != "" {
+			s.Delete(st.del)
+		}
+		got := map[string]byte{}
+		for id, sub := range s.GetAll() {
+			require.Equal(t, id, sub.Filter, "step %d", i)
+			got[id] = sub.Qos
+		}
+		require.Equal(t, st.want, got, "step %d", i)
+		require.Equal(t, len(st.want), s.Len(), "step %d", i)
+		for _, id := range []string{"a", "b", "c", "d"} {
+			_, ok := s.Get(id)
+			_, want := st.want[id]
+			require.Equal(t, want, ok, "step %d: Get(%q)", i, id)
+		}
+	}
+
+	const n = 200
+	sets := make([]*Subscriptions, 0, n)
+	before := liveHeap()
+	for i := 0; i < n; i++ {
+		s := NewSubscriptions()
+		s.Add("a/b/c", packets.Subscription{Filter: "a/b/c", Qos: 1})
+		sets = append(sets, s)
+	}
+	per := (int64(liveHeap()) - int64(before)) / n
+	t.Logf("heap per set of one subscription: %d bytes", per)
+	require.LessOrEqual(t, per, int64(400))
+	runtime.KeepAlive(sets)
 }
 
 func TestSubscriptionsAdd(t *testing.T) {
 	s := NewSubscriptions()
 	s.Add("cl1", packets.Subscription{})
-	require.Contains(t, s.internal, "cl1")
+	requireSubscription(t, s, "cl1")
 }
 
 func TestSubscriptionsGet(t *testing.T) {
 	s := NewSubscriptions()
 	s.Add("cl1", packets.Subscription{Qos: 2})
 	s.Add("cl2", packets.Subscription{Qos: 2})
-	require.Contains(t, s.internal, "cl1")
-	require.Contains(t, s.internal, "cl2")
+	requireSubscription(t, s, "cl1")
+	requireSubscription(t, s, "cl2")
 
 	sub, ok := s.Get("cl1")
 	require.True(t, ok)
@@ -128,9 +192,9 @@ func TestSubscriptionsGetAll(t *testing.T) {
 	s.Add("cl1", packets.Subscription{Qos: 0})
 	s.Add("cl2", packets.Subscription{Qos: 1})
 	s.Add("cl3", packets.Subscription{Qos: 2})
-	require.Contains(t, s.internal, "cl1")
-	require.Contains(t, s.internal, "cl2")
-	require.Contains(t, s.internal, "cl3")
+	requireSubscription(t, s, "cl1")
+	requireSubscription(t, s, "cl2")
+	requireSubscription(t, s, "cl3")
 
 	subs := s.GetAll()
 	require.Len(t, subs, 3)
@@ -140,15 +204,15 @@ func TestSubscriptionsLen(t *testing.T) {
 	s := NewSubscriptions()
 	s.Add("cl1", packets.Subscription{Qos: 0})
 	s.Add("cl2", packets.Subscription{Qos: 1})
-	require.Contains(t, s.internal, "cl1")
-	require.Contains(t, s.internal, "cl2")
+	requireSubscription(t, s, "cl1")
+	requireSubscription(t, s, "cl2")
 	require.Equal(t, 2, s.Len())
 }
 
 func TestSubscriptionsDelete(t *testing.T) {
 	s := NewSubscriptions()
 	s.Add("cl1", packets.Subscription{Qos: 1})
-	require.Contains(t, s.internal, "cl1")
+	requireSubscription(t, s, "cl1")
 
 	s.Delete("cl1")
 	_, ok := s.Get("cl1")

@@ -1,0 +1,247 @@
+package mqtt
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"runtime"
+	"testing"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/mochi-mqtt/server/v2/system"
+	"github.com/stretchr/testify/require"
+)
+
+// liveHeap is the heap in use after two collections.
+func liveHeap() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// quiot: an idle client holds no write queue. Upstream made each client's
+// outbound channel whole (8 bytes a slot, 8 KiB with 1024 slots) for the
+// life of the client; the writeQueue's array grows while packets are
+// queued and is dropped when the queue empties (QUIOT.md).
+func TestIdleClientWriteQueueHeap(t *testing.T) {
+	const n = 200
+	o := &ops{
+		info:  new(system.Info),
+		hooks: new(Hooks),
+		log:   logger,
+		options: &Options{Capabilities: &Capabilities{
+			MaximumClientWritesPending: 1024,
+			maximumPacketID:            10,
+		}},
+	}
+	pk := new(packets.Packet)
+	clients := make([]*Client, 0, n)
+	before := liveHeap()
+	for i := 0; i < n; i++ {
+		cl := newClient(nil, o)
+		// A burst of 100 packets queued and written: the queue grows, then
+		// empties.
+		for j := 0; j < 100; j++ {
+			require.True(t, cl.State.outbound.push(pk))
+		}
+		for j := 0; j < 100; j++ {
+			_, ok := cl.State.outbound.pop()
+			require.True(t, ok)
+		}
+		_, ok := cl.State.outbound.pop()
+		require.False(t, ok)
+		clients = append(clients, cl)
+	}
+	per := (int64(liveHeap()) - int64(before)) / n
+	t.Logf("heap per idle client: %d bytes", per)
+	require.LessOrEqual(t, per, int64(2048))
+	runtime.KeepAlive(clients)
+}
+
+// quiot: the write queue keeps its order and its bound (MaximumClientWritesPending+1
+// packets) through growth, reuse of taken slots and release.
+func TestWriteQueueOrderAndBound(t *testing.T) {
+	q := writeQueue{max: 5}
+	pks := make([]*packets.Packet, 64)
+	for i := range pks {
+		pks[i] = &packets.Packet{PacketID: uint16(i)}
+	}
+	next, want := 0, 0
+	for _, step := range []struct{ push, pop int }{{5, 2}, {3, 4}, {5, 5}, {1, 0}, {4, 5}, {2, 2}} {
+		for i := 0; i < step.push; i++ {
+			ok := q.push(pks[next])
+			if q.len() > q.cap() || (!ok && q.len() < q.cap()) {
+				t.Fatalf("push %d: ok %v with %d of %d queued", next, ok, q.len(), q.cap())
+			}
+			if ok {
+				next++
+			}
+		}
+		for i := 0; i < step.pop; i++ {
+			pk, ok := q.pop()
+			require.True(t, ok)
+			require.Equal(t, uint16(want), pk.PacketID)
+			want++
+		}
+	}
+	_, ok := q.pop()
+	require.False(t, ok)
+	require.Equal(t, next, want)
+	require.Equal(t, 0, q.len())
+}
+
+// burstConn is a connection that gives its data, then reports each read
+// that finds nothing more on waiting and blocks until release is closed.
+type burstConn struct {
+	net.Conn // nil: only Read and RemoteAddr are used
+	data     []byte
+	waiting  chan<- struct{}
+	release  <-chan struct{}
+}
+
+func (c *burstConn) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		c.waiting <- struct{}{}
+		<-c.release
+		return 0, io.EOF
+	}
+	n := copy(p, c.data)
+	c.data = c.data[n:]
+	return n, nil
+}
+
+func (c *burstConn) RemoteAddr() net.Addr { return &net.TCPAddr{} }
+
+// quiot: a client waiting for its next packet holds no read buffer of
+// ClientNetReadBufferSize. Upstream's bufio.Reader held one for the life of
+// the client; connReader waits in a 128-byte array and takes a pooled
+// buffer only while bytes come faster (QUIOT.md). Each client here reads a
+// burst of three 600-byte PUBLISH packets, then waits for a fourth.
+func TestIdleClientReadBufferHeap(t *testing.T) {
+	const n = 200
+	o := &ops{
+		info:  new(system.Info),
+		hooks: new(Hooks),
+		log:   logger,
+		options: &Options{
+			ClientNetReadBufferSize: 4096,
+			Capabilities:            &Capabilities{maximumPacketID: 10},
+		},
+	}
+	var burst bytes.Buffer
+	for i := 0; i < 3; i++ {
+		pk := packets.Packet{
+			FixedHeader:     packets.FixedHeader{Type: packets.Publish},
+			ProtocolVersion: 4,
+			TopicName:       "a/b",
+			Payload:         bytes.Repeat([]byte{'x'}, 600),
+		}
+		require.NoError(t, pk.PublishEncode(&burst))
+	}
+	waiting := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error, n)
+	clients := make([]*Client, 0, n)
+	before := liveHeap()
+	for i := 0; i < n; i++ {
+		cl := newClient(&burstConn{data: burst.Bytes(), waiting: waiting, release: release}, o)
+		cl.Properties.ProtocolVersion = 4
+		clients = append(clients, cl)
+		go func() {
+			for j := 0; j < 3; j++ {
+				fh := new(packets.FixedHeader)
+				if err := cl.ReadFixedHeader(fh); err != nil {
+					done <- err
+					return
+				}
+				if _, err := cl.ReadPacket(fh); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- cl.ReadFixedHeader(new(packets.FixedHeader)) // waits
+		}()
+	}
+	for i := 0; i < n; i++ {
+		select {
+		case <-waiting:
+		case err := <-done:
+			t.Fatalf("a client's reads ended early: %v", err)
+		}
+	}
+	per := (int64(liveHeap()) - int64(before)) / n
+	close(release)
+	for i := 0; i < n; i++ {
+		require.ErrorIs(t, <-done, io.EOF)
+	}
+	t.Logf("heap per waiting client: %d bytes", per)
+	require.LessOrEqual(t, per, int64(3072))
+	runtime.KeepAlive(clients)
+}
+
+// quiot: connReader gives the bytes of its source in order through
+// ReadByte and Read of any size, over sources that return any amount per
+// read, and the source's error once its bytes are read.
+func TestConnReader(t *testing.T) {
+	data := make([]byte, 20000)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	for _, tc := range []struct {
+		name  string
+		size  int   // pooled buffer size
+		chunk int   // the most bytes the source gives per read
+		reads []int // read sizes, in turn (0: ReadByte)
+	}{
+		{"bytes", 1024, 20000, []int{0}},
+		{"small chunks", 1024, 7, []int{0, 3, 100}},
+		{"idle array filled", 1024, 20000, []int{0, 1, 200, 5000}},
+		{"reads of the buffer size", 1024, 1500, []int{1024, 0, 1023}},
+		{"no pool", 64, 333, []int{0, 17, 64, 65}},
+		{"unbuffered", 0, 500, []int{0, 10, 1000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &chunkReader{data: data, chunk: tc.chunk, err: io.ErrUnexpectedEOF}
+			b := newConnReader(src, tc.size)
+			var got []byte
+			var err error
+			for i := 0; err == nil; i++ {
+				want := tc.reads[i%len(tc.reads)]
+				if want == 0 {
+					var c byte
+					if c, err = b.ReadByte(); err == nil {
+						got = append(got, c)
+					}
+					continue
+				}
+				p := make([]byte, want)
+				var n int
+				n, err = b.Read(p)
+				require.LessOrEqual(t, n, want)
+				got = append(got, p[:n]...)
+			}
+			require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+			require.Equal(t, data, got)
+			require.Zero(t, b.Buffered())
+		})
+	}
+}
+
+// chunkReader gives data at most chunk bytes a read, the last bytes with
+// err, then err.
+type chunkReader struct {
+	data  []byte
+	chunk int
+	err   error
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	n := copy(p, r.data[:min(len(r.data), r.chunk)])
+	r.data = r.data[n:]
+	if len(r.data) == 0 {
+		return n, r.err
+	}
+	return n, nil
+}
