@@ -18,7 +18,7 @@ func TestRun(t *testing.T) {
 		{"peer", []string{"-profile", "ltem", "-dev", "wlan0", "-ifb", "ifb3", "-peer", "198.51.100.7"}, []string{"match ip dst 198.51.100.7/32", "dev ifb3 parent 1:4 handle 40: netem delay 75ms 15ms loss random 1% rate 300kbit"}, ""},
 		{"clear", []string{"-clear", "-dev", "eth0"}, []string{"tc qdisc del dev eth0 handle ffff: ingress", "ip link del ifb0"}, ""},
 		{"list", []string{"-list"}, []string{"nbiot  NB-IoT", "(RTT 600ms)"}, ""},
-		{"script", []string{"-script"}, []string{"#!/bin/sh", "apply_nbiot()"}, ""},
+		{"script", []string{"-script"}, []string{"#!/bin/sh", "shape() {", "\tnbiot) # NB-IoT"}, ""},
 		{"no dev", []string{"-profile", "lan"}, nil, "need -profile and -dev"},
 		{"clear without dev", []string{"-clear"}, nil, "-clear needs -dev"},
 		{"unknown profile", []string{"-profile", "x", "-dev", "eth0"}, nil, "unknown link profile"},
