@@ -3,6 +3,7 @@ package space
 // entry is a message in history.
 type entry struct {
 	m       *Message
+	seq     uint64 // m's sequence number, kept once evicted (historyreplay.go)
 	evicted bool
 }
 
@@ -18,6 +19,10 @@ type topicState struct {
 	// retainedSeq is the cluster's sequence number of the last retained
 	// message (or clearing) seen for the topic (federation.go).
 	retainedSeq uint64
+	// first is the sequence number of the message that created the topic
+	// (0: created otherwise), so that a paced history replay tells a topic
+	// born after it started (historyreplay.go).
+	first uint64
 }
 
 // store appends msg to its topic's history and enforces the bounds. sp.mu held.
@@ -28,7 +33,7 @@ func (sp *Space) store(ts *topicState, msg *Message) {
 		sp.maybeForget(msg.Topic, ts)
 		return
 	}
-	e := &entry{m: msg}
+	e := &entry{m: msg, seq: msg.Seq}
 	ts.hist.push(e)
 	sp.order.push(e)
 	sp.histSize += msgCost(msg)
@@ -79,6 +84,7 @@ func msgCost(m *Message) int64 { return int64(len(m.Payload)+len(m.Topic)) + Ent
 func (sp *Space) evict(ts *topicState, e *entry) {
 	e.evicted = true
 	ts.evictedMax = max(ts.evictedMax, e.m.Seq)
+	sp.replaysEvicted(e.m.Topic, e.m.Seq)
 	sp.noteEvict(e.m.Topic, e.m.Seq, ts.evictedMax)
 	sp.histSize -= msgCost(e.m)
 	sp.histMsgs--
@@ -89,6 +95,7 @@ func (sp *Space) evict(ts *topicState, e *entry) {
 // maybeForget drops a topic that holds nothing. sp.mu held.
 func (sp *Space) maybeForget(name string, ts *topicState) {
 	if ts.hist.len() == 0 && ts.retained == nil {
+		sp.replaysForget(name, ts)
 		sp.forgotten = max(sp.forgotten, ts.evictedMax)
 		delete(sp.topics, name)
 		sp.noteForgetTopic(name)
