@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -11,19 +12,19 @@ import (
 	"github.com/quiot/quiot/broker/brokertest"
 )
 
-// fillHistory publishes 10-byte messages to topics h/000..h/999 until the
-// history is at its bound (--history-bytes, 16 MiB: about 151,000) and
-// evicts: each topic then has a gap after 0. It returns the messages the
-// history holds.
-func fillHistory(tb testing.TB, br *brokertest.Broker) int {
+// fillHistory publishes messages of size bytes to topics h/000..h/999
+// until the history is at its bound (--history-bytes, 16 MiB: about
+// 151,000 of 10 bytes) and evicts: each topic then has a gap after 0. It
+// returns the messages the history holds.
+func fillHistory(tb testing.TB, br *brokertest.Broker, size int) int {
 	tb.Helper()
-	payload := bytes.Repeat([]byte("h"), 10)
+	payload := bytes.Repeat([]byte("h"), size)
 	for i := 0; ; i++ {
 		if _, err := br.Broker.Publish(context.Background(), broker.Message{Topic: fmt.Sprintf("h/%03d", i%1000), Payload: payload}); err != nil {
 			tb.Fatal(err)
 		}
 		// Past the bound by a round of all topics: each lost its first.
-		if i%1000 == 999 {
+		if i%1000 == 999 || size > 1<<10 && i >= 1000 {
 			if held := br.Stats().HistoryMessages; held+1000 <= i+1 {
 				return held
 			}
@@ -50,7 +51,7 @@ func TestHistoryReplayBoundedForNonReaders(t *testing.T) {
 		perSubBound = 4 << 20 // a chunk, the write buffer, QUIC windows on both ends (the client's is in this process)
 	)
 	br := brokertest.Start(t, nil, nil)
-	stored := fillHistory(t, br)
+	stored := fillHistory(t, br, 10)
 	if stored < 100_000 {
 		t.Fatalf("only %d history messages stored", stored)
 	}
@@ -104,6 +105,64 @@ func TestHistoryReplayBoundedForNonReaders(t *testing.T) {
 				t.Errorf("%d topic gaps, want 1000", len(gaps))
 			}
 			for _, s := range subs {
+				s.close()
+			}
+		})
+	}
+}
+
+// BenchmarkHistoryReplayHTTP: one HTTP/3 subscription to # with since=0
+// (binary frames: a gap for each of the 1000 topics, then the whole
+// history) with the history at its bound (--history-bytes, 16 MiB), in
+// two shapes: the largest payloads (256 KiB) and many small messages (10
+// bytes). cpu-ns is the whole process (broker and client) from the
+// request until the client read a message published after the replay;
+// alloc-B what was allocated meanwhile (the client's decoding included);
+// heap-B the live heap once the response began and before the client
+// read its body (what the broker holds for a subscriber that does not
+// read); received the history messages read, history those held.
+func BenchmarkHistoryReplayHTTP(b *testing.B) {
+	for _, shape := range []struct {
+		name    string
+		payload int
+	}{{"256KiB", 256<<10 - 64}, {"10B", 10}} {
+		b.Run(shape.name, func(b *testing.B) {
+			br := brokertest.Start(b, nil, nil)
+			stored := fillHistory(b, br, shape.payload)
+			b.Logf("%d history messages, %d bytes", stored, br.Stats().HistoryBytes)
+			b.ResetTimer()
+			for range b.N {
+				c := newClient(b, br, nil)
+				history := br.Stats().HistoryMessages // earlier runs' "end" evicted some
+				var ms runtime.MemStats
+				before := heapInuse()
+				runtime.ReadMemStats(&ms)
+				alloc, cpu := ms.TotalAlloc, cpuTime()
+				s := c.mustSubscribe("#", "since=0", false)
+				held := heapInuse() - before
+				if _, err := br.Broker.Publish(context.Background(), broker.Message{Topic: "end", Payload: []byte("end")}); err != nil {
+					b.Fatal(err)
+				}
+				received := 0
+				for {
+					f, err := s.dec.Frame()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if f.Topic == "end" && !f.Replayed() { // the live one, not an earlier run's
+						break
+					}
+					if f.Replayed() {
+						received++
+					}
+				}
+				elapsed := cpuTime() - cpu
+				runtime.ReadMemStats(&ms)
+				b.ReportMetric(float64(elapsed), "cpu-ns/subscribe")
+				b.ReportMetric(float64(ms.TotalAlloc-alloc), "alloc-B/subscribe")
+				b.ReportMetric(float64(held), "heap-B")
+				b.ReportMetric(float64(received), "received")
+				b.ReportMetric(float64(history), "history")
 				s.close()
 			}
 		})
