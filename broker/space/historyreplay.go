@@ -1,6 +1,7 @@
 package space
 
 import (
+	"math"
 	"slices"
 	"sort"
 
@@ -12,11 +13,11 @@ import (
 // messages, or the history after its resume point with the gaps), a
 // bounded chunk at a time: *RetainedReplay or *HistoryReplay.
 type Replay interface {
-	// Next appends to dst the next frames: at most maxMsgs frames and,
-	// once one is appended, no more than maxBytes of payload and topic
-	// (gap announcements the replay noted meanwhile come first, beyond
-	// these bounds: 65 at most). It returns dst and whether more may
-	// follow (false: the replay is complete).
+	// Next appends to dst the next frames: at most maxMsgs messages (or
+	// topic gaps) and, once one is appended, no more than maxBytes of
+	// payload and topic (gaps for losses the replay noted meanwhile come
+	// beyond these bounds: 65 at most). It returns dst and whether more
+	// may follow (false: the replay is complete).
 	Next(dst []wire.Frame, maxMsgs, maxBytes int) ([]wire.Frame, bool)
 }
 
@@ -33,9 +34,9 @@ type Replay interface {
 // started (later ones come live, through the Subscriber's queue). Messages
 // evicted, and topics dropped, while it is under way are not replayed but
 // announced as gaps on their topic (after 64 topics, one gap without topic
-// for the others, as a Subscriber's queue announces its losses), before
-// the next chunk: every message after the resume point arrives once, in
-// order, or is announced lost.
+// for the others, as a Subscriber's queue announces its losses), once
+// the replay has passed them: every message after the resume point
+// arrives once, in order, or is announced lost.
 type HistoryReplay struct {
 	sp     *Space
 	filter string
@@ -142,9 +143,9 @@ func (sp *Space) replaysForget(name string, ts *topicState) {
 	}
 }
 
-// Next appends to dst the next frames of the replay (see Replay): noted
-// losses, then topic gaps or history messages flagged 0 (the caller flags
-// them replayed).
+// Next appends to dst the next frames of the replay (see Replay): topic
+// gaps, or history messages flagged 0 (the caller flags them replayed)
+// with the gaps of losses noted before them.
 func (r *HistoryReplay) Next(dst []wire.Frame, maxMsgs, maxBytes int) ([]wire.Frame, bool) {
 	if r == nil {
 		return dst, false
@@ -156,10 +157,6 @@ func (r *HistoryReplay) Next(dst []wire.Frame, maxMsgs, maxBytes int) ([]wire.Fr
 		return dst, false
 	}
 	maxMsgs = max(maxMsgs, 1)
-	for _, name := range r.lostOrder {
-		dst = append(dst, wire.GapFrame(*r.lost[name]))
-	}
-	r.lost, r.lostOrder = nil, nil
 	if !r.gapsDone {
 		dst = r.nextGaps(dst, maxMsgs, maxBytes)
 		return dst, true
@@ -180,12 +177,36 @@ func (r *HistoryReplay) Next(dst []wire.Frame, maxMsgs, maxBytes int) ([]wire.Fr
 		if e.evicted || !topic.Match(r.filter, e.m.Topic) {
 			continue
 		}
+		dst = r.flushLost(dst, e.seq)
 		dst = append(dst, frameOf(e.m, 0))
 		bytes += len(e.m.Payload) + len(e.m.Topic)
 		n++
 	}
+	dst = r.flushLost(dst, math.MaxUint64)
 	r.finish()
 	return dst, false
+}
+
+// flushLost appends the gaps noted for losses before seq: a gap comes
+// once the messages up to its last are replayed, so that a subscriber
+// that moves its resume point to a gap's end (internal/wire) loses
+// nothing if the stream breaks after it. r.sp.mu held.
+func (r *HistoryReplay) flushLost(dst []wire.Frame, seq uint64) []wire.Frame {
+	if len(r.lostOrder) == 0 {
+		return dst
+	}
+	kept := r.lostOrder[:0]
+	for _, name := range r.lostOrder {
+		if g := r.lost[name]; g.To < seq {
+			dst = append(dst, wire.GapFrame(*g))
+			delete(r.lost, name)
+		} else {
+			kept = append(kept, name)
+		}
+	}
+	clear(r.lostOrder[len(kept):])
+	r.lostOrder = kept
+	return dst
 }
 
 // nextGaps appends the next topic gaps, in topic name order, and notes

@@ -18,8 +18,9 @@ import (
 // beside it, then the live messages from the Subscriber's queue, deliver
 // every message of a/# once, in sequence order, or announce it lost: each
 // message published on a/# is delivered or inside a gap on its topic (or
-// a gap without topic), none delivered is inside a gap of its topic, and
-// the losses during the replay (evictions of topics already announced, a
+// a gap without topic), none delivered is inside a gap of its topic nor
+// follows a gap that ends after it (a resume point moves to a gap's end),
+// and the losses during the replay (evictions of topics already announced, a
 // topic dropped before its turn) are among the gaps. Undisturbed, it gives
 // what Subscribe gives at once.
 func TestHistoryReplayPaced(t *testing.T) {
@@ -113,6 +114,7 @@ func TestHistoryReplayPaced(t *testing.T) {
 					}
 				}()
 			}
+			burst := false
 			for more, i := true, 0; more; i++ {
 				var chunk []wire.Frame
 				chunk, more = replay.Next(nil, 3, 1<<20)
@@ -123,6 +125,14 @@ func TestHistoryReplayPaced(t *testing.T) {
 				if !tc.concurrent && i == 0 {
 					for j := range 30 { // during the topic gaps: a/zz goes
 						publish(fmt.Sprintf("c/%d", j))
+					}
+				}
+				if !tc.concurrent && countMsgs(got) > 0 && !burst {
+					// In the history part: a/9's held messages, ahead of
+					// the replay, go by its topic's bound.
+					burst = true
+					for range l.HistoryPerTopic {
+						publish("a/9")
 					}
 				}
 				if !tc.concurrent && i < 60 {
@@ -142,7 +152,7 @@ func TestHistoryReplayPaced(t *testing.T) {
 			}
 
 			delivered := map[uint64]bool{}
-			var last uint64
+			var last, gapEnd uint64 // gapEnd: the highest end of a gap after a message
 			var lost []wire.Gap
 			for _, f := range got {
 				if f.IsGap() {
@@ -151,10 +161,17 @@ func TestHistoryReplayPaced(t *testing.T) {
 						t.Fatal(err)
 					}
 					lost = append(lost, g)
+					if last > 0 {
+						gapEnd = max(gapEnd, g.To)
+					}
 					continue
 				}
 				if f.Seq <= last || published[f.Seq] != f.Topic {
 					t.Fatalf("message %q seq %d after %d: out of order, repeated or not published", f.Topic, f.Seq, last)
+				}
+				if f.Seq <= gapEnd {
+					// A resume point moved to the gap's end would skip it.
+					t.Fatalf("message %q seq %d after a gap up to %d", f.Topic, f.Seq, gapEnd)
 				}
 				last = f.Seq
 				delivered[f.Seq] = true
@@ -177,6 +194,9 @@ func TestHistoryReplayPaced(t *testing.T) {
 				// before its turn, a/0's messages evicted after its gap.
 				if !slices.ContainsFunc(lost, func(g wire.Gap) bool { return g.Topic == "a/zz" }) {
 					t.Errorf("no gap for a/zz, dropped during the replay: %v", lost)
+				}
+				if !slices.ContainsFunc(got[slices.IndexFunc(got, func(f wire.Frame) bool { return !f.IsGap() }):], func(f wire.Frame) bool { return f.IsGap() && f.Topic == "a/9" }) {
+					t.Errorf("no gap for a/9 during the history part: %v", lost)
 				}
 				if n := len(lost); n <= 10 {
 					t.Errorf("%d gaps, want more than the 10 topic gaps: %v", n, lost)
