@@ -19,10 +19,9 @@ type topicState struct {
 	// retainedSeq is the cluster's sequence number of the last retained
 	// message (or clearing) seen for the topic (federation.go).
 	retainedSeq uint64
-	// first is the sequence number of the message that created the topic
-	// (0: created otherwise), so that a paced history replay tells a topic
-	// born after it started (historyreplay.go).
-	first uint64
+	// id is the topic's place in the space's list of topics, in the order
+	// they were created (Space.topicList, historyreplay.go).
+	id uint64
 }
 
 // store appends msg to its topic's history and enforces the bounds. sp.mu held.
@@ -84,7 +83,7 @@ func msgCost(m *Message) int64 { return int64(len(m.Payload)+len(m.Topic)) + Ent
 func (sp *Space) evict(ts *topicState, e *entry) {
 	e.evicted = true
 	ts.evictedMax = max(ts.evictedMax, e.m.Seq)
-	sp.replaysEvicted(e.m.Topic, e.m.Seq)
+	sp.replaysEvicted(ts, e.m.Topic, e.m.Seq)
 	sp.noteEvict(e.m.Topic, e.m.Seq, ts.evictedMax)
 	sp.histSize -= msgCost(e.m)
 	sp.histMsgs--
@@ -98,6 +97,7 @@ func (sp *Space) maybeForget(name string, ts *topicState) {
 		sp.replaysForget(name, ts)
 		sp.forgotten = max(sp.forgotten, ts.evictedMax)
 		delete(sp.topics, name)
+		sp.unlistTopic(ts)
 		sp.noteForgetTopic(name)
 	}
 }

@@ -29,7 +29,7 @@ type Replay interface {
 //
 // It replays what Subscribe returns at once: first a gap announcement for
 // each matching topic whose history lost messages after the resume point
-// (in topic name order), then the history after the resume point in
+// (in the order the topics were created), then the history after the resume point in
 // sequence order, up to the last message applied when the subscription
 // started (later ones come live, through the Subscriber's queue). Messages
 // evicted, and topics dropped, while it is under way are not replayed but
@@ -42,10 +42,10 @@ type HistoryReplay struct {
 	filter string
 	from   uint64 // the resume point
 	top    uint64 // the last message applied when the subscription started
-	// Topic gaps: the last topic announced, in name order.
-	gapName    string
-	gapStarted bool
-	gapsDone   bool
+	// Topic gaps: the topics up to lastTopic (Space.topicList) have been
+	// examined; those created after topTopic came after the start.
+	lastTopic, topTopic uint64
+	gapsDone            bool
 	// Messages: the sequence number of the last history entry examined.
 	pos  uint64
 	done bool
@@ -61,7 +61,7 @@ func (sp *Space) newHistoryReplay(filter string, from uint64) *HistoryReplay {
 	if sp.persist != nil {
 		top = sp.applied
 	}
-	r := &HistoryReplay{sp: sp, filter: filter, from: from, top: top, pos: from}
+	r := &HistoryReplay{sp: sp, filter: filter, from: from, top: top, pos: from, topTopic: sp.topicIDs}
 	sp.replays = append(sp.replays, r)
 	return r
 }
@@ -99,31 +99,64 @@ func (r *HistoryReplay) note(name string, from, to uint64) {
 	g.To = max(g.To, to)
 }
 
-// pendingGap reports whether name's topic gap is still to come in the
+// topicRef is a topic in the space's list of topics (Space.topicList);
+// ts is nil once the topic was dropped (a stub until the list is
+// compacted).
+type topicRef struct {
+	id   uint64
+	name string
+	ts   *topicState
+}
+
+// newTopic adds the topic name, which the space does not have. sp.mu held.
+func (sp *Space) newTopic(name string) *topicState {
+	sp.topicIDs++
+	ts := &topicState{id: sp.topicIDs}
+	sp.topics[name] = ts
+	sp.topicList = append(sp.topicList, topicRef{id: ts.id, name: name, ts: ts})
+	return ts
+}
+
+// findTopic returns the position of the topic id in the list of topics,
+// or where it would be. sp.mu held.
+func (sp *Space) findTopic(id uint64) (int, bool) {
+	return slices.BinarySearchFunc(sp.topicList, id, func(t topicRef, id uint64) int { return cmpU64(t.id, id) })
+}
+
+// unlistTopic makes the list entry of the dropped topic ts a stub, and
+// compacts the list once stubs are most of it. sp.mu held.
+func (sp *Space) unlistTopic(ts *topicState) {
+	if i, ok := sp.findTopic(ts.id); ok && sp.topicList[i].ts != nil {
+		sp.topicList[i] = topicRef{id: ts.id}
+		sp.topicStubs++
+	}
+	if sp.topicStubs > 64 && sp.topicStubs > len(sp.topicList)/2 {
+		sp.topicList = slices.DeleteFunc(sp.topicList, func(t topicRef) bool { return t.ts == nil })
+		sp.topicStubs = 0
+	}
+}
+
+// pendingGap reports whether ts's topic gap is still to come in the
 // replay's first part. r.sp.mu held.
-func (r *HistoryReplay) pendingGap(name string) bool {
-	return !r.gapsDone && (!r.gapStarted || name > r.gapName)
+func (r *HistoryReplay) pendingGap(ts *topicState) bool {
+	return !r.gapsDone && ts.id > r.lastTopic && ts.id <= r.topTopic
 }
 
 // topicGap is the gap the replay announces for ts, if any: its messages
-// lost after the resume point, up to those the replay covers. A topic
-// created after the replay started has none (its messages are live).
+// lost after the resume point, up to those the replay covers.
 func (r *HistoryReplay) topicGap(ts *topicState) (to uint64, ok bool) {
-	if ts.first > r.top {
-		return 0, false
-	}
 	to = min(ts.evictedMax, r.top)
 	return to, to > r.from
 }
 
 // replaysEvicted notes, for the paced replays under way, the eviction of
-// topic's message seq. sp.mu held.
-func (sp *Space) replaysEvicted(name string, seq uint64) {
+// topic ts's message seq. sp.mu held.
+func (sp *Space) replaysEvicted(ts *topicState, name string, seq uint64) {
 	for _, r := range sp.replays {
 		if seq > r.top || seq <= r.pos || !topic.Match(r.filter, name) {
 			continue
 		}
-		if r.pendingGap(name) {
+		if r.pendingGap(ts) {
 			continue // its topic gap, still to come, covers it
 		}
 		r.note(name, seq, seq)
@@ -134,7 +167,7 @@ func (sp *Space) replaysEvicted(name string, seq uint64) {
 // dropped before its topic gap was announced. sp.mu held.
 func (sp *Space) replaysForget(name string, ts *topicState) {
 	for _, r := range sp.replays {
-		if !r.pendingGap(name) || !topic.Match(r.filter, name) {
+		if !r.pendingGap(ts) || !topic.Match(r.filter, name) {
 			continue
 		}
 		if to, ok := r.topicGap(ts); ok {
@@ -209,53 +242,35 @@ func (r *HistoryReplay) flushLost(dst []wire.Frame, seq uint64) []wire.Frame {
 	return dst
 }
 
-// nextGaps appends the next topic gaps, in topic name order, and notes
-// when they are all announced. sp.mu held.
+// nextGaps appends the next topic gaps, in the order the topics were
+// created, examining at most replayScan topics, and notes when they are
+// all announced. sp.mu held.
 func (r *HistoryReplay) nextGaps(dst []wire.Frame, maxMsgs, maxBytes int) []wire.Frame {
-	type cand struct {
-		name string
-		to   uint64
+	sp := r.sp
+	i, found := sp.findTopic(r.lastTopic)
+	if found {
+		i++ // examined
 	}
-	// The next maxMsgs names after gapName, found in one pass over the
-	// topics without holding them all.
-	var next []cand
-	more := false
-	trim := func() {
-		slices.SortFunc(next, func(a, b cand) int {
-			if a.name < b.name {
-				return -1
-			}
-			if a.name > b.name {
-				return 1
-			}
-			return 0
-		})
-		if len(next) > maxMsgs {
-			next, more = next[:maxMsgs], true
+	bytes, n := 0, 0
+	for scanned := 0; i < len(sp.topicList); i++ {
+		if n == maxMsgs || n > 0 && bytes >= maxBytes || scanned == replayScan {
+			return dst
 		}
-	}
-	for name, ts := range r.sp.topics {
-		if r.gapStarted && name <= r.gapName || !topic.Match(r.filter, name) {
+		t := sp.topicList[i]
+		if t.id > r.topTopic {
+			break // created after the replay started: its messages are live
+		}
+		r.lastTopic = t.id
+		scanned++
+		if t.ts == nil || !topic.Match(r.filter, t.name) {
 			continue
 		}
-		if to, ok := r.topicGap(ts); ok {
-			next = append(next, cand{name, to})
-			if len(next) >= 2*maxMsgs {
-				trim()
-			}
+		if to, ok := r.topicGap(t.ts); ok {
+			dst = append(dst, wire.GapFrame(wire.Gap{Topic: t.name, From: r.from + 1, To: to}))
+			bytes += len(t.name) + 16
+			n++
 		}
 	}
-	trim()
-	bytes := 0
-	for i, c := range next {
-		if i > 0 && bytes >= maxBytes {
-			more = true
-			break
-		}
-		dst = append(dst, wire.GapFrame(wire.Gap{Topic: c.name, From: r.from + 1, To: c.to}))
-		r.gapName, r.gapStarted = c.name, true
-		bytes += len(c.name) + 16
-	}
-	r.gapsDone = !more
+	r.gapsDone = true
 	return dst
 }

@@ -84,8 +84,14 @@ type Space struct {
 	retIdx   []retEntry
 	retStubs int
 	retGen   uint64
-	// replays are the paced history replays under way (historyreplay.go).
-	replays []*HistoryReplay
+	// replays are the paced history replays under way; topicList lists
+	// the topics in the order they were created, for their topic gaps
+	// (topicStubs: its entries of dropped topics, topicIDs: its
+	// insertions; historyreplay.go).
+	replays    []*HistoryReplay
+	topicList  []topicRef
+	topicStubs int
+	topicIDs   uint64
 	// forgotten is the highest sequence number of a message lost with a
 	// topic that was dropped from the map (history emptied, no retained).
 	forgotten uint64
@@ -283,8 +289,7 @@ func (sp *Space) Publish(ctx context.Context, m Message) (uint64, error) {
 func (sp *Space) apply(msg *Message, live bool) {
 	ts := sp.topics[msg.Topic]
 	if ts == nil {
-		ts = &topicState{first: msg.Seq}
-		sp.topics[msg.Topic] = ts
+		ts = sp.newTopic(msg.Topic)
 	}
 	if msg.Retain {
 		sp.clearRetained(ts)
