@@ -504,7 +504,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	if !s.readEncoding(w, r) {
 		return
 	}
-	sub, initial, retained, err := b.space.SubscribePaced(filter, s.since, s.otherRun)
+	sub, initial, paced, err := b.space.SubscribePaced(filter, s.since, s.otherRun)
 	if err != nil {
 		b.refuseErr(w, r, s.id, errStatus(err), err)
 		return
@@ -525,7 +525,7 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	s.writeSubscribeHeader(w)
 	rc := http.NewResponseController(w)
 	defer b.endWritesWhenCutOff(rc, sub)()
-	buf, delivered, ok := s.replay(w, rc, initial, retained)
+	buf, delivered, ok := s.replay(w, rc, initial, paced)
 	if !ok {
 		return
 	}
@@ -676,27 +676,20 @@ func (s *subRequest) encode(buf []byte, f *wire.Frame) []byte {
 // replay writes and flushes the frames a subscription starts with
 // (the history after the resume point and its gaps, or the retained
 // messages), at most s.limit messages; history is flagged FlagReplayed.
-// The retained messages are read from retained a chunk at a time, each
-// written before the next is taken: the stream's flow control holds a
-// subscriber that does not read at one chunk, never the whole retained
-// set (docs/security.md, "Worst cases"). An SSE stream with nothing to
-// replay gets a comment, so that the client sees it start. It returns the
-// buffer for reuse and the number of messages written, and ok=false when
-// a write or flush failed (the client is gone).
-func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, initial []wire.Frame, retained *space.RetainedReplay) (buf []byte, delivered uint64, ok bool) {
+// After the initial frames, the rest is read from paced a chunk at a
+// time, each written and flushed before the next is taken: the stream's
+// flow control holds a subscriber that does not read at one chunk, never
+// the whole retained set or history (docs/security.md, "Worst cases"). An
+// SSE stream with nothing to replay gets a comment, so that the client
+// sees it start. It returns the buffer for reuse and the number of
+// messages written, and ok=false when a write or flush failed (the client
+// is gone).
+func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, initial []wire.Frame, paced space.Replay) (buf []byte, delivered uint64, ok bool) {
 	for i := range initial {
 		if s.limit > 0 && delivered == s.limit {
 			break
 		}
-		if s.since != nil && !initial[i].IsGap() {
-			// History after the resume point, not a live message: the
-			// subscriber keeps it out of its latency figures.
-			initial[i].Flags |= wire.FlagReplayed
-		}
-		buf = s.encode(buf, &initial[i])
-		if !initial[i].IsGap() {
-			delivered++
-		}
+		buf, delivered = s.encodeReplayed(buf, &initial[i], delivered)
 		if len(buf) > replayChunkBytes {
 			if _, err := w.Write(buf); err != nil {
 				return buf, delivered, false
@@ -706,16 +699,15 @@ func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, 
 	}
 	var chunk []wire.Frame
 	wrote := false
-	for more := retained != nil; more && (s.limit == 0 || delivered < s.limit); {
+	for more := paced != nil; more && (s.limit == 0 || delivered < s.limit); {
 		n := replayChunkMsgs
 		if s.limit > 0 {
 			n = int(min(uint64(n), s.limit-delivered))
 		}
-		chunk, more = retained.Next(chunk[:0], n, replayChunkBytes)
+		chunk, more = paced.Next(chunk[:0], n, replayChunkBytes)
 		for i := range chunk {
-			buf = s.encode(buf, &chunk[i])
+			buf, delivered = s.encodeReplayed(buf, &chunk[i], delivered)
 		}
-		delivered += uint64(len(chunk))
 		clear(chunk) // the payloads are the store's, maybe replaced meanwhile
 		if len(buf) > 0 {
 			if _, err := w.Write(buf); err != nil {
@@ -739,9 +731,24 @@ func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, 
 	return buf, delivered, true
 }
 
-// A subscription's retained replay is written in chunks of at most
-// replayChunkMsgs messages and, beyond its first message,
-// replayChunkBytes of payload and topic (RetainedReplay.Next).
+// encodeReplayed appends a replayed frame to buf, flagged FlagReplayed
+// when it is history, and returns buf and delivered counting it (gaps are
+// not messages).
+func (s *subRequest) encodeReplayed(buf []byte, f *wire.Frame, delivered uint64) ([]byte, uint64) {
+	if f.IsGap() {
+		return s.encode(buf, f), delivered
+	}
+	if s.since != nil {
+		// History after the resume point, not a live message: the
+		// subscriber keeps it out of its latency figures.
+		f.Flags |= wire.FlagReplayed
+	}
+	return s.encode(buf, f), delivered + 1
+}
+
+// A subscription's paced replay is written in chunks of at most
+// replayChunkMsgs messages (or topic gaps) and, beyond its first,
+// replayChunkBytes of payload and topic (space.Replay).
 const (
 	replayChunkMsgs  = 256
 	replayChunkBytes = 64 << 10

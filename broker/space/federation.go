@@ -299,8 +299,8 @@ func (sp *Space) SetRetained(m Message, tap bool) error {
 		return fmt.Errorf("%w: %d bytes held, limit %d", ErrRetainedFull, sp.retainedSize, sp.limits.RetainedBytes)
 	}
 	if ts == nil {
-		ts = &topicState{retainedSeq: m.Seq}
-		sp.topics[m.Topic] = ts
+		ts = sp.newTopic(m.Topic)
+		ts.retainedSeq = m.Seq
 	}
 	msg := m
 	sp.setRetained(ts, &msg)

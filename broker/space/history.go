@@ -3,6 +3,7 @@ package space
 // entry is a message in history.
 type entry struct {
 	m       *Message
+	seq     uint64 // m's sequence number, kept once evicted (historyreplay.go)
 	evicted bool
 }
 
@@ -18,6 +19,9 @@ type topicState struct {
 	// retainedSeq is the cluster's sequence number of the last retained
 	// message (or clearing) seen for the topic (federation.go).
 	retainedSeq uint64
+	// id is the topic's place in the space's list of topics, in the order
+	// they were created (Space.topicList, historyreplay.go).
+	id uint64
 }
 
 // store appends msg to its topic's history and enforces the bounds. sp.mu held.
@@ -28,7 +32,7 @@ func (sp *Space) store(ts *topicState, msg *Message) {
 		sp.maybeForget(msg.Topic, ts)
 		return
 	}
-	e := &entry{m: msg}
+	e := &entry{m: msg, seq: msg.Seq}
 	ts.hist.push(e)
 	sp.order.push(e)
 	sp.histSize += msgCost(msg)
@@ -79,6 +83,7 @@ func msgCost(m *Message) int64 { return int64(len(m.Payload)+len(m.Topic)) + Ent
 func (sp *Space) evict(ts *topicState, e *entry) {
 	e.evicted = true
 	ts.evictedMax = max(ts.evictedMax, e.m.Seq)
+	sp.replaysEvicted(ts, e.m.Topic, e.m.Seq)
 	sp.noteEvict(e.m.Topic, e.m.Seq, ts.evictedMax)
 	sp.histSize -= msgCost(e.m)
 	sp.histMsgs--
@@ -89,8 +94,10 @@ func (sp *Space) evict(ts *topicState, e *entry) {
 // maybeForget drops a topic that holds nothing. sp.mu held.
 func (sp *Space) maybeForget(name string, ts *topicState) {
 	if ts.hist.len() == 0 && ts.retained == nil {
+		sp.replaysForget(name, ts)
 		sp.forgotten = max(sp.forgotten, ts.evictedMax)
 		delete(sp.topics, name)
+		sp.unlistTopic(ts)
 		sp.noteForgetTopic(name)
 	}
 }

@@ -159,8 +159,7 @@ func (sp *Space) restore(st *StoredState) {
 	get := func(name string) *topicState {
 		ts := sp.topics[name]
 		if ts == nil {
-			ts = &topicState{}
-			sp.topics[name] = ts
+			ts = sp.newTopic(name)
 		}
 		return ts
 	}

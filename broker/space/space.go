@@ -84,6 +84,14 @@ type Space struct {
 	retIdx   []retEntry
 	retStubs int
 	retGen   uint64
+	// replays are the paced history replays under way; topicList lists
+	// the topics in the order they were created, for their topic gaps
+	// (topicStubs: its entries of dropped topics, topicIDs: its
+	// insertions; historyreplay.go).
+	replays    []*HistoryReplay
+	topicList  []topicRef
+	topicStubs int
+	topicIDs   uint64
 	// forgotten is the highest sequence number of a message lost with a
 	// topic that was dropped from the map (history emptied, no retained).
 	forgotten uint64
@@ -281,8 +289,7 @@ func (sp *Space) Publish(ctx context.Context, m Message) (uint64, error) {
 func (sp *Space) apply(msg *Message, live bool) {
 	ts := sp.topics[msg.Topic]
 	if ts == nil {
-		ts = &topicState{}
-		sp.topics[msg.Topic] = ts
+		ts = sp.newTopic(msg.Topic)
 	}
 	if msg.Retain {
 		sp.clearRetained(ts)
@@ -314,9 +321,9 @@ func (sp *Space) apply(msg *Message, live bool) {
 // all history replayed. sp.mu is held throughout, so nothing is missed or
 // duplicated between the snapshot and live delivery.
 //
-// With paced, the retained messages are not returned but read from the
-// returned RetainedReplay.
-func (sp *Space) start(s *Subscriber, since *uint64, otherRun, paced bool) ([]wire.Frame, *RetainedReplay, error) {
+// With paced, the retained messages, or the history and its topic gaps,
+// are not returned but read from the returned Replay.
+func (sp *Space) start(s *Subscriber, since *uint64, otherRun, paced bool) ([]wire.Frame, Replay, error) {
 	out, since, otherRun, release, err := sp.cover(s.filter, since, otherRun) // federation.go
 	if err != nil {
 		return nil, nil, err
@@ -328,7 +335,7 @@ func (sp *Space) start(s *Subscriber, since *uint64, otherRun, paced bool) ([]wi
 		return nil, nil, ErrShuttingDown
 	}
 	var msgs []*Message
-	var replay *RetainedReplay
+	var replay Replay
 	if since == nil && paced {
 		replay = &RetainedReplay{sp: sp, filter: s.filter, gen: sp.retGen}
 	} else if since == nil {
@@ -353,7 +360,14 @@ func (sp *Space) start(s *Subscriber, since *uint64, otherRun, paced bool) ([]wi
 		if sp.forgotten > from {
 			out = append(out, wire.GapFrame(wire.Gap{From: from + 1, To: sp.forgotten}))
 		}
+		if paced {
+			s.hist = sp.newHistoryReplay(s.filter, from) // historyreplay.go
+			replay = s.hist
+		}
 		for name, ts := range sp.topics {
+			if paced {
+				break // the topic gaps and history come from the replay
+			}
 			if !topic.Match(s.filter, name) {
 				continue
 			}
@@ -400,13 +414,16 @@ func (sp *Space) Subscribe(filter string, since *uint64, otherRun bool) (*Subscr
 	return s, out, nil
 }
 
-// SubscribePaced is Subscribe whose retained messages (since == nil) are
-// not returned with the frames but read, a bounded chunk at a time, from
-// the returned RetainedReplay (nil with a resume point) as the
-// subscriber's stream takes them: a subscriber that does not read then
-// holds one chunk, not the whole retained set. Live messages published
-// meanwhile wait in the Subscriber's queue, within its bounds.
-func (sp *Space) SubscribePaced(filter string, since *uint64, otherRun bool) (*Subscriber, []wire.Frame, *RetainedReplay, error) {
+// SubscribePaced is Subscribe whose retained messages (since == nil), or
+// history after *since with its topic gaps, are not returned with the
+// frames but read, a bounded chunk at a time, from the returned Replay (a
+// *RetainedReplay or a *HistoryReplay) as the subscriber's stream takes
+// them: a subscriber that does not read then holds one chunk, not the
+// whole retained set or history. The frames returned (a restart gap, the
+// topicless gap of dropped topics, what the cluster's history had) come
+// first. Live messages published meanwhile wait in the Subscriber's
+// queue, within its bounds.
+func (sp *Space) SubscribePaced(filter string, since *uint64, otherRun bool) (*Subscriber, []wire.Frame, Replay, error) {
 	s := newSubscriber(filter, sp.limits, &sp.stats)
 	out, replay, err := sp.start(s, since, otherRun, true)
 	if err != nil {
@@ -446,6 +463,7 @@ func (sp *Space) stop(s *Subscriber) {
 		sp.nsubs--
 		sp.interest(s.filter, -1)
 	}
+	s.hist.finish()
 	s.release()
 }
 

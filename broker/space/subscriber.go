@@ -40,7 +40,10 @@ type Subscriber struct {
 	done     bool   // no more messages will be queued
 	cut      bool   // ended by the Disconnect policy
 	after    uint64 // the resume point: messages up to it are not queued
-	dropped  uint64
+	// hist is the subscription's paced history replay (nil: none), ended
+	// with it. Space.mu guards it.
+	hist    *HistoryReplay
+	dropped uint64
 }
 
 func newSubscriber(filter string, l Limits, c *counters) *Subscriber {
