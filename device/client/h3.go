@@ -756,11 +756,15 @@ func (s *resumeState) reset() {
 	clear(s.last)
 }
 
-// accept reports whether m is new, recording it.
-func (s *resumeState) accept(m *Message) bool {
+// accept reports whether m is new, recording it. live says whether the
+// subscription delivers live messages yet: while the broker replays its
+// history, a gap on one topic can end above messages of other topics
+// still to be replayed (the topic's history cut by --history-per-topic),
+// so a gap moves the resume point only once the replay is over.
+func (s *resumeState) accept(m *Message, live bool) bool {
 	if m.Gap {
 		// m.Seq is the first sequence after the gap (see Message.Gap).
-		if m.Seq > 0 && m.Seq-1 > s.since {
+		if live && m.Seq > 0 && m.Seq-1 > s.since {
 			s.since = m.Seq - 1
 		}
 		return true
@@ -830,7 +834,13 @@ func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Me
 	}
 	resumed := st.resumed
 	st.resumed = true
+	// live: the history replay (asked with since) is over, a message
+	// neither replayed nor retained has come.
+	live := !st.fromStart && asked == 0
 	err = readMessages(resp.Body, restarted, func(m Message) {
+		if !m.Gap && !m.Replayed && !m.Retained && m.Seq > 0 {
+			live = true
+		}
 		if resumed {
 			m.Replayed = false
 		}
@@ -840,7 +850,7 @@ func (c *h3Client) subscribeOnce(ctx context.Context, st *resumeState, h func(Me
 			// began again.
 			restarted()
 		}
-		if st.accept(&m) {
+		if st.accept(&m, live) {
 			h(m)
 		}
 	})

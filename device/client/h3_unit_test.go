@@ -165,7 +165,7 @@ func TestResumeState(t *testing.T) {
 		{Message{Topic: "m"}, true, 20},            // unnumbered (MQTT bridge)
 	}
 	for i, s := range steps {
-		if got := st.accept(&s.m); got != s.accepted {
+		if got := st.accept(&s.m, true); got != s.accepted {
 			t.Fatalf("step %d accept(%+v) = %v, want %v", i, s.m, got, s.accepted)
 		}
 		if st.resumePoint() != s.since {
@@ -175,6 +175,35 @@ func TestResumeState(t *testing.T) {
 	st.reset()
 	if st.resumePoint() != 0 || len(st.last) != 0 {
 		t.Fatal("reset kept state")
+	}
+}
+
+// TestResumeGapDuringReplay: a gap announced while the history is
+// replayed does not move the resume point: the broker announces a topic's
+// gap before the replay, and it can end above messages of other topics
+// still to come (here b's message 1 after a's gap up to 7). A stream cut
+// right after the gap resumes from before them, not after the gap.
+func TestResumeGapDuringReplay(t *testing.T) {
+	st := &resumeState{since: 0, fromStart: true, last: map[string]uint64{}}
+	steps := []struct {
+		m     Message
+		live  bool
+		since uint64
+	}{
+		{Message{Topic: "a", Gap: true, Seq: 8}, false, 0},
+		{Message{Topic: "b", Seq: 1, Replayed: true}, false, 1},
+		{Message{Topic: "a", Seq: 8, Replayed: true}, false, 8},
+		{Message{Topic: "c", Gap: true, Seq: 12}, false, 8},
+		{Message{Topic: "a", Seq: 9}, true, 9},
+		{Message{Topic: "d", Gap: true, Seq: 15}, true, 14}, // live: it moves
+	}
+	for i, s := range steps {
+		if !st.accept(&s.m, s.live) {
+			t.Fatalf("step %d: %+v refused", i, s.m)
+		}
+		if st.resumePoint() != s.since {
+			t.Fatalf("step %d (%+v, live %v): resume point %d, want %d", i, s.m, s.live, st.resumePoint(), s.since)
+		}
 	}
 }
 
