@@ -330,9 +330,7 @@ func (c *mqttClient) transport() (*quic.Transport, error) {
 	pc, u := sock.pc, sock.udp
 	c.outage = sock.outage
 	c.hold, c.holdFromSession = handshakeHold(c.opts, c.addr)
-	if c.hold > 0 {
-		pc = newProbeGovernor(pc, c.hold*3/2) // h3probe.go
-	}
+	pc = newProbeGovernor(pc, probeHold(c.hold)) // h3probe.go
 	c.tr = &quic.Transport{Conn: pc}
 	if u != nil {
 		c.mig = startMigrator(c.ctx, c.opts.Logger, u, c.tr, c.currentQUIC)
