@@ -339,7 +339,7 @@ type ReconnectVariant struct {
 func DefaultReconnectVariants() []ReconnectVariant {
 	return []ReconnectVariant{
 		{Name: "HTTP/3, 0-RTT, hold from the session file (lean's default)", Proto: ProtoH3, ZeroRTT: true, SessionRTT: true},
-		{Name: "HTTP/3, 0-RTT, no RTT from the session file (1.5 s hold)", Proto: ProtoH3, ZeroRTT: true},
+		{Name: "HTTP/3, 0-RTT, no hold", Proto: ProtoH3, ZeroRTT: true},
 		{Name: "HTTP/3, no 0-RTT, hold from the session file", Proto: ProtoH3, SessionRTT: true},
 		{Name: "MQTT/QUIC, 0-RTT, hold from the session file", Proto: ProtoMQTT, ZeroRTT: true, SessionRTT: true},
 		{Name: "MQTT/QUIC", Proto: ProtoMQTT, SessionRTT: true},
