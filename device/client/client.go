@@ -192,7 +192,7 @@ type Options struct {
 	// (h3probe.go). Zero means the profile's handshake_rtt, else, with
 	// its handshake_rtt_from_session (lean), the RTT SessionCache
 	// remembers of the last connection to the broker (RTTMemory: the
-	// --session-file), else none known: probes are held for 1.5 s, so the
+	// --session-file), else none known: probes are held for 2 s, so the
 	// first one goes at quic-go's 3 s (coldProbeHold in h3probe.go).
 	// HTTP/3 and MQTT over QUIC.
 	HandshakeRTT time.Duration

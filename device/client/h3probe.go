@@ -117,12 +117,13 @@ func (g *probeGovernor) SetWriteBuffer(n int) error {
 // datagrams, were 2.9 s of uplink airtime that the client's Finished and
 // first request queued behind, and each one let the broker, bound to three
 // times what it received until the client's address is validated, send
-// probes of its own ahead of its answer on the downlink. Held for 1.5 s,
+// probes of its own ahead of its answer on the downlink. Held for 2 s,
 // the first probe that goes is quic-go's at 3 s (RFC 9002's second PTO
-// with its initial RTT of 333 ms): a first flight lost on a fast link is
-// resent after 3 s instead of 200 ms; handshake_rtt sets the hold for a
-// known link (docs/TUNING.md).
-const coldProbeHold = 1500 * time.Millisecond
+// with its initial RTT of 333 ms); 2 s leaves its 1.4 s probe held when
+// its timer fires late on a loaded host (held for 1.5 s, it went out in 1
+// of 20 cold wake-ups on nbiot). A first flight lost on a fast link is resent after 3 s instead of
+// 200 ms; handshake_rtt sets the hold for a known link (docs/TUNING.md).
+const coldProbeHold = 2 * time.Second
 
 // probeHold is the governor's hold for a client whose hold RTT is rtt
 // (handshakeHold): 1.5 x rtt, or coldProbeHold without one.
@@ -161,7 +162,7 @@ func handshakeHold(o *Options, broker string) (rtt time.Duration, fromSession bo
 }
 
 // HandshakeHold returns the RTT c's handshake probe hold started from
-// (probes are held for 1.5 x it; 0: none known, held for 1.5 s) and whether it came from the
+// (probes are held for 1.5 x it; 0: none known, held for 2 s) and whether it came from the
 // session cache; zero for clients other than HTTP/3 and MQTT over QUIC and
 // before c's first connection.
 func HandshakeHold(c Client) (rtt time.Duration, fromSession bool) {

@@ -74,7 +74,7 @@ type Profile struct {
 	// on NB-IoT): until the broker's first datagram arrives, the HTTP/3
 	// client holds back quic-go's handshake probes (2 x 100 ms, doubling,
 	// whatever the link) for 1.5 x this. Zero means none known: the client
-	// holds them for 1.5 s (docs/TUNING.md, "the probe hold").
+	// holds them for 2 s (docs/TUNING.md, "the probe hold").
 	// Clients only; a client's Options.HandshakeRTT (the RTT of an earlier
 	// connection) takes precedence.
 	HandshakeRTT Duration `toml:"handshake_rtt" json:"handshake_rtt"`
