@@ -332,9 +332,10 @@ type ReconnectVariant struct {
 
 // DefaultReconnectVariants compares HTTP/3 with and without 0-RTT, with
 // the probe hold that lean sets by default (the RTT from the session file)
-// and without it, and MQTT over QUIC with session resumption, the token's
-// RTT and the probe hold, with 0-RTT (CONNECT and the first PUBLISH in the
-// first flight) and without.
+// and without it (the 2 s hold of a client that knows no RTT), and MQTT
+// over QUIC with session resumption, the token's RTT and the probe hold,
+// with 0-RTT (CONNECT and the first PUBLISH in the first flight) and
+// without (the PUBLISH follows the CONNECT with the handshake's Finished).
 func DefaultReconnectVariants() []ReconnectVariant {
 	return []ReconnectVariant{
 		{Name: "HTTP/3, 0-RTT, hold from the session file (lean's default)", Proto: ProtoH3, ZeroRTT: true, SessionRTT: true},
@@ -522,8 +523,9 @@ func (st *ReconnectStudy) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "Each wake-up: a new connection, one %d B QoS 1 publish, close, sleep %.0f ms; %d wake-ups per run, %d runs per variant, tuning %s. "+
 		"The first wake-up of a run is cold (no session ticket, no token); the later ones resume the TLS session and present the broker's NEW_TOKEN "+
 		"(quic-go v0.65 restores the RTT from it, but its handshake PTO stays 2 x 100 ms until the connection has an RTT sample of its own; "+
-		"the probe hold holds those probes back for 1.5 x the RTT the previous wake-up recorded in the session file: lean's handshake_rtt_from_session). "+
-		"Hold: the median RTT the warm wake-ups' hold started from. TTFD: the application's publish call -> the broker's acknowledgement. "+
+		"the probe hold holds those probes back for 1.5 x the RTT the previous wake-up recorded in the session file: lean's handshake_rtt_from_session; "+
+		"a wake-up with no RTT known, the cold one and every one without the session file's RTT, holds them for 2 s). "+
+		"Hold: the median RTT the warm wake-ups' hold started from (0: none known, 2 s). TTFD: the application's publish call -> the broker's acknowledgement. "+
 		"Radio on: first to last datagram of the wake-up on the device's socket. Bytes: both directions. Medians.\n\n",
 		st.Payload, st.SleepMs, st.Wakeups, st.Repeat, st.Tuning)
 	fmt.Fprintf(&b, "Host: %s, %s/%s, %d CPUs (%s), %s; quiot %s.\n\n", st.Host.Hostname, st.Host.OS, st.Host.Arch, st.Host.CPUs, st.Host.CPUModel, st.Host.Go, st.Version)

@@ -192,8 +192,9 @@ type Options struct {
 	// (h3probe.go). Zero means the profile's handshake_rtt, else, with
 	// its handshake_rtt_from_session (lean), the RTT SessionCache
 	// remembers of the last connection to the broker (RTTMemory: the
-	// --session-file), else quic-go's own probing. HTTP/3 and MQTT over
-	// QUIC.
+	// --session-file), else none known: probes are held for 2 s, so the
+	// first one goes at quic-go's 3 s (coldProbeHold in h3probe.go).
+	// HTTP/3 and MQTT over QUIC.
 	HandshakeRTT time.Duration
 	// Tracer, when set, is installed in the quic.Config.
 	Tracer func(ctx context.Context, isClient bool, connID quic.ConnectionID) qlogwriter.Trace

@@ -226,9 +226,7 @@ func (c *h3Client) transport() (*quic.Transport, error) {
 	c.outage = sock.outage
 	hold, fromSession := handshakeHold(c.opts, c.hostport)
 	c.hold, c.holdFromSession = hold, fromSession
-	if hold > 0 {
-		pc = newProbeGovernor(pc, hold*3/2)
-	}
+	pc = newProbeGovernor(pc, probeHold(hold)) // h3probe.go
 	c.tr = &quic.Transport{Conn: pc}
 	if u != nil {
 		var ctx context.Context

@@ -108,11 +108,38 @@ func (g *probeGovernor) SetWriteBuffer(n int) error {
 	return nil
 }
 
+// coldProbeHold is how long the governor holds handshake probes back when
+// no RTT to the broker is known (a device's first connection, no
+// handshake_rtt). quic-go probes an unanswered handshake at 200 ms, 600 ms,
+// 1.4 s and 3 s; on NB-IoT the broker's first flight arrives 1.5 s after
+// the client's Initial (1200 bytes up at 20 kbit/s, 1200 down at 25
+// kbit/s, 600 ms RTT), so the first three probes, six padded 1200-byte
+// datagrams, were 2.9 s of uplink airtime that the client's Finished and
+// first request queued behind, and each one let the broker, bound to three
+// times what it received until the client's address is validated, send
+// probes of its own ahead of its answer on the downlink. Held for 2 s,
+// the first probe that goes is quic-go's at 3 s (RFC 9002's second PTO
+// with its initial RTT of 333 ms); 2 s leaves its 1.4 s probe held when
+// its timer fires late on a loaded host (held for 1.5 s, it went out in 1
+// of 20 cold wake-ups on nbiot). A first flight lost on a fast link is resent after 3 s instead of
+// 200 ms; handshake_rtt sets the hold for a known link (docs/TUNING.md).
+const coldProbeHold = 2 * time.Second
+
+// probeHold is the governor's hold for a client whose hold RTT is rtt
+// (handshakeHold): 1.5 x rtt, or coldProbeHold without one.
+func probeHold(rtt time.Duration) time.Duration {
+	if rtt <= 0 {
+		return coldProbeHold
+	}
+	return rtt * 3 / 2
+}
+
 // handshakeHold chooses the RTT of the handshake probe hold for a client
 // of broker (host:port): Options.HandshakeRTT, else the profile's
 // handshake_rtt, else, when the profile has handshake_rtt_from_session,
 // the RTT the session cache remembers of the last connection to broker
-// (RTTMemory; fromSession true). Zero means no hold.
+// (RTTMemory; fromSession true). Zero means none is known (probeHold
+// then holds for coldProbeHold).
 func handshakeHold(o *Options, broker string) (rtt time.Duration, fromSession bool) {
 	if o.HandshakeRTT > 0 {
 		return o.HandshakeRTT, false
@@ -135,7 +162,7 @@ func handshakeHold(o *Options, broker string) (rtt time.Duration, fromSession bo
 }
 
 // HandshakeHold returns the RTT c's handshake probe hold started from
-// (probes are held for 1.5 x it; 0: no hold) and whether it came from the
+// (probes are held for 1.5 x it; 0: none known, held for 2 s) and whether it came from the
 // session cache; zero for clients other than HTTP/3 and MQTT over QUIC and
 // before c's first connection.
 func HandshakeHold(c Client) (rtt time.Duration, fromSession bool) {

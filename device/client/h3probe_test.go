@@ -90,8 +90,10 @@ func TestProbeGovernor(t *testing.T) {
 	}
 }
 
-// TestProbeGovernorFromProfile: the tuning's handshake_rtt puts the governor
-// under the client's QUIC transport; Options.HandshakeRTT wins over it.
+// TestProbeGovernorFromProfile: the governor is under the client's QUIC
+// transport, holding for 1.5 x the tuning's handshake_rtt, or
+// Options.HandshakeRTT, which wins over it, or coldProbeHold without
+// either.
 func TestProbeGovernorFromProfile(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -100,7 +102,7 @@ func TestProbeGovernorFromProfile(t *testing.T) {
 		wantHold time.Duration
 		governed bool
 	}{
-		{"off", 0, 0, 0, false},
+		{"none known", 0, 0, coldProbeHold, true},
 		{"profile", time.Second, 0, 1500 * time.Millisecond, true},
 		{"option wins", time.Second, 2 * time.Second, 3 * time.Second, true},
 	} {

@@ -89,8 +89,9 @@ type mqttClient struct {
 
 	report *connReport
 
-	// early is a publish offered for the first connection's 0-RTT data
-	// (mqtt0rtt.go); the dial that takes it clears it.
+	// early is a publish offered for the first connection's first flight,
+	// behind the CONNECT (in 0-RTT data when resumed; mqtt0rtt.go); the
+	// dial that takes it clears it.
 	early *mqttEarly
 	// hold is the RTT the handshake probe hold uses (0: none);
 	// holdFromSession says it came from the session cache (h3probe.go).
@@ -300,6 +301,13 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 		_ = qc.CloseWithError(streamconn.CodeNoError, "")
 		return nil, fmt.Errorf("mqtt-quic open stream: %w", err)
 	}
+	if early != nil {
+		// A full handshake: the PUBLISH still follows the CONNECT in one
+		// flight (MQTT lets a client send before its CONNACK), so the
+		// publish costs no CONNECT/CONNACK round trip (mqtt0rtt.go).
+		handed = true
+		return newEarlyConn(streamconn.New(qc, s, true), early), nil
+	}
 	return streamconn.New(qc, s, true), nil
 }
 
@@ -322,9 +330,7 @@ func (c *mqttClient) transport() (*quic.Transport, error) {
 	pc, u := sock.pc, sock.udp
 	c.outage = sock.outage
 	c.hold, c.holdFromSession = handshakeHold(c.opts, c.addr)
-	if c.hold > 0 {
-		pc = newProbeGovernor(pc, c.hold*3/2) // h3probe.go
-	}
+	pc = newProbeGovernor(pc, probeHold(c.hold)) // h3probe.go
 	c.tr = &quic.Transport{Conn: pc}
 	if u != nil {
 		c.mig = startMigrator(c.ctx, c.opts.Logger, u, c.tr, c.currentQUIC)

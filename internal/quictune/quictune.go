@@ -73,7 +73,8 @@ type Profile struct {
 	// HandshakeRTT is the RTT a client expects to its broker (e.g. "1.5s"
 	// on NB-IoT): until the broker's first datagram arrives, the HTTP/3
 	// client holds back quic-go's handshake probes (2 x 100 ms, doubling,
-	// whatever the link) for 1.5 x this. Zero means quic-go's own probing.
+	// whatever the link) for 1.5 x this. Zero means none known: the client
+	// holds them for 2 s (docs/TUNING.md, "the probe hold").
 	// Clients only; a client's Options.HandshakeRTT (the RTT of an earlier
 	// connection) takes precedence.
 	HandshakeRTT Duration `toml:"handshake_rtt" json:"handshake_rtt"`
