@@ -37,6 +37,10 @@ import (
 type ReconnectOptions struct {
 	// Link starts the publisher's link emulator; required.
 	Link Link
+	// Seed seeds the link's loss; zero means 1. RunReconnectStudy gives
+	// each repeat its own (the same for every variant within it), so
+	// repeats do not lose the same datagrams.
+	Seed int64
 	// Profile is the link profile's name, e.g. "nbiot"; required.
 	Profile string
 	// Proto is ProtoH3 (request mode; 0-RTT when Tuning allows it) or
@@ -134,7 +138,11 @@ func Reconnect(ctx context.Context, o ReconnectOptions) ([]Wakeup, error) {
 	default:
 		return nil, fmt.Errorf("reconnect: unknown protocol %q", o.Proto)
 	}
-	addr, lk, err := o.Link.Start(ctx, o.Profile, upstream, 1)
+	seed := o.Seed
+	if seed == 0 {
+		seed = 1
+	}
+	addr, lk, err := o.Link.Start(ctx, o.Profile, upstream, seed)
 	if err != nil {
 		return nil, fmt.Errorf("reconnect: link: %w", err)
 	}
@@ -449,7 +457,7 @@ func RunReconnectStudy(ctx context.Context, link Link, profile string, base *qui
 			tun.Allow0RTT = v.ZeroRTT
 			tun.SessionResumption = true
 			tun.HandshakeRTTFromSession = v.SessionRTT
-			ws, err := Reconnect(ctx, ReconnectOptions{Link: link, Profile: profile, Proto: v.Proto, Tuning: &tun,
+			ws, err := Reconnect(ctx, ReconnectOptions{Link: link, Seed: int64(r + 1), Profile: profile, Proto: v.Proto, Tuning: &tun,
 				Wakeups: wakeups, Sleep: sleep, Payload: payload, Logger: log, ProbeHold: v.ProbeHold})
 			if err != nil {
 				return st, fmt.Errorf("%s, repeat %d: %w", v.Name, r+1, err)

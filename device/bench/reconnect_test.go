@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -97,5 +99,32 @@ func TestAppLatency(t *testing.T) {
 				t.Fatalf("appLatency = %+v, want p50 %v max %v", got, tc.p50, tc.max)
 			}
 		})
+	}
+}
+
+// seedLink is directLink recording the seed of each start.
+type seedLink struct {
+	directLink
+	seeds []int64
+}
+
+func (l *seedLink) Start(ctx context.Context, p, upstream string, seed int64) (string, io.Closer, error) {
+	l.seeds = append(l.seeds, seed)
+	return l.directLink.Start(ctx, p, upstream, seed)
+}
+
+// TestReconnectStudySeeds: each repeat seeds the link's loss anew, the
+// same for every variant within it, so repeats do not lose the same
+// datagrams (with one seed for all, every run dropped the same ones).
+func TestReconnectStudySeeds(t *testing.T) {
+	link := &seedLink{}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	variants := []ReconnectVariant{{Name: "h3", Proto: ProtoH3}, {Name: "mqtt", Proto: ProtoMQTT}}
+	if _, err := RunReconnectStudy(ctx, link, "lan", nil, variants, 1, 2, 16, time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{1, 1, 2, 2}; !slices.Equal(link.seeds, want) {
+		t.Fatalf("seeds %v, want %v", link.seeds, want)
 	}
 }
