@@ -98,7 +98,7 @@ func demo(ctx context.Context, p demoPlan, stdout io.Writer, log *slog.Logger) e
 	}
 	defer stop()
 	newClient := func(mode string) (client.Client, error) {
-		return client.New(client.Options{Broker: url, RootCAs: pool, Profile: p.tuning, PublishMode: mode, Reconnect: true, Logger: log})
+		return client.New(client.Options{Broker: url, RootCAs: pool, Tuning: p.tuning, PublishMode: mode, Reconnect: true, Logger: log})
 	}
 	sub, err := newClient("")
 	if err != nil {

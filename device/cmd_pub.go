@@ -83,7 +83,7 @@ func (f *clientFlags) options(stderr io.Writer) (client.Options, *slog.Logger, e
 	}
 	o := client.Options{
 		Broker:           f.broker,
-		Profile:          prof,
+		Tuning:           prof,
 		Insecure:         f.insecure,
 		Token:            f.token,
 		Username:         f.username,

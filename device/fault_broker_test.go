@@ -96,7 +96,7 @@ func TestBrokerKill9(t *testing.T) {
 		// but keep-alive PINGs, too small for a stateless reset: a short
 		// idle timeout ends its dead connection (30 s by default).
 		prof := &quictune.Profile{Name: "fault", MaxIdleTimeout: quictune.Duration(4 * time.Second), KeepAlivePeriod: quictune.Duration(2 * time.Second)}
-		c, err := client.New(client.Options{Broker: url, RootCAs: ca.Pool(), ClientID: id, Reconnect: true, MaxBackoff: 250 * time.Millisecond, Profile: prof, Logger: clientLog(t, id)})
+		c, err := client.New(client.Options{Broker: url, RootCAs: ca.Pool(), ClientID: id, Reconnect: true, MaxBackoff: 250 * time.Millisecond, Tuning: prof, Logger: clientLog(t, id)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -250,7 +250,7 @@ func TestSubDedupLostAck(t *testing.T) {
 			prof.MaxIdleTimeout = quictune.Duration(time.Second)             // a connection without answers ends soon,
 			prof.KeepAlivePeriod = quictune.Duration(250 * time.Millisecond) // an idle one with answers does not
 			pub, err := client.NewSpooled(client.Options{
-				Broker: fmt.Sprintf("mqtt-quic://localhost:%d", relay.port()), RootCAs: pki.Pool(), Profile: prof,
+				Broker: fmt.Sprintf("mqtt-quic://localhost:%d", relay.port()), RootCAs: pki.Pool(), Tuning: prof,
 				Reconnect: true, MaxBackoff: 200 * time.Millisecond, Logger: testutil.DiscardLogger(),
 			}, spool.Options{Dir: t.TempDir()})
 			if err != nil {

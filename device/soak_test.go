@@ -93,7 +93,7 @@ func TestSoak(t *testing.T) {
 	subs := make([]*subState, nSubs)
 	var clients []client.Client
 	for i := range nSubs {
-		o := client.Options{Profile: prof, RootCAs: ca.Pool(), Reconnect: true, MaxBackoff: time.Second, Logger: clientLog(t, "sub")}
+		o := client.Options{Tuning: prof, RootCAs: ca.Pool(), Reconnect: true, MaxBackoff: time.Second, Logger: clientLog(t, "sub")}
 		if i%2 == 0 {
 			o.Broker = fmt.Sprintf("https://127.0.0.1:%d", h3Port)
 		} else {
@@ -135,7 +135,7 @@ func TestSoak(t *testing.T) {
 		}
 	})
 	// Warm-up: every subscriber gets a probe of its topic.
-	probe, err := client.New(client.Options{Broker: fmt.Sprintf("https://127.0.0.1:%d", h3Port), RootCAs: ca.Pool(), Profile: prof, Logger: clientLog(t, "probe")})
+	probe, err := client.New(client.Options{Broker: fmt.Sprintf("https://127.0.0.1:%d", h3Port), RootCAs: ca.Pool(), Tuning: prof, Logger: clientLog(t, "probe")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestSoak(t *testing.T) {
 	start := time.Now()
 	cpu0 := procCPU(t, pid)
 	for i := range nPubs {
-		c, err := client.New(client.Options{Broker: fmt.Sprintf("https://127.0.0.1:%d", h3Port), RootCAs: ca.Pool(), Profile: prof, Reconnect: true, Logger: clientLog(t, "pub")})
+		c, err := client.New(client.Options{Broker: fmt.Sprintf("https://127.0.0.1:%d", h3Port), RootCAs: ca.Pool(), Tuning: prof, Reconnect: true, Logger: clientLog(t, "pub")})
 		if err != nil {
 			t.Fatal(err)
 		}

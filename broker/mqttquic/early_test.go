@@ -267,7 +267,7 @@ func TestEarlyWakeUpReplayed(t *testing.T) {
 	wake := func(i int, pc net.PacketConn) bool {
 		t.Helper()
 		c, err := client.New(client.Options{Broker: quicURL(b.mqtt), RootCAs: b.pki.Pool(), Logger: discard(),
-			Profile: early0RTTProfile(), SessionCache: cache, TokenStore: tokens, PacketConn: pc, ClientID: "wake-dev"})
+			Tuning: early0RTTProfile(), SessionCache: cache, TokenStore: tokens, PacketConn: pc, ClientID: "wake-dev"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -65,7 +65,7 @@ func TestSessionResumption(t *testing.T) {
 		o.ClientID = "resume-sub"
 		o.Reconnect = true
 		o.MaxBackoff = 300 * time.Millisecond
-		o.Profile = fast
+		o.Tuning = fast
 	})
 	pub := newClient(t, p, quicURL(s), nil)
 	ch := subscribe(t, sub, "resume/#")
@@ -120,7 +120,7 @@ func TestPublisherResendsAfterReconnect(t *testing.T) {
 		o.ClientID = "resend-pub"
 		o.Reconnect = true
 		o.MaxBackoff = 300 * time.Millisecond
-		o.Profile = fast
+		o.Tuning = fast
 	})
 	sub := newClient(t, p, quicURL(s), nil)
 	ch := subscribe(t, sub, "resend/#")

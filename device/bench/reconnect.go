@@ -203,7 +203,7 @@ func wakeOnce(ctx context.Context, url string, o ReconnectOptions, cache tls.Cli
 	defer udp.Close()
 	var used0RTT bool
 	c, err := client.New(client.Options{
-		Broker: url, Insecure: true, Profile: o.Tuning, SessionCache: cache, TokenStore: tokens,
+		Broker: url, Insecure: true, Tuning: o.Tuning, SessionCache: cache, TokenStore: tokens,
 		PacketConn: pc, Logger: o.Logger, HandshakeRTT: rtt,
 	})
 	if err != nil {

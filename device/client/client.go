@@ -130,8 +130,8 @@ type Options struct {
 	// mqtt-quic://host:14567 (MQTT over QUIC), mqtt://host:1883 (MQTT/TCP)
 	// or mqtts://host:8883 (MQTT over TLS 1.3).
 	Broker string
-	// Profile is the QUIC tuning profile; nil means quictune.Default().
-	Profile *quictune.Profile
+	// Tuning is the QUIC tuning profile; nil means quictune.Default().
+	Tuning *quictune.Profile
 	// RootCAs verifies the broker; nil means the system pool.
 	RootCAs *x509.CertPool
 	// Insecure skips verification of the broker's certificate (development).
@@ -258,8 +258,8 @@ func New(opts Options) (Client, error) {
 		return nil, fmt.Errorf("bad certificate pin: %d bytes, want a SHA-256 (32)", len(opts.PinSHA256))
 	}
 	o := opts
-	if o.Profile == nil {
-		o.Profile = quictune.Default()
+	if o.Tuning == nil {
+		o.Tuning = quictune.Default()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

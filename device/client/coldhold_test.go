@@ -36,7 +36,7 @@ func TestColdHandshakeProbesHeld(t *testing.T) {
 			defer hole.Close()
 			c, err := client.New(client.Options{
 				Broker: tc.scheme + "://" + hole.LocalAddr().String(), Insecure: true,
-				Profile: tc.profile, Logger: testutil.DiscardLogger(),
+				Tuning: tc.profile, Logger: testutil.DiscardLogger(),
 			})
 			if err != nil {
 				t.Fatal(err)

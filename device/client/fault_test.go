@@ -276,7 +276,7 @@ func TestFaultStreamWindowResend(t *testing.T) {
 	prof := quictune.Default()
 	prof.MaxIdleTimeout = quictune.Duration(time.Second) // the cut kills the connection soon
 	p, err := client.NewSpooled(client.Options{
-		Broker: r.pubURL, RootCAs: r.pki.Pool(), PublishMode: "stream", Profile: prof,
+		Broker: r.pubURL, RootCAs: r.pki.Pool(), PublishMode: "stream", Tuning: prof,
 		MaxBackoff: 200 * time.Millisecond, Logger: testutil.DiscardLogger(),
 	}, spool.Options{Dir: t.TempDir()})
 	if err != nil {

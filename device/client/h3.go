@@ -178,8 +178,8 @@ func newH3(u *url.URL, opts *Options) (Client, error) {
 	}
 	pinTLS(tc, opts.PinSHA256)
 	tc.ClientSessionCache = opts.SessionCache
-	opts.Profile.ApplyClientTLS(tc)
-	qc := opts.Profile.QUICConfig()
+	opts.Tuning.ApplyClientTLS(tc)
+	qc := opts.Tuning.QUICConfig()
 	// The broker's NEW_TOKEN of one connection is presented on the next:
 	// it skips address validation and both sides restore the RTT measured
 	// before (connection.go token.rtt, server.go token.RTT). In quic-go

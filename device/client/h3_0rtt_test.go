@@ -86,7 +86,7 @@ func wakeClient(t *testing.T, b *brokertest.Broker, cache tls.ClientSessionCache
 	t.Helper()
 	o := Options{
 		Broker: b.URL, RootCAs: b.PKI.Pool(), Logger: testutil.DiscardLogger(),
-		Profile: zeroRTTProfile(), SessionCache: cache, TokenStore: ts, PacketConn: pc,
+		Tuning: zeroRTTProfile(), SessionCache: cache, TokenStore: ts, PacketConn: pc,
 	}
 	if g, ok := pc.(*earlyGate); ok {
 		o.Tracer = g.tracer

@@ -371,7 +371,7 @@ func TestH3ResumeAfterReconnect(t *testing.T) {
 	prof := quictune.Default()
 	prof.MaxIdleTimeout = quictune.Duration(time.Second)
 	prof.HandshakeIdleTimeout = quictune.Duration(time.Second)
-	sub := newClient(t, b, func(o *client.Options) { o.PacketConn = bh; o.Profile = prof })
+	sub := newClient(t, b, func(o *client.Options) { o.PacketConn = bh; o.Tuning = prof })
 	col := newCollector()
 	subscribe(t, ctx, sub, "res/#", 0, col)
 	pub := newClient(t, b, nil)
@@ -411,8 +411,8 @@ func testReconnectAcrossBrokerRestart(t *testing.T, mode string) {
 	prof := quictune.Default()
 	prof.MaxIdleTimeout = quictune.Duration(2 * time.Second)
 	prof.HandshakeIdleTimeout = quictune.Duration(time.Second)
-	sub := newClient(t, b1, func(o *client.Options) { o.Profile = prof })
-	pub := newClient(t, b1, func(o *client.Options) { o.Profile = prof; o.PublishMode = mode })
+	sub := newClient(t, b1, func(o *client.Options) { o.Tuning = prof })
+	pub := newClient(t, b1, func(o *client.Options) { o.Tuning = prof; o.PublishMode = mode })
 	col := newCollector()
 	subscribed := make(chan struct{}, 4)
 	sctx := client.WithSubscribed(ctx, func() { subscribed <- struct{}{} })
@@ -575,7 +575,7 @@ func TestH3ResumeAcrossRestartNewRunAhead(t *testing.T) {
 	prof := quictune.Default()
 	prof.MaxIdleTimeout = quictune.Duration(2 * time.Second)
 	prof.HandshakeIdleTimeout = quictune.Duration(time.Second)
-	sub := newClient(t, b1, func(o *client.Options) { o.PacketConn = g; o.Profile = prof })
+	sub := newClient(t, b1, func(o *client.Options) { o.PacketConn = g; o.Tuning = prof })
 	col := newCollector()
 	done := subscribe(t, ctx, sub, "ra/#", 0, col)
 	publish := func(c client.Client, payloads ...string) (last uint64) {
@@ -644,7 +644,7 @@ func TestH3HeartbeatKeepsQuietSubscription(t *testing.T) {
 	prof := quictune.Default()
 	prof.MaxIdleTimeout = quictune.Duration(time.Second)
 	prof.KeepAlivePeriod = 0
-	sub := newClient(t, b, func(o *client.Options) { o.Profile = prof })
+	sub := newClient(t, b, func(o *client.Options) { o.Tuning = prof })
 	col := newCollector()
 	subscribe(t, ctx, sub, "quiet/#", 0, col)
 	// Several idle timeouts of silence (this is the quiet period under

@@ -144,13 +144,13 @@ func handshakeHold(o *Options, broker string) (rtt time.Duration, fromSession bo
 	if o.HandshakeRTT > 0 {
 		return o.HandshakeRTT, false
 	}
-	if o.Profile == nil {
+	if o.Tuning == nil {
 		return 0, false
 	}
-	if o.Profile.HandshakeRTT > 0 {
-		return time.Duration(o.Profile.HandshakeRTT), false
+	if o.Tuning.HandshakeRTT > 0 {
+		return time.Duration(o.Tuning.HandshakeRTT), false
 	}
-	if !o.Profile.HandshakeRTTFromSession {
+	if !o.Tuning.HandshakeRTTFromSession {
 		return 0, false
 	}
 	if m, ok := o.SessionCache.(RTTMemory); ok {

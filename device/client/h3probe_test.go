@@ -109,7 +109,7 @@ func TestProbeGovernorFromProfile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := quictune.Lean()
 			p.HandshakeRTT = quictune.Duration(tc.profile)
-			c, err := New(Options{Broker: "https://127.0.0.1:4433", Profile: p, HandshakeRTT: tc.opt})
+			c, err := New(Options{Broker: "https://127.0.0.1:4433", Tuning: p, HandshakeRTT: tc.opt})
 			if err != nil {
 				t.Fatal(err)
 			}

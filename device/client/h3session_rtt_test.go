@@ -65,12 +65,12 @@ func TestHandshakeHoldDefault(t *testing.T) {
 		want        time.Duration
 		fromSession bool
 	}{
-		{"lean with the session file's RTT", Options{Profile: quictune.Lean(), SessionCache: withRTT}, 1500 * time.Millisecond, true},
-		{"lean, another broker", Options{Profile: quictune.Lean(), SessionCache: NewFileSessionCache(t.TempDir()+"/none.json", nil)}, 0, false},
-		{"lean, a cache without RTTs", Options{Profile: quictune.Lean(), SessionCache: tls.NewLRUClientSessionCache(1)}, 0, false},
-		{"default profile ignores the file", Options{Profile: quictune.Default(), SessionCache: withRTT}, 0, false},
-		{"handshake_rtt wins", Options{Profile: set, SessionCache: withRTT}, 2 * time.Second, false},
-		{"Options.HandshakeRTT wins", Options{Profile: quictune.Lean(), SessionCache: withRTT, HandshakeRTT: time.Second}, time.Second, false},
+		{"lean with the session file's RTT", Options{Tuning: quictune.Lean(), SessionCache: withRTT}, 1500 * time.Millisecond, true},
+		{"lean, another broker", Options{Tuning: quictune.Lean(), SessionCache: NewFileSessionCache(t.TempDir()+"/none.json", nil)}, 0, false},
+		{"lean, a cache without RTTs", Options{Tuning: quictune.Lean(), SessionCache: tls.NewLRUClientSessionCache(1)}, 0, false},
+		{"default profile ignores the file", Options{Tuning: quictune.Default(), SessionCache: withRTT}, 0, false},
+		{"handshake_rtt wins", Options{Tuning: set, SessionCache: withRTT}, 2 * time.Second, false},
+		{"Options.HandshakeRTT wins", Options{Tuning: quictune.Lean(), SessionCache: withRTT, HandshakeRTT: time.Second}, time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, from := handshakeHold(&tc.o, "b:443")
@@ -91,7 +91,7 @@ func TestH3HoldFromSessionFile(t *testing.T) {
 	file := t.TempDir() + "/session.json"
 	start := func() *h3Client {
 		c, err := New(Options{Broker: b.URL, RootCAs: b.PKI.Pool(), Logger: testutil.DiscardLogger(),
-			Profile: quictune.Lean(), SessionCache: NewFileSessionCache(file, testutil.DiscardLogger())})
+			Tuning: quictune.Lean(), SessionCache: NewFileSessionCache(file, testutil.DiscardLogger())})
 		if err != nil {
 			t.Fatal(err)
 		}

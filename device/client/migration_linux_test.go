@@ -391,7 +391,7 @@ func TestMigrationBehindNAT(t *testing.T) {
 				c, err := client.New(client.Options{
 					Broker:     url,
 					RootCAs:    l.pki.Pool(),
-					Profile:    labProfile(tt.event),
+					Tuning:     labProfile(tt.event),
 					PacketConn: udpIn(t, l.devNS, "0.0.0.0:0"),
 					Reconnect:  true,
 					ClientID:   name,
@@ -595,7 +595,7 @@ func TestMigrationRepeated(t *testing.T) {
 			c, err := client.New(client.Options{
 				Broker:     url,
 				RootCAs:    l.pki.Pool(),
-				Profile:    labProfile("address"),
+				Tuning:     labProfile("address"),
 				PacketConn: udpIn(t, l.devNS, "0.0.0.0:0"),
 				Reconnect:  true,
 				Logger:     slog.New(h),

@@ -152,7 +152,7 @@ const mqttMinKeepAlive = 60 * time.Second
 // connection open: the profile's keep-alive when set, else two thirds of
 // the idle timeout, so they always arrive before the idle timer fires.
 func (c *mqttClient) keepAlive() uint16 {
-	p := c.opts.Profile
+	p := c.opts.Tuning
 	idle := time.Duration(p.MaxIdleTimeout)
 	if idle == 0 {
 		idle = 30 * time.Second
@@ -186,7 +186,7 @@ func (c *mqttClient) tlsConfig() *tls.Config {
 	}
 	pinTLS(tc, c.opts.PinSHA256)
 	tc.ClientSessionCache = c.opts.SessionCache // shared across clients when set
-	c.opts.Profile.ApplyClientTLS(tc)
+	c.opts.Tuning.ApplyClientTLS(tc)
 	return tc
 }
 
@@ -215,7 +215,7 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 		}
 		return packets.NewThreadSafeConn(nc), nil
 	}
-	qconf := c.opts.Profile.QUICConfig()
+	qconf := c.opts.Tuning.QUICConfig()
 	qconf.TokenStore = c.opts.TokenStore // the token's RTT on reconnects (h3.go)
 	if c.opts.Tracer != nil {
 		qconf.Tracer = c.opts.Tracer

@@ -93,7 +93,7 @@ func TestMQTTFirstPublishFollowsConnect(t *testing.T) {
 			pki := testutil.NewPKI(t)
 			addr, next := connackWithheld(t, pki)
 			c, err := client.New(client.Options{
-				Broker: "mqtt-quic://" + addr, RootCAs: pki.Pool(), Profile: tc.profile,
+				Broker: "mqtt-quic://" + addr, RootCAs: pki.Pool(), Tuning: tc.profile,
 				Logger: testutil.DiscardLogger(),
 			})
 			if err != nil {

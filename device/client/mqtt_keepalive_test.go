@@ -49,7 +49,7 @@ func TestMQTTQUICKeepAliveSurvivesSlowPath(t *testing.T) {
 		Broker:     "mqtt-quic://localhost:" + quicPort(s),
 		RootCAs:    pki.Pool(),
 		PacketConn: pc,
-		Profile:    p,
+		Tuning:     p,
 		Reconnect:  true,
 		Logger:     testutil.DiscardLogger(),
 	})

@@ -32,7 +32,7 @@ func TestMQTTKeepAlive(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &mqttClient{opts: &Options{Profile: tt.p}, quic: tt.quic}
+			c := &mqttClient{opts: &Options{Tuning: tt.p}, quic: tt.quic}
 			if got := c.keepAlive(); got != tt.want {
 				t.Fatalf("keepAlive() = %d, want %d", got, tt.want)
 			}
@@ -91,7 +91,7 @@ func TestMQTTNewDefaults(t *testing.T) {
 
 func TestMQTTBadArguments(t *testing.T) {
 	u, _ := url.Parse("mqtt-quic://127.0.0.1:1")
-	c, err := newMQTT(u, &Options{Profile: quictune.Default()})
+	c, err := newMQTT(u, &Options{Tuning: quictune.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}
