@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/brokertest"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // fillHistory publishes messages of size bytes to topics h/000..h/999
@@ -57,23 +56,7 @@ func TestHistoryReplayBoundedForNonReaders(t *testing.T) {
 	}
 	for _, sse := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sse=%v", sse), func(t *testing.T) {
-			before := heapInuse()
-			subs := make([]*sub, 0, subscribers)
-			for range subscribers {
-				subs = append(subs, newClient(t, br, nil).mustSubscribe("#", "since=0", sse)) // headers only: nothing read
-			}
-			var most int64
-			for i := range 5 {
-				if i > 0 {
-					time.Sleep(50 * time.Millisecond) // the bound must hold at every sample
-				}
-				held := (heapInuse() - before) / subscribers
-				most = max(most, held)
-				if held > perSubBound {
-					t.Fatalf("%d history messages: %d bytes held per since=0 subscriber that does not read (bound %d)", stored, held, perSubBound)
-				}
-			}
-			t.Logf("%d history messages: at most %d bytes held per since=0 subscriber that does not read", stored, most)
+			subs := heldByNonReaders(t, br, "since=0", sse, subscribers, perSubBound, fmt.Sprintf("%d history messages", stored))
 			// A subscriber that reads gets a gap on each topic, then the
 			// history in order (on SSE, the first thousand messages: a test
 			// kept short).
@@ -132,38 +115,11 @@ func BenchmarkHistoryReplayHTTP(b *testing.B) {
 			b.Logf("%d history messages, %d bytes", stored, br.Stats().HistoryBytes)
 			b.ResetTimer()
 			for range b.N {
-				c := newClient(b, br, nil)
 				history := br.Stats().HistoryMessages // earlier runs' "end" evicted some
-				var ms runtime.MemStats
-				before := heapInuse()
-				runtime.ReadMemStats(&ms)
-				alloc, cpu := ms.TotalAlloc, cpuTime()
-				s := c.mustSubscribe("#", "since=0", false)
-				held := heapInuse() - before
-				if _, err := br.Broker.Publish(context.Background(), broker.Message{Topic: "end", Payload: []byte("end")}); err != nil {
-					b.Fatal(err)
-				}
-				received := 0
-				for {
-					f, err := s.dec.Frame()
-					if err != nil {
-						b.Fatal(err)
-					}
-					if f.Topic == "end" && !f.Replayed() { // the live one, not an earlier run's
-						break
-					}
-					if f.Replayed() {
-						received++
-					}
-				}
-				elapsed := cpuTime() - cpu
-				runtime.ReadMemStats(&ms)
-				b.ReportMetric(float64(elapsed), "cpu-ns/subscribe")
-				b.ReportMetric(float64(ms.TotalAlloc-alloc), "alloc-B/subscribe")
-				b.ReportMetric(float64(held), "heap-B")
-				b.ReportMetric(float64(received), "received")
+				measureReplay(b, br, "since=0",
+					func(f wire.Frame) bool { return f.Topic == "end" && !f.Replayed() }, // the live one, not an earlier run's
+					func(f wire.Frame) bool { return f.Replayed() })
 				b.ReportMetric(float64(history), "history")
-				s.close()
 			}
 		})
 	}

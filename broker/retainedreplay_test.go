@@ -1,15 +1,10 @@
 package broker_test
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"fmt"
-	"runtime"
 	"testing"
 
-	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/brokertest"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // BenchmarkRetainedReplayHTTP: one HTTP/3 subscription to # (binary
@@ -29,52 +24,14 @@ func BenchmarkRetainedReplayHTTP(b *testing.B) {
 	}{{"256KiB", 256<<10 - 64}, {"10B", 10}} {
 		b.Run(shape.name, func(b *testing.B) {
 			br := brokertest.Start(b, nil, nil)
-			payload := bytes.Repeat([]byte("r"), shape.payload)
-			stored := 0
-			for {
-				_, err := br.Broker.Publish(context.Background(), broker.Message{Topic: fmt.Sprintf("r/%06d", stored), Payload: payload, Retain: true})
-				if errors.Is(err, broker.ErrRetainedFull) {
-					break
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				stored++
-			}
+			stored := fillRetained(b, br, shape.payload)
 			b.Logf("%d retained messages, %d bytes", stored, br.Stats().RetainedBytes)
 			b.ResetTimer()
 			for range b.N {
-				c := newClient(b, br, nil)
-				var ms runtime.MemStats
-				before := heapInuse()
-				runtime.ReadMemStats(&ms)
-				alloc, cpu := ms.TotalAlloc, cpuTime()
-				s := c.mustSubscribe("#", "", false)
-				held := heapInuse() - before
-				if _, err := br.Broker.Publish(context.Background(), broker.Message{Topic: "end", Payload: []byte("end")}); err != nil {
-					b.Fatal(err)
-				}
-				received := 0
-				for {
-					f, err := s.dec.Frame()
-					if err != nil {
-						b.Fatal(err)
-					}
-					if f.Topic == "end" {
-						break
-					}
-					if f.Retained() {
-						received++
-					}
-				}
-				elapsed := cpuTime() - cpu
-				runtime.ReadMemStats(&ms)
-				b.ReportMetric(float64(elapsed), "cpu-ns/subscribe")
-				b.ReportMetric(float64(ms.TotalAlloc-alloc), "alloc-B/subscribe")
-				b.ReportMetric(float64(held), "heap-B")
-				b.ReportMetric(float64(received), "received")
+				measureReplay(b, br, "",
+					func(f wire.Frame) bool { return f.Topic == "end" },
+					func(f wire.Frame) bool { return f.Retained() })
 				b.ReportMetric(float64(stored), "retained")
-				s.close()
 			}
 		})
 	}
