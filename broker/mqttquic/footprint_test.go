@@ -23,22 +23,15 @@ func TestPerClientHeap(t *testing.T) {
 	const n = 200
 	p := newPKI(t)
 	s := startServer(t, p, func(o *Options) { o.QUICAddr, o.TLS, o.TCPAddr = "off", nil, "127.0.0.1:0" })
-	heap := func() uint64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
 	// One client first, so what is allocated once (the client table, the
 	// topic index) is not counted per client.
 	mustConnect(t, s, p, "tcp", connectOpts{version: 4, id: "first", clean: true})
-	before := heap()
+	before := heapAlloc()
 	clients := make([]*rawClient, 0, n)
 	for i := range n {
 		clients = append(clients, mustConnect(t, s, p, "tcp", connectOpts{version: 4, id: fmt.Sprintf("c%d", i), clean: true}))
 	}
-	after := heap()
+	after := heapAlloc()
 	per := (int64(after) - int64(before)) / n
 	t.Logf("heap per idle client: %d bytes (broker and test client)", per)
 	if limit := int64(10 << 10); per > limit {
@@ -132,4 +125,14 @@ func TestPerClientStack(t *testing.T) {
 		}
 	}
 	runtime.KeepAlive(clients)
+}
+
+// heapAlloc is the live heap after two collections (the second frees
+// what the first's finalizers released).
+func heapAlloc() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

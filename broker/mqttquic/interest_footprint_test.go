@@ -87,18 +87,11 @@ func TestInterestHookHeapPerClient(t *testing.T) {
 	}
 	pk := subscribePacket("a/b")
 	codes := []byte{1}
-	heap := func() uint64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := heapAlloc()
 	for _, cl := range clients {
 		h.OnSubscribed(cl, pk, codes)
 	}
-	per := (int64(heap()) - int64(before)) / n
+	per := (int64(heapAlloc()) - int64(before)) / n
 	t.Logf("interest hook heap per subscribed client: %d bytes", per)
 	if limit := int64(200); per > limit {
 		t.Errorf("interest hook heap per subscribed client %d bytes, want at most %d", per, limit)
