@@ -515,7 +515,9 @@ func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 // quiot: Read's frame stays on the stack while it waits for the next
 // packet; in mochi v2.7.9 it held the packet (1.6 KB of frame). The packet
 // is now read and handled in handleNext, which returns before the next wait
-// (QUIOT.md).
+// (QUIOT.md), and handleNext runs on a worker goroutine whose stack has
+// grown (handoff.go): Read waits for it, so packets are handled one at a
+// time and in order, as before.
 func (cl *Client) Read(packetHandler ReadFn) error {
 	for {
 		if cl.Closed() {
@@ -529,7 +531,7 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 			return err
 		}
 
-		err = cl.handleNext(fh, packetHandler)
+		err = runHandoff(handoff{cl: cl, fh: fh, handler: packetHandler})
 		if err != nil {
 			return err
 		}
