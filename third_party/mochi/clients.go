@@ -525,8 +525,8 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 		}
 
 		cl.refreshDeadline(cl.State.Keepalive)
-		fh := new(packets.FixedHeader)
-		err := cl.ReadFixedHeader(fh)
+		var fh packets.FixedHeader
+		err := cl.ReadFixedHeader(&fh)
 		if err != nil {
 			return err
 		}

@@ -45,7 +45,7 @@ import (
 // its session (Server.admitAndEstablish).
 type handoff struct {
 	cl       *Client
-	fh       *packets.FixedHeader
+	fh       packets.FixedHeader
 	handler  ReadFn
 	s        *Server
 	listener string
@@ -124,9 +124,9 @@ func (w *worker) run() {
 // do runs the job on the calling goroutine.
 func (j *handoff) do() error {
 	if j.handler == nil {
-		return j.s.admitAndEstablish(j.cl, j.listener, j.fh)
+		return j.s.admitAndEstablish(j.cl, j.listener, &j.fh)
 	}
-	return j.cl.handleNext(j.fh, j.handler)
+	return j.cl.handleNext(&j.fh, j.handler)
 }
 
 // idleWorkers returns how many workers wait idle (for tests).

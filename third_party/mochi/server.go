@@ -437,8 +437,8 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 //
 //go:noinline
 func (s *Server) admitOnWorker(cl *Client, listener string) error {
-	fh := new(packets.FixedHeader)
-	if err := readConnectionHeader(cl, fh); err != nil {
+	var fh packets.FixedHeader
+	if err := readConnectionHeader(cl, &fh); err != nil {
 		return fmt.Errorf("read connection: %w", err)
 	}
 	return runHandoff(handoff{cl: cl, fh: fh, s: s, listener: listener})
