@@ -531,7 +531,7 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 			return err
 		}
 
-		err = runHandoff(handoff{cl: cl, fh: fh, handler: packetHandler})
+		err = handOffPacket(cl, &fh, packetHandler)
 		if err != nil {
 			return err
 		}

@@ -441,7 +441,7 @@ func (s *Server) admitOnWorker(cl *Client, listener string) error {
 	if err := readConnectionHeader(cl, &fh); err != nil {
 		return fmt.Errorf("read connection: %w", err)
 	}
-	return runHandoff(handoff{cl: cl, fh: fh, s: s, listener: listener})
+	return handOffConnect(s, cl, listener, &fh)
 }
 
 // admitAndEstablish admits the client and establishes its session;
