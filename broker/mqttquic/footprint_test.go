@@ -60,7 +60,8 @@ func TestPerClientHeap(t *testing.T) {
 // on trimmed below 1.2 KB in all (mochi's attachClient and TCP listener,
 // sessionEnds.Serve, sizeConn.Read), the collector halves it once more, to
 // 4 KiB (4.1 and 3.7 KiB; docs/BENCH.md, "Heap and stack per idle
-// connection"). The collector halves a stack at most once per collection,
+// connection"). With packets handled on pooled workers (QUIOT.md, change
+// 11) most readers never grow past their first 2 KiB (2.2-3.0 KiB). The collector halves a stack at most once per collection,
 // so the measure takes four. The test's raw clients read synchronously:
 // they own no goroutine, so the stacks counted are the broker's.
 func TestPerClientStack(t *testing.T) {
@@ -142,7 +143,9 @@ func TestPerClientStack(t *testing.T) {
 // reader grew its stack to 16 KiB (mochi passes its ~800-byte
 // packets.Packet by value through deep frames): 16.6 KiB per client. The
 // fork in third_party/mochi (its QUIOT.md, change 11) hands each packet to
-// a pooled worker goroutine, so the reader stays at its resting size.
+// a pooled worker goroutine, so the reader stays at its resting size
+// (1.8-2.9 KiB per client; docs/BENCH.md, "Packets handled off the
+// reader's stack").
 func TestPerClientStackJustActive(t *testing.T) {
 	if raceDetector {
 		t.Skip("the race detector enlarges frames and stacks")
