@@ -10,7 +10,7 @@ import (
 // quiot: packet handling on a pooled worker goroutine (QUIOT.md, change 11).
 //
 // A client's reader goroutine lives as long as its connection and spends
-// that life waiting for the next packet on a 4 KiB stack. Handling a
+// that life waiting for the next packet on a small stack. Handling a
 // packet takes far more: mochi passes its ~800-byte packets.Packet by
 // value through deep frames (ReadPacket, Hooks.OnPacketRead, processPacket,
 // processSubscribe, publishRetainedToClient, quiot's hooks), so a CONNECT,
@@ -36,8 +36,9 @@ import (
 // and quiot's and others' hooks implement them) and would still leave
 // every hook's own frame on the reader. A goroutine per packet would cost
 // a goroutine start and a stack growth on every packet. A pooled worker
-// costs two goroutine switches per packet (about 0.7 µs of CPU; BenchmarkReadPublish, QUIOT.md)
-// and the few idle workers' stacks.
+// costs two goroutine switches per packet (0.4-1.2 µs of CPU on a loaded
+// 2-core host; BenchmarkReadPublish, QUIOT.md) and the few idle workers'
+// stacks.
 
 // handoff describes the work a reader hands to a worker: with handler set,
 // reading and handling the packet whose fixed header is fh; with handler
