@@ -515,7 +515,9 @@ func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 // quiot: Read's frame stays on the stack while it waits for the next
 // packet; in mochi v2.7.9 it held the packet (1.6 KB of frame). The packet
 // is now read and handled in handleNext, which returns before the next wait
-// (QUIOT.md).
+// (QUIOT.md), and handleNext runs on a worker goroutine whose stack has
+// grown (handoff.go): Read waits for it, so packets are handled one at a
+// time and in order, as before.
 func (cl *Client) Read(packetHandler ReadFn) error {
 	for {
 		if cl.Closed() {
@@ -523,13 +525,13 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 		}
 
 		cl.refreshDeadline(cl.State.Keepalive)
-		fh := new(packets.FixedHeader)
-		err := cl.ReadFixedHeader(fh)
+		var fh packets.FixedHeader
+		err := cl.ReadFixedHeader(&fh)
 		if err != nil {
 			return err
 		}
 
-		err = cl.handleNext(fh, packetHandler)
+		err = handOffPacket(cl, &fh, packetHandler)
 		if err != nil {
 			return err
 		}

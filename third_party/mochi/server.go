@@ -420,13 +420,28 @@ func (s *Server) EstablishConnection(listener string, c net.Conn) error {
 // shrink (QUIOT.md). The steps and their order are upstream's.
 func (s *Server) attachClient(cl *Client, listener string) error {
 	s.Listeners.ClientsWg.Add(1)
-	err := s.admitAndEstablish(cl, listener)
+	err := s.admitOnWorker(cl, listener)
 	if err == nil {
 		err = s.detachClient(cl, listener, cl.Read(s.receivePacket))
 		atomic.AddInt64(&s.Info.ClientsConnected, -1)
 	}
 	s.endAttach(cl)
 	return err
+}
+
+// admitOnWorker waits for the fixed header of the client's first packet,
+// which must be a CONNECT, then admits the client and establishes its
+// session on a worker goroutine (admitAndEstablish, handoff.go). quiot:
+// reading the CONNECT, the hooks and the CONNACK grew the reader's stack
+// to 16 KiB (QUIOT.md, change 11).
+//
+//go:noinline
+func (s *Server) admitOnWorker(cl *Client, listener string) error {
+	var fh packets.FixedHeader
+	if err := readConnectionHeader(cl, &fh); err != nil {
+		return fmt.Errorf("read connection: %w", err)
+	}
+	return handOffConnect(s, cl, listener, &fh)
 }
 
 // admitAndEstablish admits the client and establishes its session;
@@ -439,8 +454,8 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 // panic ends the process either way.
 //
 //go:noinline
-func (s *Server) admitAndEstablish(cl *Client, listener string) error {
-	pk, err := s.admitClient(cl, listener)
+func (s *Server) admitAndEstablish(cl *Client, listener string, fh *packets.FixedHeader) error {
+	pk, err := s.admitClient(cl, listener, fh)
 	if err != nil {
 		return err
 	}
@@ -461,13 +476,13 @@ func (s *Server) endAttach(cl *Client) {
 	s.Listeners.ClientsWg.Done()
 }
 
-// admitClient reads and validates the connection packet and authenticates
-// the client; it returns the packet, or the error that refuses the client
-// (its CONNACK sent).
+// admitClient reads the rest of the connection packet whose fixed header
+// is fh, validates it and authenticates the client; it returns the packet,
+// or the error that refuses the client (its CONNACK sent).
 //
 //go:noinline
-func (s *Server) admitClient(cl *Client, listener string) (*packets.Packet, error) {
-	pk, err := s.readConnectionPacket(cl)
+func (s *Server) admitClient(cl *Client, listener string, fh *packets.FixedHeader) (*packets.Packet, error) {
+	pk, err := cl.ReadPacket(fh)
 	if err != nil {
 		return nil, fmt.Errorf("read connection: %w", err)
 	}
@@ -567,13 +582,9 @@ func (s *Server) detachClient(cl *Client, listener string, err error) error {
 // acceptable, returns the valid connection packet.
 func (s *Server) readConnectionPacket(cl *Client) (pk packets.Packet, err error) {
 	fh := new(packets.FixedHeader)
-	err = cl.ReadFixedHeader(fh)
+	err = readConnectionHeader(cl, fh)
 	if err != nil {
 		return
-	}
-
-	if fh.Type != packets.Connect {
-		return pk, packets.ErrProtocolViolationRequireFirstConnect // [MQTT-3.1.0-1]
 	}
 
 	pk, err = cl.ReadPacket(fh)
@@ -582,6 +593,18 @@ func (s *Server) readConnectionPacket(cl *Client) (pk packets.Packet, err error)
 	}
 
 	return
+}
+
+// readConnectionHeader reads the fixed header of a connection's first
+// packet into fh and checks that it is a CONNECT.
+func readConnectionHeader(cl *Client, fh *packets.FixedHeader) error {
+	if err := cl.ReadFixedHeader(fh); err != nil {
+		return err
+	}
+	if fh.Type != packets.Connect {
+		return packets.ErrProtocolViolationRequireFirstConnect // [MQTT-3.1.0-1]
+	}
+	return nil
 }
 
 // receivePacket processes an incoming packet for a client, and issues a disconnect to the client
