@@ -177,7 +177,10 @@ type Server struct {
 	tcp  *listeners.TCP
 	tlsl *listeners.TCP // MQTT over TLS (tls.go)
 	ws   *wsListener    // MQTT over WebSocket (ws.go)
-	wss  *wsListener    // MQTT over secure WebSocket (ws.go)
+	// wsAll are the WebSocket listeners, the one on the broker's port
+	// included.
+	wsAll []*wsListener
+	wss   *wsListener // MQTT over secure WebSocket (ws.go)
 	// mounted serves MQTT over WebSocket on the broker's port (ws.go).
 	mounted wsMounter
 	br      *bridge
@@ -312,6 +315,12 @@ func (s *Server) Start() error {
 	}
 	if err := s.mq.Serve(); err != nil {
 		return fmt.Errorf("mqtt server: %w", err)
+	}
+	// mochi starts each listener's Serve on a goroutine of its own: a
+	// WebSocket upgrade that came before it was refused with 503 ("the
+	// MQTT server is starting"), so Start returns once they serve.
+	for _, l := range s.wsAll {
+		<-l.ready
 	}
 	return nil
 }

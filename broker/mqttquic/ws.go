@@ -146,6 +146,9 @@ func (l *wsListener) Init(*slog.Logger) error {
 // Serve serves upgrade requests until Close (a mounted listener returns
 // at once: the other server calls ServeHTTP from now on).
 func (l *wsListener) Serve(establish listeners.EstablishFn) {
+	if testHookWSServe != nil {
+		testHookWSServe()
+	}
 	l.establish = establish
 	close(l.ready)
 	if l.mounted {
@@ -255,6 +258,10 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // browser part has judged an upgrade request's session token, before the
 // listener binds it to the connection.
 var testHookWSAuthenticated func()
+
+// testHookWSServe, set by tests only, runs when mochi starts a WebSocket
+// listener's Serve, before it serves.
+var testHookWSServe func()
 
 func (l *wsListener) track(c *wsConn) bool {
 	l.mu.Lock()
@@ -469,6 +476,7 @@ func (s *Server) startWS() error {
 			return fmt.Errorf("mqtt server: %s listener: %w", ws.id, err)
 		}
 		*ws.dst = l
+		s.wsAll = append(s.wsAll, l)
 	}
 	if s.opts.WSOnBroker {
 		m, ok := s.opts.Broker.(wsMounter)
@@ -485,6 +493,7 @@ func (s *Server) startWS() error {
 		}
 		m.SetMQTTWebSocket(l)
 		s.mounted = m
+		s.wsAll = append(s.wsAll, l)
 	}
 	if s.ws != nil && !IsLoopbackAddr(s.ws.Address()) {
 		s.opts.Logger.Warn("plain MQTT over WebSocket listens on a non-loopback address: passwords and messages cross the network in clear; use --mqtt-wss, or listen on 127.0.0.1", "address", s.ws.Address())
