@@ -47,6 +47,7 @@ func threeBrokers(t *testing.T, mod func(i int, bo *broker.Options, co *cluster.
 // broker, which make NATS deliver it twice to that broker), and nothing
 // loops back.
 func TestCrossBrokerDelivery(t *testing.T) {
+	t.Parallel()
 	for _, local := range []bool{false, true} {
 		name := "cluster-wide numbers"
 		if local {
@@ -179,6 +180,7 @@ func hasRetained(nd *node, topic, payload string) func() bool {
 // publisher had its acknowledgement, and b3 never had it as retained ("no
 // retained message on b3 within 45s" in TestRetainedAcrossBrokers).
 func TestRetainedStoredAfterFailedPut(t *testing.T) {
+	t.Parallel()
 	_, n := threeBrokers(t, nil)
 	key := cluster.EncodeTopic("cfg/put")
 	var failed atomic.Int32
@@ -203,6 +205,7 @@ func TestRetainedStoredAfterFailedPut(t *testing.T) {
 // their subscribers), also of a broker that joins later; clearing it clears
 // it everywhere.
 func TestRetainedAcrossBrokers(t *testing.T) {
+	t.Parallel()
 	nc, n := threeBrokers(t, nil)
 	n[0].publish("cfg/a", "v1", "retain=1&qos=1")
 	waitFor(t, hasRetained(n[2], "cfg/a", "v1"), "retained message on b3")
@@ -235,6 +238,7 @@ func TestRetainedAcrossBrokers(t *testing.T) {
 // publish only under a/public, so her a/secret message reaches b1's
 // subscribers (b1's ACL allows it) but not b2's.
 func TestACLOnEveryBroker(t *testing.T) {
+	t.Parallel()
 	strict, err := auth.Parse([]byte(`
 [anonymous]
 publish = ["#"]
@@ -290,6 +294,7 @@ publish = ["a/public/#"]
 // it held again, and every message a publisher had acknowledged is in the
 // R3 history stream and reaches b2's subscriber exactly once.
 func TestNATSNodeDiesMidStream(t *testing.T) {
+	t.Parallel()
 	nc, n := threeBrokers(t, func(i int, _ *broker.Options, co *cluster.Options) {
 		co.ReconnectWait = 20 * time.Millisecond
 		co.MaxReconnectWait = 200 * time.Millisecond
@@ -382,6 +387,7 @@ func TestNATSNodeDiesMidStream(t *testing.T) {
 // order, with no gap; with LocalNumbering (another broker's numbers) it is
 // told of the gap, never silently.
 func TestBrokerCloseMidStream(t *testing.T) {
+	t.Parallel()
 	for _, local := range []bool{false, true} {
 		name := "cluster-wide numbers"
 		if local {
@@ -445,6 +451,7 @@ func brokerCloseMidStream(t *testing.T, local bool) {
 // gap to the other brokers; a broker that comes back after them reads what
 // it missed from the history stream.
 func TestNATSUnreachable(t *testing.T) {
+	t.Parallel()
 	nc := startNATS(t, 1)
 	pki := testutil.NewPKI(t)
 	mod := func(_ *broker.Options, co *cluster.Options) {
@@ -566,6 +573,7 @@ accounts {
 // delivery and retained messages work, a publish outside quiot's subjects
 // is refused by NATS, and another account sees none of quiot's messages.
 func TestAccountConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	conf := strings.NewReplacer("PORT", "-1", "DIR", dir).Replace(accountConf)
 	path := dir + "/nats.conf"
@@ -647,6 +655,7 @@ func TestAccountConfig(t *testing.T) {
 // of a filter comes, dropped when the last one goes (a repeated MQTT
 // SUBSCRIBE counts once).
 func TestInterestFollowsSubscriptions(t *testing.T) {
+	t.Parallel()
 	nc := startNATS(t, 1)
 	n := startNode(t, testutil.NewPKI(t), "i", nc.urls(), func(_ *broker.Options, co *cluster.Options) { co.Replicas, co.LocalNumbering = 1, true })
 	subjects := func(want int) func() bool {
@@ -672,6 +681,7 @@ func TestInterestFollowsSubscriptions(t *testing.T) {
 // --cluster-ca, presenting a client certificate (NATS `verify`) and a
 // token; a client without a certificate is refused.
 func TestTLSToNATS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pki := testutil.NewPKI(t)
 	cl, err := pki.CA.Issue("edge1", nil)
@@ -733,6 +743,7 @@ authorization { token: "t0ken-s3cret" }
 // broker (same store, same epoch) forwards again what its store holds after
 // the last forwarded mark: the other brokers get it.
 func TestRestartedStoreForwardsAgain(t *testing.T) {
+	t.Parallel()
 	nc := startNATS(t, 1)
 	pki := testutil.NewPKI(t)
 	dir := t.TempDir()

@@ -13,6 +13,7 @@ import (
 // local ACL check every cluster message passes refuses every publish to a
 // `$` topic (docs/security.md), also without an ACL.
 func TestDollarFromClusterDropped(t *testing.T) {
+	t.Parallel()
 	_, n := threeBrokers(t, nil)
 	s2 := n[1].subscribe("$SYS/#", "")
 	ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 // since, is one note from the first to the last, with both topic lists (at
 // most maxGapTopics of them, More set beyond).
 func TestGapNoteThen(t *testing.T) {
+	t.Parallel()
 	many := make([]string, maxGapTopics)
 	for i := range many {
 		many[i] = fmt.Sprintf("t/%d", i)

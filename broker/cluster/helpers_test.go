@@ -28,6 +28,11 @@ import (
 // timeout only bounds a hang; nothing waits for it to pass.
 const timeout = 45 * time.Second
 
+// Every test of this package is parallel (t.Parallel): each starts its own
+// NATS servers (random ports, its own storage) and brokers, and much of a
+// test's time is spent waiting on NATS (JetStream elections, which take
+// seconds when votes split, reconnects), which other tests can use.
+
 // natsCluster is a NATS cluster with JetStream running in this process on
 // loopback.
 type natsCluster struct {

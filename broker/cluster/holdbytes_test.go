@@ -18,6 +18,7 @@ import (
 // (where the messages wait in the hold to be numbered); once NATS is back
 // the held ones reach the cluster.
 func TestHoldBytes(t *testing.T) {
+	t.Parallel()
 	for _, local := range []bool{false, true} {
 		name := "cluster-wide numbers"
 		if local {

@@ -17,6 +17,7 @@ import (
 // b holds at most 1 MiB of them, drops the others as a slow consumer
 // (counted), and delivers the ones it held once it goes on.
 func TestReceiveBytes(t *testing.T) {
+	t.Parallel()
 	const (
 		n        = 40
 		size     = 64 << 10

@@ -37,6 +37,7 @@ import (
 // sequence number and b1's epoch: it gets every later message once, in
 // order, with no gap announcement. An MQTT subscriber on b2 gets them too.
 func TestResumeOnAnotherBroker(t *testing.T) {
+	t.Parallel()
 	_, n := threeBrokers(t, nil)
 	e := n[0].b.Broker.Epoch()
 	for i, x := range n {
@@ -146,6 +147,7 @@ func TestResumeOnAnotherBroker(t *testing.T) {
 // messages also when its first announcements fail (as one may right after
 // NATS restarts): it is announced again before anything held is sent.
 func TestSequencedHoldAndGaps(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		fails     int32 // gap announcements made to fail first
@@ -275,6 +277,7 @@ func testSequencedHoldAndGaps(t *testing.T, fails int32, coreFirst bool) {
 // file (--cluster-nkey); a wrong seed is refused by the server and the
 // link stays down (local service goes on) instead of failing the broker.
 func TestNKeyCredentials(t *testing.T) {
+	t.Parallel()
 	kp, err := nkeys.CreateUser()
 	if err != nil {
 		t.Fatal(err)
@@ -363,6 +366,7 @@ func refused(t *testing.T, url string, opt nats.Option) {
 // operator (JWT) mode whose account has JetStream: cross-broker delivery
 // works; a user of an account the operator does not know is refused.
 func TestCredsFile(t *testing.T) {
+	t.Parallel()
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -448,6 +452,7 @@ func TestCredsFile(t *testing.T) {
 // saw; where the stream no longer holds messages (its per-topic bound), the
 // resume is told of the gap, never silently.
 func TestLateBrokerHistory(t *testing.T) {
+	t.Parallel()
 	nc := startNATS(t, 1)
 	pki := testutil.NewPKI(t)
 	mod := func(bo *broker.Options, co *cluster.Options) {
@@ -500,6 +505,7 @@ func TestLateBrokerHistory(t *testing.T) {
 // JetStream): every one reaches the other brokers' subscribers, once, in
 // order, though their broker is gone.
 func TestPublishingBrokerDies(t *testing.T) {
+	t.Parallel()
 	_, n := threeBrokers(t, nil)
 	s1 := n[0].subscribe("d/#", "")
 	m2 := n[1].mqttConnect("m2")
@@ -535,6 +541,7 @@ func TestPublishingBrokerDies(t *testing.T) {
 // SUBACK, and a message published in between was history to it: missed).
 // Each round a new filter, published to at once after the SUBACK.
 func TestMQTTSubscribeCoversFilter(t *testing.T) {
+	t.Parallel()
 	_, n := threeBrokers(t, nil)
 	m2 := n[1].mqttConnect("m2")
 	for i := range 10 {
@@ -551,6 +558,7 @@ func TestMQTTSubscribeCoversFilter(t *testing.T) {
 // broker: the SSE event ids are EPOCH-SEQ of the cluster, and Last-Event-ID
 // sent to another broker continues after that event, with no gap event.
 func TestSSEResumeOnAnotherBroker(t *testing.T) {
+	t.Parallel()
 	_, n := threeBrokers(t, nil)
 	sse := func(nd *node, lastID string) (<-chan [2]string, func()) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -641,6 +649,7 @@ func TestSSEResumeOnAnotherBroker(t *testing.T) {
 // (and in its history); that broker then holds no retained message for the
 // topic rather than a stale one.
 func TestRetainedFullStillDelivered(t *testing.T) {
+	t.Parallel()
 	nc := startNATS(t, 1)
 	pki := testutil.NewPKI(t)
 	a := startNode(t, pki, "a", nc.urls(), func(_ *broker.Options, co *cluster.Options) { co.Replicas = 1 })
@@ -675,6 +684,7 @@ func TestRetainedFullStillDelivered(t *testing.T) {
 // gets the earlier messages read from the stream, then live ones, in
 // order, once; a new subscriber on a filter gets no old message as news.
 func TestSequencedInterest(t *testing.T) {
+	t.Parallel()
 	nc := startNATS(t, 1)
 	pki := testutil.NewPKI(t)
 	mod := func(_ *broker.Options, co *cluster.Options) { co.Replicas = 1 }
@@ -722,6 +732,7 @@ func TestSequencedInterest(t *testing.T) {
 // its broker applied, not where the stream was when the broker could read
 // the filter).
 func TestSubscribeWhileNATSDown(t *testing.T) {
+	t.Parallel()
 	nc := startNATS(t, 1)
 	pki := testutil.NewPKI(t)
 	mod := func(_ *broker.Options, co *cluster.Options) {

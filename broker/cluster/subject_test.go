@@ -11,6 +11,7 @@ import (
 )
 
 func TestEncodeTopic(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ name, topic, want string }{
 		{"plain", "a/b/c", "a.b.c"},
 		{"dot", "a.b/c", "a=2Eb.c"},
@@ -41,6 +42,7 @@ func TestEncodeTopic(t *testing.T) {
 }
 
 func TestDecodeTopicErrors(t *testing.T) {
+	t.Parallel()
 	for _, s := range []string{"", "a..b", ".a", "a.", "a=", "a=4", "a=zz", "a=2e", "a=41", "a*", ">", "a b", "a~"} {
 		t.Run(s, func(t *testing.T) {
 			if got, err := DecodeTopic(s); !errors.Is(err, ErrBadSubject) {
@@ -51,6 +53,7 @@ func TestDecodeTopicErrors(t *testing.T) {
 }
 
 func TestFilterSubjects(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		filter string
 		want   []string
@@ -146,6 +149,7 @@ func FuzzRetainedValue(f *testing.F) {
 // TestDisjointSubjects: the stream consumer's filter has no two subjects
 // that match a common subject (JetStream refuses such a filter).
 func TestDisjointSubjects(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		in   []string
 		want []string

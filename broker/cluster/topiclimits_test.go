@@ -34,6 +34,7 @@ func deepTopic(n, size int) string {
 // numbers (the stream consumer and the retained bucket) and with
 // LocalNumbering (NATS interest).
 func TestTopicLimitsFromCluster(t *testing.T) {
+	t.Parallel()
 	for _, local := range []bool{false, true} {
 		name := "cluster-wide numbers"
 		if local {
