@@ -234,7 +234,11 @@ func TestFaultLoss(t *testing.T) {
 			r.count.Check(t, pub)
 			rs := r.relay.Stats()
 			t.Logf("spool %+v; relay dropped %d of %d up, %d of %d down", p.SpoolStats(), rs.Up.Dropped(), rs.Up.Received, rs.Down.Dropped(), rs.Down.Received)
-			if rs.Up.DroppedRandom == 0 || rs.Down.DroppedRandom == 0 {
+			// Loss must have happened, not in each direction: a streamed
+			// publish's acknowledgements can take so few datagrams down
+			// (some 24 in loaded runs, which failed here) that 20 % loss
+			// drops none of them.
+			if rs.Up.DroppedRandom+rs.Down.DroppedRandom == 0 {
 				t.Fatal("the relay dropped nothing")
 			}
 		})
