@@ -1,7 +1,9 @@
 package mqttquic
 
 import (
+	"errors"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -98,5 +100,46 @@ func TestClosedServerRefusesConnections(t *testing.T) {
 	}
 	if n := s.MQTT().Clients.Len(); n != 0 {
 		t.Errorf("%d clients reached mochi after Close began", n)
+	}
+}
+
+// TestCloseSweepsLateConnection: a connection accepted just before Close
+// began, but tracked only after Close swept the listener's connections,
+// was missed by the sweep: mochi's Close then waited for it until the
+// client left or its CONNECT deadline ran out (TestCloseWhileClientsConnect
+// took 90 s under -race so, the keep-alive of a client that had sent its
+// CONNECT). The test holds the connection between being counted and being
+// tracked until the sweep is over; the server must close it at once (the
+// CONNECT deadline is 10 minutes here, so before the fix the read below
+// waited for the test's own hang bound).
+func TestCloseSweepsLateConnection(t *testing.T) {
+	p := newPKI(t)
+	s := startServer(t, p, func(o *Options) {
+		o.QUICAddr, o.TCPAddr = "off", "127.0.0.1:0"
+		o.Limits.ConnectTimeout = 10 * time.Minute
+	})
+	entered, swept := make(chan struct{}), make(chan struct{})
+	var enterOnce, sweptOnce sync.Once
+	testHookTrack = func() {
+		enterOnce.Do(func() { close(entered) })
+		<-swept
+	}
+	testHookSwept = func() { sweptOnce.Do(func() { close(swept) }) }
+	t.Cleanup(func() { testHookTrack, testHookSwept = nil, nil })
+	c, err := net.Dial("tcp", s.TCPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second)) // a hang, not a timing
+	var b [16]byte
+	if _, err := c.Read(b[:]); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("the connection tracked after the close's sweep stayed open")
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -152,6 +152,9 @@ func (l sessionEnds) Close(listeners.CloseFn) {
 		}
 		return true
 	})
+	if testHookSwept != nil {
+		testHookSwept()
+	}
 }
 
 // closeListenerClients disconnects the clients of listener id (as mochi's
@@ -249,7 +252,18 @@ func (h *compatHook) track(id string, c net.Conn) (*connTrack, error) {
 		return nil, err
 	}
 	t := &connTrack{listener: id, conn: c, done: make(chan struct{}), pre: release}
+	if testHookTrack != nil {
+		testHookTrack()
+	}
 	h.conns.Store(c, t)
+	// Close may have begun after enter and swept the connections before
+	// this one was stored (sessionEnds.Close): close it here, or mochi's
+	// Close waits for it until the client leaves or its keep-alive runs
+	// out (90 s in a make test under -race). Either the sweep sees it
+	// stored, or this sees the close (shut comes before the sweep).
+	if h.isClosing() {
+		_ = c.Close()
+	}
 	return t, nil
 }
 
@@ -834,4 +848,8 @@ func refusalAck(pk packets.Packet, code packets.Code) packets.Packet {
 var (
 	testHookTooLarge   func(cl *mqtt.Client) (after func())
 	testHookQosPublish func(cl *mqtt.Client, pk packets.Packet)
+	// testHookTrack runs in track between enter and storing the
+	// connection; testHookSwept once sessionEnds.Close swept the tracked
+	// connections.
+	testHookTrack, testHookSwept func()
 )
