@@ -114,10 +114,8 @@ func TestClosedServerRefusesConnections(t *testing.T) {
 // waited for the test's own hang bound).
 func TestCloseSweepsLateConnection(t *testing.T) {
 	p := newPKI(t)
-	s := startServer(t, p, func(o *Options) {
-		o.QUICAddr, o.TCPAddr = "off", "127.0.0.1:0"
-		o.Limits.ConnectTimeout = 10 * time.Minute
-	})
+	// The seams are set before the server starts (its goroutines read
+	// them) and cleared after it is closed (cleanups run last first).
 	entered, swept := make(chan struct{}), make(chan struct{})
 	var enterOnce, sweptOnce sync.Once
 	testHookTrack = func() {
@@ -126,6 +124,10 @@ func TestCloseSweepsLateConnection(t *testing.T) {
 	}
 	testHookSwept = func() { sweptOnce.Do(func() { close(swept) }) }
 	t.Cleanup(func() { testHookTrack, testHookSwept = nil, nil })
+	s := startServer(t, p, func(o *Options) {
+		o.QUICAddr, o.TCPAddr = "off", "127.0.0.1:0"
+		o.Limits.ConnectTimeout = 10 * time.Minute
+	})
 	c, err := net.Dial("tcp", s.TCPAddr())
 	if err != nil {
 		t.Fatal(err)
