@@ -61,7 +61,7 @@ var (
 	rate     = flag.Float64("rate", 1, "messages per second")
 	size     = flag.Int("size", 256, "payload bytes")
 	grace    = flag.Duration("grace", 60*time.Second, "wait after the last publish for the last messages")
-	only     = flag.String("only", "", "comma-separated variants to run, by number from 1 (default all)")
+	only     = flag.String("only", "", "comma-separated variants to run, by number from 1 (default 1 to 6; 7 and 8 are MQTT over QUIC and HTTP/3 with the upstream quiot on the lean QUIC profile)")
 	keep     = flag.Bool("keep", false, "keep the working directory (configurations, logs) and print its path")
 	linkName = flag.String("link", "", "link profile of internal/linkprofile (lan, nbiot, sat, ...) on every variant's link; empty: loopback unimpaired")
 	tcpOut   = flag.String("tcp-outage", "hold", "outage of the TCP link: hold (silent blackout: connections stay open, nothing crosses) or close (connections closed, new ones refused)")
@@ -124,15 +124,17 @@ func main() {
 	}{
 		{"quiot -> mosquitto, MQTT/TLS", func(v *variant) error { return v.quiotToMosquitto(true) }},
 		{"quiot -> mosquitto, MQTT/TCP", func(v *variant) error { return v.quiotToMosquitto(false) }},
-		{"quiot -> quiot, MQTT over QUIC", func(v *variant) error { return v.quiotToQuiot(false) }},
-		{"quiot -> quiot, HTTP/3", func(v *variant) error { return v.quiotToQuiot(true) }},
+		{"quiot -> quiot, MQTT over QUIC", func(v *variant) error { return v.quiotToQuiot(false, "default") }},
+		{"quiot -> quiot, HTTP/3", func(v *variant) error { return v.quiotToQuiot(true, "default") }},
 		{"mosquitto -> mosquitto (bridge), MQTT/TLS", func(v *variant) error { return v.mosquittoToMosquitto(true) }},
 		{"mosquitto -> mosquitto (bridge), MQTT/TCP", func(v *variant) error { return v.mosquittoToMosquitto(false) }},
+		{"quiot -> quiot (upstream lean), MQTT over QUIC", func(v *variant) error { return v.quiotToQuiot(false, "lean") }},
+		{"quiot -> quiot (upstream lean), HTTP/3", func(v *variant) error { return v.quiotToQuiot(true, "lean") }},
 	}
 	var wg sync.WaitGroup
 	results := make([]result, len(variants))
 	for i, vr := range variants {
-		if *only != "" && !strings.Contains(","+*only+",", ","+strconv.Itoa(i+1)+",") {
+		if *only == "" && i >= 6 || *only != "" && !strings.Contains(","+*only+",", ","+strconv.Itoa(i+1)+",") {
 			continue
 		}
 		wg.Add(1)
@@ -347,10 +349,11 @@ func (v *variant) quiotToMosquitto(useTLS bool) error {
 }
 
 // quiotToQuiot bridges a quiot edge to a quiot upstream over MQTT over
-// QUIC, or over HTTP/3 (https://) with h3.
-func (v *variant) quiotToQuiot(h3 bool) error {
+// QUIC, or over HTTP/3 (https://) with h3; the upstream runs QUIC tuning
+// profile tuning (the edge's bridge lean).
+func (v *variant) quiotToQuiot(h3 bool, tuning string) error {
 	quicPort, h3Port, tcpPort := freeUDP(), freeUDP(), freeTCP()
-	if _, err := v.start(*quiotBin, "broker", "--cert", v.pki.certFile, "--key", v.pki.keyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", h3Port),
+	if _, err := v.start(*quiotBin, "broker", "--tuning", tuning, "--cert", v.pki.certFile, "--key", v.pki.keyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", h3Port),
 		"--mqtt-quic", fmt.Sprintf("127.0.0.1:%d", quicPort), "--mqtt-tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort), "--metrics-listen", "", "--log-level", "warn"); err != nil {
 		return err
 	}
