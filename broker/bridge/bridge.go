@@ -163,6 +163,9 @@ type Bridge struct {
 	// (packetConn), upPubs those of the current one (nil: not counted,
 	// https://).
 	dialedPubs, upPubs *written
+	// quicRTT is the smoothed RTT of the last MQTT over QUIC connection
+	// (ns; 0: none yet): the next dial's handshake hold (quic.go).
+	quicRTT atomic.Int64
 	// aliases are the topic aliases of the current connection (nil:
 	// none; alias.go).
 	aliases *topicAliases
