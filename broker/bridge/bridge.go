@@ -163,6 +163,12 @@ type Bridge struct {
 	// (packetConn), upPubs those of the current one (nil: not counted,
 	// https://).
 	dialedPubs, upPubs *written
+	// quicRTT is the smoothed RTT of the last MQTT over QUIC connection
+	// (ns; 0: none yet): the next dial's handshake hold (quic.go).
+	quicRTT atomic.Int64
+	// aliases are the topic aliases of the current connection (nil:
+	// none; alias.go).
+	aliases *topicAliases
 
 	up      bool
 	upSince time.Time
@@ -653,6 +659,13 @@ func (br *Bridge) setErr(s string) {
 // onUp runs when a connection is made: log, mark the connection, and
 // subscribe to the in filters.
 func (br *Bridge) onUp(cm *autopaho.ConnectionManager, ca *paho.Connack) {
+	var aliases *topicAliases
+	if !br.v311 && br.cfg.SessionExpiry == 0 && ca.Properties != nil && ca.Properties.TopicAliasMaximum != nil {
+		aliases = newTopicAliases(*ca.Properties.TopicAliasMaximum)
+	}
+	br.mu.Lock()
+	br.aliases = aliases
+	br.mu.Unlock()
 	br.markUp(ca.SessionPresent)
 	if len(br.cfg.In) == 0 {
 		return

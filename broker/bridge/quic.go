@@ -21,6 +21,21 @@ const (
 	defaultMQTTQUICPort = "14567"
 )
 
+// handshakeHold is the round trip the next MQTT over QUIC dial expects
+// (0: none, quic-go's own probing): the profile's handshake_rtt, else,
+// with handshake_rtt_from_session (lean), the smoothed RTT of the
+// bridge's last connection. Its handshake probes are held for 1.5 x it
+// (probehold.go).
+func (br *Bridge) handshakeHold() time.Duration {
+	if rtt := time.Duration(br.quic.HandshakeRTT); rtt > 0 {
+		return rtt
+	}
+	if br.quic.HandshakeRTTFromSession {
+		return time.Duration(br.quicRTT.Load())
+	}
+	return 0
+}
+
 // dialQUIC opens one MQTT connection over QUIC (mqtt-quic://): a QUIC
 // connection with the bridge's tuning profile and one bidirectional
 // stream carrying the MQTT packets, as device/client and quiot's MQTT
@@ -39,13 +54,34 @@ func (br *Bridge) dialQUIC(ctx context.Context, _ autopaho.ClientConfig, u *url.
 		hctx, cancel = context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
 	}
-	qc, err := quic.DialAddr(hctx, addr, br.tlsCfg.Clone(), qconf)
+	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
+		return nil, fmt.Errorf("mqtt-quic %s: %w", addr, err)
+	}
+	udp, err := net.ListenUDP("udp", nil)
+	if err != nil {
+		return nil, fmt.Errorf("mqtt-quic %s: %w", addr, err)
+	}
+	var pc net.PacketConn = udp
+	if hold := br.handshakeHold(); hold > 0 {
+		pc = newProbeHold(udp, hold*3/2)
+	}
+	qc, err := quic.Dial(hctx, pc, ua, br.tlsCfg.Clone(), qconf)
+	if err != nil {
+		_ = udp.Close()
 		if ctx.Err() == nil && hctx.Err() != nil {
 			err = errors.New("no answer over UDP in time")
 		}
 		return nil, fmt.Errorf("mqtt-quic %s: %w", addr, err)
 	}
+	// The socket is the connection's alone: closed with it, once its
+	// round trip is noted for the next dial's hold.
+	context.AfterFunc(qc.Context(), func() {
+		if rtt := qc.ConnectionStats().SmoothedRTT; rtt > 0 {
+			br.quicRTT.Store(int64(rtt))
+		}
+		_ = udp.Close()
+	})
 	s, err := qc.OpenStreamSync(ctx)
 	if err != nil {
 		_ = qc.CloseWithError(streamconn.CodeNoError, "")

@@ -264,7 +264,14 @@ func (br *Bridge) publishOne(ctx context.Context, m upMsg) (int, error) {
 	if m.time > 0 && !br.v311 { // the publisher's send time, as quiot's MQTT clients carry it
 		p.Properties = &paho.PublishProperties{User: paho.UserProperties{{Key: wire.MQTTTimeProperty, Value: strconv.FormatInt(m.time, 10)}}}
 	}
+	br.mu.Lock()
+	aliases := br.aliases
+	br.mu.Unlock()
+	aliases.apply(p)
 	pr, err := br.cm.Publish(ctx, p)
+	if err != nil {
+		aliases.reset()
+	}
 	switch {
 	case err == nil:
 		return upSent, nil

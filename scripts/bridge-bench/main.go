@@ -8,11 +8,15 @@
 // QUIC and HTTP/3 internal/netimpair's UDP relay; for MQTT/TCP and
 // MQTT/TLS a userspace TCP relay that shapes the byte stream with the
 // profile's delay, jitter and rate, and turns its losses into
-// retransmission delays (tcplink.go). A mosquitto_pub -l publishes QoS 1
-// messages of -size bytes on the edge at -rate; a mosquitto_sub (QoS 1)
-// on the upstream records what arrives. In the middle of the run the link
-// is cut for -outage: a silent blackout (nothing crosses, connections
-// stay open; -tcp-outage close closes the TCP connections instead).
+// retransmission delays (tcplink.go). A publisher (pub.go) publishes QoS 1
+// messages of -size bytes on the edge at -rate, each until the edge
+// acknowledges it; a mosquitto_sub (QoS 1) on the upstream records what
+// arrives. In the middle of the run the link is cut for -outage: a silent
+// blackout (nothing crosses, connections stay open; -tcp-outage close
+// closes the TCP connections instead). With -kill-at the edge broker is
+// kill -9ed at that time and started again on its store (quiot) or
+// persistence file (mosquitto); the publisher reconnects and goes on, and
+// a message counts as lost only if the edge acknowledged it.
 //
 //	go build -o /tmp/quiot ./device
 //	go run ./scripts/bridge-bench -quiot /tmp/quiot -link nbiot -duration 10m -outage 60s
@@ -32,7 +36,6 @@ import (
 	"encoding/pem"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"math/big"
 	"net"
@@ -58,11 +61,12 @@ var (
 	rate     = flag.Float64("rate", 1, "messages per second")
 	size     = flag.Int("size", 256, "payload bytes")
 	grace    = flag.Duration("grace", 60*time.Second, "wait after the last publish for the last messages")
-	only     = flag.String("only", "", "comma-separated variants to run, by number from 1 (default all)")
+	only     = flag.String("only", "", "comma-separated variants to run, by number from 1 (default 1 to 6; 7 and 8 are MQTT over QUIC and HTTP/3 with the upstream quiot on the lean QUIC profile)")
 	keep     = flag.Bool("keep", false, "keep the working directory (configurations, logs) and print its path")
 	linkName = flag.String("link", "", "link profile of internal/linkprofile (lan, nbiot, sat, ...) on every variant's link; empty: loopback unimpaired")
 	tcpOut   = flag.String("tcp-outage", "hold", "outage of the TCP link: hold (silent blackout: connections stay open, nothing crosses) or close (connections closed, new ones refused)")
 	seed     = flag.Uint64("seed", 1, "seed of the link models")
+	killAt   = flag.Duration("kill-at", 0, "kill -9 the edge broker this long after the load starts and restart it on its store (0: no kill)")
 )
 
 // profile is the link profile of -link (zero: unimpaired).
@@ -77,11 +81,19 @@ type result struct {
 	name                      string
 	published, received, dups int
 	lost                      int
-	wire                      counts
-	recovery                  time.Duration
-	rssKB, maxRSSKB           int64
-	cpu                       time.Duration
-	err                       error
+	// accepted counts the messages the edge acknowledged (PUBACK);
+	// notAccepted the others (the publisher gave up on them); retries
+	// the publishes the publisher sent again (possible duplicates of its
+	// own).
+	accepted, notAccepted, retries int
+	// killedAt is when the edge was killed (0: not); killErr a failed
+	// restart.
+	killedAt        time.Duration
+	wire            counts
+	recovery        time.Duration
+	rssKB, maxRSSKB int64
+	cpu             time.Duration
+	err             error
 }
 
 func main() {
@@ -112,15 +124,17 @@ func main() {
 	}{
 		{"quiot -> mosquitto, MQTT/TLS", func(v *variant) error { return v.quiotToMosquitto(true) }},
 		{"quiot -> mosquitto, MQTT/TCP", func(v *variant) error { return v.quiotToMosquitto(false) }},
-		{"quiot -> quiot, MQTT over QUIC", func(v *variant) error { return v.quiotToQuiot(false) }},
-		{"quiot -> quiot, HTTP/3", func(v *variant) error { return v.quiotToQuiot(true) }},
+		{"quiot -> quiot, MQTT over QUIC", func(v *variant) error { return v.quiotToQuiot(false, "default") }},
+		{"quiot -> quiot, HTTP/3", func(v *variant) error { return v.quiotToQuiot(true, "default") }},
 		{"mosquitto -> mosquitto (bridge), MQTT/TLS", func(v *variant) error { return v.mosquittoToMosquitto(true) }},
 		{"mosquitto -> mosquitto (bridge), MQTT/TCP", func(v *variant) error { return v.mosquittoToMosquitto(false) }},
+		{"quiot -> quiot (upstream lean), MQTT over QUIC", func(v *variant) error { return v.quiotToQuiot(false, "lean") }},
+		{"quiot -> quiot (upstream lean), HTTP/3", func(v *variant) error { return v.quiotToQuiot(true, "lean") }},
 	}
 	var wg sync.WaitGroup
 	results := make([]result, len(variants))
 	for i, vr := range variants {
-		if *only != "" && !strings.Contains(","+*only+",", ","+strconv.Itoa(i+1)+",") {
+		if *only == "" && i >= 6 || *only != "" && !strings.Contains(","+*only+",", ","+strconv.Itoa(i+1)+",") {
 			continue
 		}
 		wg.Add(1)
@@ -141,8 +155,12 @@ func main() {
 		ln = fmt.Sprintf("%s (up %s, down %s)", *linkName, dirString(profile.Up), dirString(profile.Down))
 	}
 	fmt.Printf("link: %s; TCP outage mode %s\n", ln, *tcpOut)
-	fmt.Printf("load: %.3g msg/s of %d B QoS 1 for %v, link cut for %v from %v\n\n", *rate, *size, *duration, *outage, (*duration-*outage)/2)
-	fmt.Println("| variant | published | lost | duplicates | wire bytes/msg (up + down) | packets/msg (up + down) | recovery (s) | edge RSS end / max (kB) | edge CPU (s) |")
+	fmt.Printf("load: %.3g msg/s of %d B QoS 1 for %v, link cut for %v from %v", *rate, *size, *duration, *outage, (*duration-*outage)/2)
+	if *killAt > 0 {
+		fmt.Printf(", edge kill -9ed and restarted at %v", *killAt)
+	}
+	fmt.Print("\n\n")
+	fmt.Println("| variant | published (accepted) | lost | duplicates | wire bytes/msg (up + down) | packets/msg (up + down) | recovery (s) | edge RSS end / max (kB) | edge CPU (s) |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		if r.name == "" {
@@ -153,12 +171,15 @@ func main() {
 			continue
 		}
 		per := func(b uint64) float64 { return float64(b) / float64(r.published) }
+		if r.retries > 0 {
+			fmt.Fprintf(os.Stderr, "%s: the publisher sent %d publishes again\n", r.name, r.retries)
+		}
 		rec := fmt.Sprintf("%.2f", r.recovery.Seconds())
 		if r.recovery < 0 {
 			rec = "never (lost)"
 		}
 		w := r.wire
-		fmt.Printf("| %s | %d | %d | %d | %.0f (%.0f + %.0f) | %.2f (%.2f + %.2f) | %s | %d / %d | %.2f |\n", r.name, r.published, r.lost, r.dups,
+		fmt.Printf("| %s | %d (%d) | %d | %d | %.0f (%.0f + %.0f) | %.2f (%.2f + %.2f) | %s | %d / %d | %.2f |\n", r.name, r.published, r.accepted, r.lost, r.dups,
 			per(w.bytesUp+w.bytesDown), per(w.bytesUp), per(w.bytesDown), per(w.pktsUp+w.pktsDown), per(w.pktsUp), per(w.pktsDown),
 			rec, r.rssKB, r.maxRSSKB, r.cpu.Seconds())
 	}
@@ -170,9 +191,56 @@ type variant struct {
 	dir   string
 	pki   *pki
 	procs []*exec.Cmd
-	edge  *exec.Cmd
 	link  link
 	res   result
+
+	// edge is the edge broker's process (replaced by a restart after
+	// -kill-at), edgeArgs its command and edgePort its MQTT/TCP port.
+	edgeMu   sync.Mutex
+	edge     *exec.Cmd
+	edgeArgs []string
+	edgePort int
+	// edgeCPU is the CPU time of the edge processes killed.
+	edgeCPU time.Duration
+}
+
+// startEdge starts the edge broker (name args...) listening on port.
+func (v *variant) startEdge(port int, name string, args ...string) error {
+	cmd, err := v.start(name, args...)
+	if err != nil {
+		return err
+	}
+	v.edgeMu.Lock()
+	v.edge, v.edgeArgs, v.edgePort = cmd, append([]string{name}, args...), port
+	v.edgeMu.Unlock()
+	return nil
+}
+
+func (v *variant) edgePid() int {
+	v.edgeMu.Lock()
+	defer v.edgeMu.Unlock()
+	return v.edge.Process.Pid
+}
+
+// killEdge kill -9s the edge broker and starts it again with the same
+// command (same configuration, store and persistence directory).
+func (v *variant) killEdge() error {
+	v.edgeMu.Lock()
+	old := v.edge
+	args := v.edgeArgs
+	v.edgeMu.Unlock()
+	cpu := cpuTime(old.Process.Pid)
+	if err := old.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill -9 the edge: %w", err)
+	}
+	_ = old.Wait()
+	v.edgeMu.Lock()
+	v.edgeCPU += cpu
+	v.edgeMu.Unlock()
+	if err := v.startEdge(v.edgePort, args[0], args[1:]...); err != nil {
+		return fmt.Errorf("restart the edge: %w", err)
+	}
+	return waitTCP(v.edgePort)
 }
 
 // counts are the bytes (headers included) and packets (datagrams or
@@ -281,10 +349,11 @@ func (v *variant) quiotToMosquitto(useTLS bool) error {
 }
 
 // quiotToQuiot bridges a quiot edge to a quiot upstream over MQTT over
-// QUIC, or over HTTP/3 (https://) with h3.
-func (v *variant) quiotToQuiot(h3 bool) error {
+// QUIC, or over HTTP/3 (https://) with h3; the upstream runs QUIC tuning
+// profile tuning (the edge's bridge lean).
+func (v *variant) quiotToQuiot(h3 bool, tuning string) error {
 	quicPort, h3Port, tcpPort := freeUDP(), freeUDP(), freeTCP()
-	if _, err := v.start(*quiotBin, "broker", "--cert", v.pki.certFile, "--key", v.pki.keyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", h3Port),
+	if _, err := v.start(*quiotBin, "broker", "--tuning", tuning, "--cert", v.pki.certFile, "--key", v.pki.keyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", h3Port),
 		"--mqtt-quic", fmt.Sprintf("127.0.0.1:%d", quicPort), "--mqtt-tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort), "--metrics-listen", "", "--log-level", "warn"); err != nil {
 		return err
 	}
@@ -351,11 +420,9 @@ store_dir     = %q
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return 0, err
 	}
-	cmd, err := v.start(*quiotBin, "broker", "--config", path, "--log-level", "info")
-	if err != nil {
+	if err := v.startEdge(port, *quiotBin, "broker", "--config", path, "--log-level", "info"); err != nil {
 		return 0, err
 	}
-	v.edge = cmd
 	return port, waitTCP(port)
 }
 
@@ -406,11 +473,9 @@ restart_timeout 1 5
 	if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
 		return err
 	}
-	cmd, err := v.start("mosquitto", "-c", cf)
-	if err != nil {
+	if err := v.startEdge(port, "mosquitto", "-c", cf); err != nil {
 		return err
 	}
-	v.edge = cmd
 	if err := waitTCP(port); err != nil {
 		return err
 	}
@@ -418,6 +483,9 @@ restart_timeout 1 5
 }
 
 // measure publishes on the edge's MQTT port and counts on the upstream's.
+// With -kill-at the edge is kill -9ed and restarted at that time; only
+// the messages the edge acknowledged count (lost: acknowledged, never
+// arrived).
 func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 	type arrival struct {
 		seq int
@@ -439,6 +507,10 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			_, payload, _ := strings.Cut(sc.Text(), " ")
+			if strings.HasPrefix(payload, "warmlast") {
+				arrivals <- arrival{seq: -2, at: time.Now()}
+				continue
+			}
 			if strings.HasPrefix(payload, "warm") {
 				arrivals <- arrival{seq: -1, at: time.Now()}
 				continue
@@ -450,59 +522,51 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 		}
 		close(arrivals)
 	}()
-	pub := exec.Command("mosquitto_pub", "-h", "127.0.0.1", "-p", strconv.Itoa(edgePort), "-q", "1", "-t", "sensors/bench", "-l")
-	in, err := pub.StdinPipe()
-	if err != nil {
-		return err
-	}
-	if err := pub.Start(); err != nil {
-		return err
-	}
-	v.procs = append(v.procs, pub)
-	line := func(s string) string {
+	pub := newPublisher(edgePort)
+	defer pub.close()
+	line := func(s string) []byte {
 		if len(s) < *size {
 			s += strings.Repeat("x", *size-len(s))
 		}
-		return s + "\n"
+		return []byte(s)
 	}
-	// Warm up: the bridge is connected once a message goes through; the
-	// load starts once every warm-up message arrived (the bridge's queue
-	// is empty).
+	// Warm up: the bridge is connected once a message goes through (the
+	// subscriber may come after the first ones); the load starts once a
+	// last warm-up message published after that arrived (the bridge's
+	// queue is empty: it goes up in order).
 	warm := time.NewTicker(time.Second)
 	deadline := time.After(120 * time.Second)
-	sent, got := 0, 0
-	for got == 0 {
-		if _, err := io.WriteString(in, line("warm ")); err != nil {
-			return err
+	for got := false; !got; {
+		if !pub.publish("sensors/bench", line("warm "), time.Now().Add(10*time.Second)) {
+			return fmt.Errorf("the edge accepted no warm-up message")
 		}
-		sent++
 		select {
 		case a := <-arrivals:
-			if a.seq == -1 {
-				got++
-			}
+			got = a.seq == -1
 		case <-warm.C:
 		case <-deadline:
 			return fmt.Errorf("no message through the bridge in 120s")
 		}
 	}
 	warm.Stop()
-	for got < sent {
+	if !pub.publish("sensors/bench", line("warmlast "), time.Now().Add(10*time.Second)) {
+		return fmt.Errorf("the edge accepted no warm-up message")
+	}
+	for got := false; !got; {
 		select {
 		case a := <-arrivals:
-			if a.seq == -1 {
-				got++
-			}
+			got = a.seq == -2
 		case <-deadline:
-			return fmt.Errorf("%d of %d warm-up messages through the bridge in 120s", got, sent)
+			return fmt.Errorf("the last warm-up message not through the bridge in 120s")
 		}
 	}
 	time.Sleep(2 * time.Second) // late duplicates
 	for len(arrivals) > 0 {
 		<-arrivals
 	}
+	pub.retries, pub.reconnects = 0, 0
 	c0 := v.link.count()
-	cpu0 := cpuTime(v.edge.Process.Pid)
+	cpu0 := cpuTime(v.edgePid())
 
 	var maxRSS atomic.Int64
 	stopRSS := make(chan struct{})
@@ -510,7 +574,7 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 		t := time.NewTicker(500 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if r := rssKB(v.edge.Process.Pid); r > maxRSS.Load() {
+			if r := rssKB(v.edgePid()); r > maxRSS.Load() {
 				maxRSS.Store(r)
 			}
 			select {
@@ -543,46 +607,53 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 	interval := time.Duration(float64(time.Second) / *rate)
 	start := time.Now()
 	cutAt := start.Add((*duration - *outage) / 2)
-	backAt := cutAt.Add(*outage)
+	// The link's cut and return, and the kill, run on their own clock:
+	// a publish may wait for the edge's restart.
+	var backAt time.Time
+	backSet := make(chan struct{})
+	events := make(chan error, 1)
+	go func() {
+		time.Sleep(time.Until(cutAt))
+		v.link.cut(true)
+		time.Sleep(time.Until(cutAt.Add(*outage)))
+		v.link.cut(false)
+		backAt = time.Now()
+		close(backSet)
+		if *killAt <= 0 {
+			events <- nil
+			return
+		}
+		time.Sleep(time.Until(start.Add(*killAt)))
+		v.res.killedAt = time.Since(start)
+		events <- v.killEdge()
+	}()
 	n := int(duration.Seconds() * *rate)
 	pubAt := make([]time.Time, n)
-	cutDone, backDone := false, false
-	lastBeforeBack := -1
+	accepted := make([]bool, n)
 	for i := 0; i < n; i++ {
-		at := start.Add(time.Duration(i) * interval)
-		for {
-			now := time.Now()
-			if !cutDone && !now.Before(cutAt) {
-				v.link.cut(true)
-				cutDone = true
-			}
-			if cutDone && !backDone && !now.Before(backAt) {
-				v.link.cut(false)
-				backDone = true
-				backAt = now
-			}
-			if !now.Before(at) {
-				break
-			}
-			next := at
-			if !cutDone && cutAt.Before(next) {
-				next = cutAt
-			} else if cutDone && !backDone && backAt.Before(next) {
-				next = backAt
-			}
-			time.Sleep(time.Until(next))
-		}
-		if !backDone {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
+		pubAt[i] = time.Now()
+		accepted[i] = pub.publish("sensors/bench", line(fmt.Sprintf("%08d ", i)), pubAt[i].Add(30*time.Second))
+	}
+	if err := <-events; err != nil {
+		return err
+	}
+	<-backSet
+	lastBeforeBack := -1
+	for i, t := range pubAt {
+		if t.Before(backAt) {
 			lastBeforeBack = i
 		}
-		pubAt[i] = time.Now()
-		if _, err := io.WriteString(in, line(fmt.Sprintf("%08d ", i))); err != nil {
-			return err
+	}
+	nAccepted := 0
+	for _, a := range accepted {
+		if a {
+			nAccepted++
 		}
 	}
 	// Wait for everything (or the grace time).
 	end := time.After(*grace)
-	for waiting := true; waiting && distinct.Load() < int64(n); {
+	for waiting := true; waiting && distinct.Load() < int64(nAccepted); {
 		select {
 		case <-end:
 			waiting = false
@@ -591,22 +662,31 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 	}
 	// Late duplicates: one more second.
 	time.Sleep(time.Second)
-	v.res.rssKB = rssKB(v.edge.Process.Pid)
-	v.res.cpu = cpuTime(v.edge.Process.Pid) - cpu0
+	v.res.rssKB = rssKB(v.edgePid())
+	v.edgeMu.Lock()
+	v.res.cpu = v.edgeCPU + cpuTime(v.edge.Process.Pid) - cpu0
+	v.edgeMu.Unlock()
 	close(stopRSS)
 	v.res.maxRSSKB = maxRSS.Load()
 	wire := v.link.count().sub(c0)
-	_ = in.Close()
+	pub.close()
 	_ = sub.Process.Signal(syscall.SIGTERM)
 	<-done
 	v.res.published = n
-	v.writeArrivals(start, cutAt, backAt, pubAt, firstAt, seen)
+	v.res.retries = pub.retries
+	v.writeArrivals(start, cutAt, backAt, pubAt, firstAt, seen, accepted)
 	v.res.wire = wire
 	for i := 0; i < n; i++ {
 		c := seen[i]
-		if c == 0 {
-			v.res.lost++
+		if accepted[i] {
+			v.res.accepted++
 		} else {
+			v.res.notAccepted++
+		}
+		switch {
+		case c == 0 && accepted[i]:
+			v.res.lost++
+		case c > 0:
 			v.res.received++
 			v.res.dups += c - 1
 		}
@@ -614,7 +694,11 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 	var last time.Time
 	for i := 0; i <= lastBeforeBack; i++ {
 		t, ok := lastAt[i]
-		if !ok { // a message queued during the outage never arrived
+		if !ok {
+			if !accepted[i] {
+				continue
+			}
+			// a message queued during the outage never arrived
 			v.res.recovery = -1
 			return nil
 		}
@@ -629,17 +713,25 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 }
 
 // writeArrivals writes arrivals.csv in the variant's directory: each
-// message's publish time, first arrival and copies, in seconds from the
-// start of the load.
-func (v *variant) writeArrivals(start, cutAt, backAt time.Time, pubAt []time.Time, firstAt map[int]time.Time, seen map[int]int) {
+// message's publish time, first arrival, copies and whether the edge
+// accepted it, in seconds from the start of the load.
+func (v *variant) writeArrivals(start, cutAt, backAt time.Time, pubAt []time.Time, firstAt map[int]time.Time, seen map[int]int, accepted []bool) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# cut %.3f back %.3f\nseq,published,arrived,copies\n", cutAt.Sub(start).Seconds(), backAt.Sub(start).Seconds())
+	fmt.Fprintf(&b, "# cut %.3f back %.3f", cutAt.Sub(start).Seconds(), backAt.Sub(start).Seconds())
+	if v.res.killedAt > 0 {
+		fmt.Fprintf(&b, " kill %.3f", v.res.killedAt.Seconds())
+	}
+	b.WriteString("\nseq,published,arrived,copies,accepted\n")
 	for i, p := range pubAt {
 		arr := ""
 		if t, ok := firstAt[i]; ok {
 			arr = fmt.Sprintf("%.3f", t.Sub(start).Seconds())
 		}
-		fmt.Fprintf(&b, "%d,%.3f,%s,%d\n", i, p.Sub(start).Seconds(), arr, seen[i])
+		acc := 0
+		if accepted[i] {
+			acc = 1
+		}
+		fmt.Fprintf(&b, "%d,%.3f,%s,%d,%d\n", i, p.Sub(start).Seconds(), arr, seen[i], acc)
 	}
 	_ = os.WriteFile(filepath.Join(v.dir, "arrivals.csv"), []byte(b.String()), 0o600)
 }

@@ -1,0 +1,98 @@
+package bridge
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+
+	"github.com/quiot/quiot/internal/quictune"
+)
+
+// TestQUICDialHoldsProbes: once the bridge knows the round trip of its
+// last MQTT over QUIC connection, a new dial sends its first handshake
+// flight and holds quic-go's probes back for 1.5 x that round trip; the
+// first dial (no round trip known) probes as quic-go does.
+func TestQUICDialHoldsProbes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		rtt      time.Duration
+		min, max int // long-header datagrams the silent upstream gets
+	}{
+		{"first dial: quic-go's probes", 0, 3, 1 << 30},
+		{"last connection's RTT 2s: one flight", 2 * time.Second, 1, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			silent, err := net.ListenPacket("udp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer silent.Close()
+			var got atomic.Int64
+			go func() {
+				b := make([]byte, 2048)
+				for {
+					n, _, err := silent.ReadFrom(b)
+					if err != nil {
+						return
+					}
+					if n > 0 && b[0]&0x80 != 0 {
+						got.Add(1)
+					}
+				}
+			}()
+			br := &Bridge{quic: quictune.Lean(), tlsCfg: &tls.Config{ServerName: "localhost", NextProtos: []string{mqttALPN}}}
+			br.quicRTT.Store(int64(tc.rtt))
+			// quic-go's probes come 200 ms, 600 ms and 1.4 s after the
+			// first flight; a hold of 3 s lets none of them through.
+			ctx, cancel := context.WithTimeout(context.Background(), 1600*time.Millisecond)
+			defer cancel()
+			u := &url.URL{Scheme: "mqtt-quic", Host: silent.LocalAddr().String()}
+			if _, err := br.dialQUIC(ctx, autopaho.ClientConfig{}, u); err == nil {
+				t.Fatal("dial of a silent upstream succeeded")
+			}
+			if n := int(got.Load()); n < tc.min || n > tc.max {
+				t.Fatalf("the upstream got %d handshake datagrams, want %d to %d", n, tc.min, tc.max)
+			}
+		})
+	}
+}
+
+func TestProbeHold(t *testing.T) {
+	long := []byte{0xc0, 1, 2}  // a long-header (handshake) datagram
+	short := []byte{0x40, 1, 2} // a short-header (1-RTT) datagram
+	now := time.Unix(1000, 0)
+	g := newProbeHold(nil, time.Second)
+	g.now = func() time.Time { return now }
+	start := now
+	for i, s := range []struct {
+		at   time.Duration
+		p    []byte
+		pass bool
+	}{
+		{0, long, true},                        // the first flight
+		{5 * time.Millisecond, long, true},     // ... its second datagram
+		{200 * time.Millisecond, long, false},  // quic-go's first probe: held
+		{600 * time.Millisecond, short, true},  // never held
+		{1400 * time.Millisecond, long, true},  // after the hold: a new flight
+		{1500 * time.Millisecond, long, false}, // held again
+	} {
+		now = start.Add(s.at)
+		if got := g.pass(s.p); got != s.pass {
+			t.Fatalf("step %d (+%v): pass %v, want %v", i, s.at, got, s.pass)
+		}
+	}
+	// An answer opens the next flight at once.
+	g.mu.Lock()
+	g.answered = true
+	g.mu.Unlock()
+	now = start.Add(1600 * time.Millisecond)
+	if !g.pass(long) {
+		t.Fatal("a flight after an answer was held")
+	}
+}
