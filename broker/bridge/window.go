@@ -137,100 +137,36 @@ func (br *Bridge) sendOn(conn context.Context, pubs *written, src upSource, msgs
 	defer abort()
 	unhook := context.AfterFunc(conn, abort)
 	defer unhook()
-	fin := make(chan *flight, limit+len(win))
-	running := 0
-	var cutErr error
-	var cutTopic string
-	finish := func(f *flight) {
-		f.state = flightDone
-		running--
-		switch f.res {
-		case upRetry:
-			if cutErr == nil {
-				cutErr, cutTopic = f.err, f.m.topic
-			}
-		case upStopped:
-			stop = true
-		}
-	}
-	// ackFront acknowledges, in order, the messages at the front the
-	// upstream answered.
-	ackFront := func() {
-		n := 0
-		for n < len(win) && win[n].state == flightDone && (win[n].res == upSent || win[n].res == upRefused) {
-			if win[n].res == upSent {
-				br.sent.Add(1) // before ack, which notifies
-			}
-			n++
-		}
-		if n > 0 {
-			src.ack(win[n-1].m.id)
-			win = slices.Delete(win, 0, n)
-		}
-	}
-	for _, f := range win {
+	r := &windowRun{br: br, ctx: ctx, pubs: pubs, src: src, win: win, fin: make(chan *flight, limit+len(win))}
+	for _, f := range r.win {
 		f.state = flightWaiting
 	}
 	for {
-		ackFront()
+		r.ackFront()
 		if ctx.Err() != nil {
 			if br.ctx.Err() != nil {
-				stop = true
-			} else if cutErr == nil {
-				cutErr = errConnLost
+				r.stop = true
+			} else if r.cutErr == nil {
+				r.cutErr = errConnLost
 			}
 		}
-		if cutErr != nil || stop {
+		if r.cutErr != nil || r.stop {
 			break
 		}
 		// The first message not started on this connection.
-		next := slices.IndexFunc(win, func(f *flight) bool { return f.state == flightWaiting })
-		if next >= 0 {
-			f := win[next]
-			if src.gone(f.m.id) {
-				win = slices.Delete(win, next, next+1)
-				continue
-			}
-			var before uint64
-			if pubs != nil {
-				before, _ = pubs.state()
-			}
-			f.state = flightRunning
-			running++
-			go func() {
-				f.res, f.err = br.publishOne(ctx, f.m)
-				fin <- f
-			}()
-			// The next publish starts once f's PUBLISH packet is written
-			// (or f returned): paho's writes from concurrent publishes go
-			// out in no set order.
-			for f.state == flightRunning && cutErr == nil && ctx.Err() == nil {
-				var wrote <-chan struct{}
-				if pubs != nil {
-					n, ch := pubs.state()
-					if n > before {
-						break
-					}
-					wrote = ch
-				}
-				select {
-				case g := <-fin:
-					finish(g)
-				case <-wrote:
-				case <-ctx.Done():
-				}
-			}
+		if next := slices.IndexFunc(r.win, func(f *flight) bool { return f.state == flightWaiting }); next >= 0 {
+			r.start(next)
 			continue
 		}
 		var in <-chan upMsg
-		if len(win) < limit {
+		if len(r.win) < limit {
 			in = msgs
 		}
 		select {
-		case g := <-fin:
-			finish(g)
+		case g := <-r.fin:
+			r.finish(g)
 		case m := <-in:
-			win = append(win, &flight{m: m})
+			r.win = append(r.win, &flight{m: m})
 		case <-ctx.Done(): // the loop's top sees it
 		}
 	}
@@ -238,17 +174,102 @@ func (br *Bridge) sendOn(conn context.Context, pubs *written, src upSource, msgs
 	// written one in its session state; with a session present upstream
 	// it sends it again itself on the next connection, before these).
 	abort()
-	for running > 0 {
-		finish(<-fin)
+	for r.running > 0 {
+		r.finish(<-r.fin)
 	}
-	ackFront()
-	if stop || br.ctx.Err() != nil {
-		return win, true
+	r.ackFront()
+	if r.stop || br.ctx.Err() != nil {
+		return r.win, true
 	}
-	if br.cut(conn, cutTopic, cutErr) == upStopped {
-		return win, true
+	if br.cut(conn, r.cutTopic, r.cutErr) == upStopped {
+		return r.win, true
 	}
-	return win, false
+	return r.win, false
+}
+
+// windowRun is sendOn's state on one connection: the window, the
+// publishes running and how the connection ended.
+type windowRun struct {
+	br      *Bridge
+	ctx     context.Context // ends with the connection
+	pubs    *written
+	src     upSource
+	win     []*flight
+	fin     chan *flight // publishes that returned
+	running int
+	// cutErr and cutTopic: the first publish that found the connection
+	// lost; stop: the bridge stops.
+	cutErr   error
+	cutTopic string
+	stop     bool
+}
+
+// finish records a publish that returned.
+func (r *windowRun) finish(f *flight) {
+	f.state = flightDone
+	r.running--
+	switch f.res {
+	case upRetry:
+		if r.cutErr == nil {
+			r.cutErr, r.cutTopic = f.err, f.m.topic
+		}
+	case upStopped:
+		r.stop = true
+	}
+}
+
+// ackFront acknowledges, in order, the messages at the front the upstream
+// answered.
+func (r *windowRun) ackFront() {
+	n := 0
+	for n < len(r.win) && r.win[n].state == flightDone && (r.win[n].res == upSent || r.win[n].res == upRefused) {
+		if r.win[n].res == upSent {
+			r.br.sent.Add(1) // before ack, which notifies
+		}
+		n++
+	}
+	if n > 0 {
+		r.src.ack(r.win[n-1].m.id)
+		r.win = slices.Delete(r.win, 0, n)
+	}
+}
+
+// start publishes the window's message at next (one the source dropped
+// meanwhile leaves the window) and returns once its PUBLISH packet is
+// written or it returned: paho's writes from concurrent publishes go out
+// in no set order, so the next publish waits for that.
+func (r *windowRun) start(next int) {
+	f := r.win[next]
+	if r.src.gone(f.m.id) {
+		r.win = slices.Delete(r.win, next, next+1)
+		return
+	}
+	var before uint64
+	if r.pubs != nil {
+		before, _ = r.pubs.state()
+	}
+	f.state = flightRunning
+	r.running++
+	go func() {
+		f.res, f.err = r.br.publishOne(r.ctx, f.m)
+		r.fin <- f
+	}()
+	for f.state == flightRunning && r.cutErr == nil && r.ctx.Err() == nil {
+		var wrote <-chan struct{}
+		if r.pubs != nil {
+			n, ch := r.pubs.state()
+			if n > before {
+				return
+			}
+			wrote = ch
+		}
+		select {
+		case g := <-r.fin:
+			r.finish(g)
+		case <-wrote:
+		case <-r.ctx.Done():
+		}
+	}
 }
 
 // publishOne publishes m on the current connection (ctx ends with it)
