@@ -487,41 +487,10 @@ restart_timeout 1 5
 // the messages the edge acknowledged count (lost: acknowledged, never
 // arrived).
 func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
-	type arrival struct {
-		seq int
-		at  time.Time
-	}
-	arrivals := make(chan arrival, 4096)
-	subArgs := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(upPort), "-q", "1", "-t", "site-1/sensors/#", "-v", "-c", "-i", "bench-sub"}, upAuth...)
-	sub := exec.Command("mosquitto_sub", subArgs...)
-	out, err := sub.StdoutPipe()
+	arrivals, sub, err := v.subscribe(upPort, upAuth)
 	if err != nil {
 		return err
 	}
-	if err := sub.Start(); err != nil {
-		return err
-	}
-	v.procs = append(v.procs, sub)
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			_, payload, _ := strings.Cut(sc.Text(), " ")
-			if strings.HasPrefix(payload, "warmlast") {
-				arrivals <- arrival{seq: -2, at: time.Now()}
-				continue
-			}
-			if strings.HasPrefix(payload, "warm") {
-				arrivals <- arrival{seq: -1, at: time.Now()}
-				continue
-			}
-			n, err := strconv.Atoi(strings.TrimSpace(payload[:min(8, len(payload))]))
-			if err == nil {
-				arrivals <- arrival{seq: n, at: time.Now()}
-			}
-		}
-		close(arrivals)
-	}()
 	pub := newPublisher(edgePort)
 	defer pub.close()
 	line := func(s string) []byte {
@@ -530,60 +499,14 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 		}
 		return []byte(s)
 	}
-	// Warm up: the bridge is connected once a message goes through (the
-	// subscriber may come after the first ones); the load starts once a
-	// last warm-up message published after that arrived (the bridge's
-	// queue is empty: it goes up in order).
-	warm := time.NewTicker(time.Second)
-	deadline := time.After(120 * time.Second)
-	for got := false; !got; {
-		if !pub.publish("sensors/bench", line("warm "), time.Now().Add(10*time.Second)) {
-			return fmt.Errorf("the edge accepted no warm-up message")
-		}
-		select {
-		case a := <-arrivals:
-			got = a.seq == -1
-		case <-warm.C:
-		case <-deadline:
-			return fmt.Errorf("no message through the bridge in 120s")
-		}
-	}
-	warm.Stop()
-	if !pub.publish("sensors/bench", line("warmlast "), time.Now().Add(10*time.Second)) {
-		return fmt.Errorf("the edge accepted no warm-up message")
-	}
-	for got := false; !got; {
-		select {
-		case a := <-arrivals:
-			got = a.seq == -2
-		case <-deadline:
-			return fmt.Errorf("the last warm-up message not through the bridge in 120s")
-		}
-	}
-	time.Sleep(2 * time.Second) // late duplicates
-	for len(arrivals) > 0 {
-		<-arrivals
+	if err := warmUp(pub, arrivals, line); err != nil {
+		return err
 	}
 	pub.retries, pub.reconnects = 0, 0
 	c0 := v.link.count()
 	cpu0 := cpuTime(v.edgePid())
 
-	var maxRSS atomic.Int64
-	stopRSS := make(chan struct{})
-	go func() {
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			if r := rssKB(v.edgePid()); r > maxRSS.Load() {
-				maxRSS.Store(r)
-			}
-			select {
-			case <-t.C:
-			case <-stopRSS:
-				return
-			}
-		}
-	}()
+	stopRSS := v.watchRSS()
 
 	seen := map[int]int{}
 	var lastAt, firstAt = map[int]time.Time{}, map[int]time.Time{}
@@ -666,8 +589,7 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 	v.edgeMu.Lock()
 	v.res.cpu = v.edgeCPU + cpuTime(v.edge.Process.Pid) - cpu0
 	v.edgeMu.Unlock()
-	close(stopRSS)
-	v.res.maxRSSKB = maxRSS.Load()
+	v.res.maxRSSKB = stopRSS()
 	wire := v.link.count().sub(c0)
 	pub.close()
 	_ = sub.Process.Signal(syscall.SIGTERM)
@@ -676,7 +598,125 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 	v.res.retries = pub.retries
 	v.writeArrivals(start, cutAt, backAt, pubAt, firstAt, seen, accepted)
 	v.res.wire = wire
-	for i := 0; i < n; i++ {
+	v.tally(accepted, seen)
+	v.res.recovery = recovery(accepted, lastAt, lastBeforeBack, backAt)
+	return nil
+}
+
+// arrival is a message the upstream's subscriber got: its number (-1 a
+// warm-up message, -2 the last one) and when.
+type arrival struct {
+	seq int
+	at  time.Time
+}
+
+// subscribe starts mosquitto_sub on the upstream's bridged topics; the
+// channel carries what it prints and closes when it ends.
+func (v *variant) subscribe(upPort int, upAuth []string) (<-chan arrival, *exec.Cmd, error) {
+	arrivals := make(chan arrival, 4096)
+	subArgs := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(upPort), "-q", "1", "-t", "site-1/sensors/#", "-v", "-c", "-i", "bench-sub"}, upAuth...)
+	sub := exec.Command("mosquitto_sub", subArgs...)
+	out, err := sub.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := sub.Start(); err != nil {
+		return nil, nil, err
+	}
+	v.procs = append(v.procs, sub)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			_, payload, _ := strings.Cut(sc.Text(), " ")
+			if strings.HasPrefix(payload, "warmlast") {
+				arrivals <- arrival{seq: -2, at: time.Now()}
+				continue
+			}
+			if strings.HasPrefix(payload, "warm") {
+				arrivals <- arrival{seq: -1, at: time.Now()}
+				continue
+			}
+			n, err := strconv.Atoi(strings.TrimSpace(payload[:min(8, len(payload))]))
+			if err == nil {
+				arrivals <- arrival{seq: n, at: time.Now()}
+			}
+		}
+		close(arrivals)
+	}()
+	return arrivals, sub, nil
+}
+
+// watchRSS samples the edge's RSS every 500 ms until the returned
+// function is called, which returns the largest sample (kB).
+func (v *variant) watchRSS() (stop func() int64) {
+	var maxRSS atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if r := rssKB(v.edgePid()); r > maxRSS.Load() {
+				maxRSS.Store(r)
+			}
+			select {
+			case <-t.C:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() int64 {
+		close(done)
+		return maxRSS.Load()
+	}
+}
+
+// warmUp publishes until the bridge carries a message, then a last
+// warm-up message, and returns once that arrived (the bridge's queue is
+// empty: it goes up in order) and late duplicates were drained.
+func warmUp(pub *publisher, arrivals <-chan arrival, line func(string) []byte) error {
+	// Warm up: the bridge is connected once a message goes through (the
+	// subscriber may come after the first ones); the load starts once a
+	// last warm-up message published after that arrived (the bridge's
+	// queue is empty: it goes up in order).
+	warm := time.NewTicker(time.Second)
+	deadline := time.After(120 * time.Second)
+	for got := false; !got; {
+		if !pub.publish("sensors/bench", line("warm "), time.Now().Add(10*time.Second)) {
+			return fmt.Errorf("the edge accepted no warm-up message")
+		}
+		select {
+		case a := <-arrivals:
+			got = a.seq == -1
+		case <-warm.C:
+		case <-deadline:
+			return fmt.Errorf("no message through the bridge in 120s")
+		}
+	}
+	warm.Stop()
+	if !pub.publish("sensors/bench", line("warmlast "), time.Now().Add(10*time.Second)) {
+		return fmt.Errorf("the edge accepted no warm-up message")
+	}
+	for got := false; !got; {
+		select {
+		case a := <-arrivals:
+			got = a.seq == -2
+		case <-deadline:
+			return fmt.Errorf("the last warm-up message not through the bridge in 120s")
+		}
+	}
+	time.Sleep(2 * time.Second) // late duplicates
+	for len(arrivals) > 0 {
+		<-arrivals
+	}
+	return nil
+}
+
+// tally counts the published messages into the result: accepted or not,
+// received, lost (accepted, never arrived) and duplicates.
+func (v *variant) tally(accepted []bool, seen map[int]int) {
+	for i := range accepted {
 		c := seen[i]
 		if accepted[i] {
 			v.res.accepted++
@@ -691,6 +731,11 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 			v.res.dups += c - 1
 		}
 	}
+}
+
+// recovery is the time from the link's return to the last arrival of a
+// message published before it; -1 when one accepted never arrived.
+func recovery(accepted []bool, lastAt map[int]time.Time, lastBeforeBack int, backAt time.Time) time.Duration {
 	var last time.Time
 	for i := 0; i <= lastBeforeBack; i++ {
 		t, ok := lastAt[i]
@@ -699,17 +744,16 @@ func (v *variant) measure(edgePort, upPort int, upAuth []string) error {
 				continue
 			}
 			// a message queued during the outage never arrived
-			v.res.recovery = -1
-			return nil
+			return -1
 		}
 		if t.After(last) {
 			last = t
 		}
 	}
 	if last.After(backAt) {
-		v.res.recovery = last.Sub(backAt)
+		return last.Sub(backAt)
 	}
-	return nil
+	return 0
 }
 
 // writeArrivals writes arrivals.csv in the variant's directory: each
