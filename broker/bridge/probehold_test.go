@@ -62,37 +62,3 @@ func TestQUICDialHoldsProbes(t *testing.T) {
 		})
 	}
 }
-
-func TestProbeHold(t *testing.T) {
-	long := []byte{0xc0, 1, 2}  // a long-header (handshake) datagram
-	short := []byte{0x40, 1, 2} // a short-header (1-RTT) datagram
-	now := time.Unix(1000, 0)
-	g := newProbeHold(nil, time.Second)
-	g.now = func() time.Time { return now }
-	start := now
-	for i, s := range []struct {
-		at   time.Duration
-		p    []byte
-		pass bool
-	}{
-		{0, long, true},                        // the first flight
-		{5 * time.Millisecond, long, true},     // ... its second datagram
-		{200 * time.Millisecond, long, false},  // quic-go's first probe: held
-		{600 * time.Millisecond, short, true},  // never held
-		{1400 * time.Millisecond, long, true},  // after the hold: a new flight
-		{1500 * time.Millisecond, long, false}, // held again
-	} {
-		now = start.Add(s.at)
-		if got := g.pass(s.p); got != s.pass {
-			t.Fatalf("step %d (+%v): pass %v, want %v", i, s.at, got, s.pass)
-		}
-	}
-	// An answer opens the next flight at once.
-	g.mu.Lock()
-	g.answered = true
-	g.mu.Unlock()
-	now = start.Add(1600 * time.Millisecond)
-	if !g.pass(long) {
-		t.Fatal("a flight after an answer was held")
-	}
-}

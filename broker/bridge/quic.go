@@ -11,6 +11,7 @@ import (
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/quic-go/quic-go"
 
+	"github.com/quiot/quiot/internal/probehold"
 	"github.com/quiot/quiot/internal/streamconn"
 )
 
@@ -25,7 +26,7 @@ const (
 // (0: none, quic-go's own probing): the profile's handshake_rtt, else,
 // with handshake_rtt_from_session (lean), the smoothed RTT of the
 // bridge's last connection. Its handshake probes are held for 1.5 x it
-// (probehold.go).
+// (internal/probehold).
 func (br *Bridge) handshakeHold() time.Duration {
 	if rtt := time.Duration(br.quic.HandshakeRTT); rtt > 0 {
 		return rtt
@@ -64,7 +65,7 @@ func (br *Bridge) dialQUIC(ctx context.Context, _ autopaho.ClientConfig, u *url.
 	}
 	var pc net.PacketConn = udp
 	if hold := br.handshakeHold(); hold > 0 {
-		pc = newProbeHold(udp, hold*3/2)
+		pc = probehold.New(udp, hold*3/2)
 	}
 	qc, err := quic.Dial(hctx, pc, ua, br.tlsCfg.Clone(), qconf)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/quiot/quiot/internal/probehold"
 	"github.com/quiot/quiot/internal/wire"
 )
 
@@ -226,7 +227,7 @@ func (c *h3Client) transport() (*quic.Transport, error) {
 	c.outage = sock.outage
 	hold, fromSession := handshakeHold(c.opts, c.hostport)
 	c.hold, c.holdFromSession = hold, fromSession
-	pc = newProbeGovernor(pc, probeHold(hold)) // h3probe.go
+	pc = probehold.New(pc, probeHold(hold)) // h3probe.go
 	c.tr = &quic.Transport{Conn: pc}
 	if u != nil {
 		var ctx context.Context

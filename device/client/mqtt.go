@@ -21,6 +21,7 @@ import (
 	"github.com/eclipse/paho.golang/paho/session"
 	"github.com/quic-go/quic-go"
 
+	"github.com/quiot/quiot/internal/probehold"
 	"github.com/quiot/quiot/internal/streamconn"
 	"github.com/quiot/quiot/internal/topic"
 	"github.com/quiot/quiot/internal/wire"
@@ -330,7 +331,7 @@ func (c *mqttClient) transport() (*quic.Transport, error) {
 	pc, u := sock.pc, sock.udp
 	c.outage = sock.outage
 	c.hold, c.holdFromSession = handshakeHold(c.opts, c.addr)
-	pc = newProbeGovernor(pc, probeHold(c.hold)) // h3probe.go
+	pc = probehold.New(pc, probeHold(c.hold)) // h3probe.go
 	c.tr = &quic.Transport{Conn: pc}
 	if u != nil {
 		c.mig = startMigrator(c.ctx, c.opts.Logger, u, c.tr, c.currentQUIC)
