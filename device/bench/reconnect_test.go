@@ -12,7 +12,11 @@ import (
 
 // TestReconnectWorkload runs three wake-ups over the lan profile with real
 // broker and client: the first is a cold start, the later ones resume the
-// session (HTTP/3: and publish in 0-RTT data).
+// session (HTTP/3: and publish in 0-RTT data). Under the race detector the
+// wake-ups do not use 0-RTT: quic-go v0.65 writes the peer's transport
+// parameters on its own goroutine while a stream opened in 0-RTT reads
+// them (quic-go issue 4303, open; the race detector reported it here in a
+// loaded fresh-clone run); the pass without it runs them in 0-RTT.
 func TestReconnectWorkload(t *testing.T) {
 	for _, proto := range []string{ProtoH3, ProtoMQTT} {
 		t.Run(proto, func(t *testing.T) { testReconnect(t, proto) })
@@ -25,7 +29,7 @@ func testReconnect(t *testing.T, proto string) {
 		t.Fatal(err)
 	}
 	tun := quictune.Lean()
-	tun.Allow0RTT = true
+	tun.Allow0RTT = !raceDetector
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ws, err := Reconnect(ctx, ReconnectOptions{Link: link, Profile: "lan", Proto: proto, Tuning: tun, Wakeups: 3, Sleep: time.Millisecond})
@@ -48,7 +52,7 @@ func testReconnect(t *testing.T, proto string) {
 		if w.Floor == nil || len(w.Trace) != int(w.Datagrams) {
 			t.Errorf("wake-up %d: no floor from its %d datagrams: %+v", i+1, len(w.Trace), w.Trace)
 		}
-		if proto == ProtoH3 && i > 0 && !w.Used0RTT {
+		if proto == ProtoH3 && i > 0 && tun.Allow0RTT && !w.Used0RTT {
 			t.Errorf("wake-up %d did not use 0-RTT", i+1)
 		}
 		// Lean holds the handshake probes by default, from the RTT the
