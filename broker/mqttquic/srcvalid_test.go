@@ -270,6 +270,7 @@ func retryBeforePerAddressLimits(t *testing.T, early bool) {
 // the first Initial, are sent again after the Retry (one more round trip)
 // and delivered once.
 func TestEarlyWakeUpThroughRetry(t *testing.T) {
+	skip0RTTUnderRace(t)
 	if raceDetector {
 		t.Skip("0-RTT streams race in quic-go v0.65 (upstream issue 4303, open): runs without -race")
 	}
