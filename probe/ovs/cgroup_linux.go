@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // CgroupRoot is where cgroup file systems are mounted.
@@ -145,11 +146,31 @@ func (c *Cgroup) Remove() error {
 				_ = os.WriteFile(c.parents()[i], []byte(f), 0)
 			}
 		}
-		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := removeCgroupDir(d); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cgroupBusyWait bounds how long removeCgroupDir retries a cgroup the
+// kernel still holds.
+const cgroupBusyWait = 5 * time.Second
+
+// removeCgroupDir removes a cgroup directory, retrying while the kernel
+// answers EBUSY: a process killed a moment ago (kill -9 of a testbed)
+// stays in its cgroup until it has exited, which on a loaded host takes a
+// while (seen as "device or resource busy" in a loaded make test). The
+// kernel gives no event for it, so this polls, bounded by cgroupBusyWait.
+func removeCgroupDir(d string) error {
+	deadline := time.Now().Add(cgroupBusyWait)
+	for {
+		err := os.Remove(d)
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // cgroupDirsWithPrefix lists cgroup directories under root whose names start
