@@ -22,6 +22,7 @@ import (
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/quictune"
+	"github.com/quiot/quiot/internal/sockbuf"
 )
 
 // The reconnect workload: the NB-IoT PSM/eDRX pattern. A device wakes up,
@@ -199,7 +200,7 @@ func wakeOnce(ctx context.Context, url string, o ReconnectOptions, cache tls.Cli
 	if err != nil {
 		return Wakeup{}, 0, err
 	}
-	pc := &radioConn{PacketConn: udp}
+	pc := &radioConn{Conn: sockbuf.Wrap(udp)}
 	defer udp.Close()
 	var used0RTT bool
 	c, err := client.New(client.Options{
@@ -234,12 +235,12 @@ func wakeOnce(ctx context.Context, url string, o ReconnectOptions, cache tls.Cli
 // radioConn counts a wake-up's datagrams and their first and last times,
 // and records each one's direction, size, time and QUIC packet types.
 type radioConn struct {
-	net.PacketConn
-	mu          sync.Mutex
-	t0          time.Time
-	first, last time.Time
-	bytes, n    int64
-	trace       []Datagram
+	sockbuf.Conn // passes quic-go's buffer sizing through
+	mu           sync.Mutex
+	t0           time.Time
+	first, last  time.Time
+	bytes, n     int64
+	trace        []Datagram
 }
 
 // start sets the time the trace counts from (the publish call).
@@ -286,22 +287,6 @@ func (c *radioConn) summary() Wakeup {
 	defer c.mu.Unlock()
 	return Wakeup{RadioOnMs: float64(c.last.Sub(c.first)) / float64(time.Millisecond), Bytes: c.bytes, Datagrams: c.n,
 		Trace: append([]Datagram(nil), c.trace...)}
-}
-
-// SetReadBuffer passes quic-go's buffer sizing to the UDP socket.
-func (c *radioConn) SetReadBuffer(n int) error {
-	if s, ok := c.PacketConn.(interface{ SetReadBuffer(int) error }); ok {
-		return s.SetReadBuffer(n)
-	}
-	return nil
-}
-
-// SetWriteBuffer passes quic-go's buffer sizing to the UDP socket.
-func (c *radioConn) SetWriteBuffer(n int) error {
-	if s, ok := c.PacketConn.(interface{ SetWriteBuffer(int) error }); ok {
-		return s.SetWriteBuffer(n)
-	}
-	return nil
 }
 
 // ReconnectVariant is one column of the reconnect comparison.

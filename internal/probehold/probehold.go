@@ -26,14 +26,16 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/quiot/quiot/internal/sockbuf"
 )
 
 // Conn is a net.PacketConn under the hold (see the package
 // documentation); quic-go's Transport takes it as its Conn.
 type Conn struct {
-	net.PacketConn
-	hold time.Duration
-	now  func() time.Time // nil: time.Now (tests set it)
+	sockbuf.Conn // passes quic-go's buffer sizing through
+	hold         time.Duration
+	now          func() time.Time // nil: time.Now (tests set it)
 
 	mu        sync.Mutex
 	answered  bool      // a peer datagram arrived since the current flight began
@@ -48,7 +50,7 @@ const flightGap = 20 * time.Millisecond
 
 // New returns pc with handshake probes held for hold after each flight.
 func New(pc net.PacketConn, hold time.Duration) *Conn {
-	return &Conn{PacketConn: pc, hold: hold}
+	return &Conn{Conn: sockbuf.Wrap(pc), hold: hold}
 }
 
 // Hold is the time probes are held after a flight.
@@ -107,20 +109,4 @@ func (c *Conn) ReadFrom(p []byte) (int, net.Addr, error) {
 		c.mu.Unlock()
 	}
 	return n, a, err
-}
-
-// SetReadBuffer passes quic-go's buffer sizing to the socket.
-func (c *Conn) SetReadBuffer(n int) error {
-	if s, ok := c.PacketConn.(interface{ SetReadBuffer(int) error }); ok {
-		return s.SetReadBuffer(n)
-	}
-	return nil
-}
-
-// SetWriteBuffer passes quic-go's buffer sizing to the socket.
-func (c *Conn) SetWriteBuffer(n int) error {
-	if s, ok := c.PacketConn.(interface{ SetWriteBuffer(int) error }); ok {
-		return s.SetWriteBuffer(n)
-	}
-	return nil
 }

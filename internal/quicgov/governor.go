@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/quiot/quiot/internal/sockbuf"
 )
 
 // Defaults of Options.
@@ -101,9 +103,9 @@ type Stats struct {
 // wildcard address on a multi-homed host. Wrap of a *net.UDPConn on Linux
 // keeps all of them (oob_linux.go; docs/results/nbiot/README.md).
 type Conn struct {
-	net.PacketConn
-	opts Options
-	log  *slog.Logger
+	sockbuf.Conn // passes quic-go's buffer sizing through
+	opts         Options
+	log          *slog.Logger
 
 	now       func() time.Time                          // test seam
 	afterFunc func(time.Duration, func()) (stop func()) // test seam
@@ -150,7 +152,7 @@ func New(pc net.PacketConn, o Options) *Conn {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Conn{PacketConn: pc, opts: o, log: log, now: time.Now, afterFunc: realAfterFunc}
+	c := &Conn{Conn: sockbuf.Wrap(pc), opts: o, log: log, now: time.Now, afterFunc: realAfterFunc}
 	c.rtts = newLRU[netip.Addr, time.Duration](o.MaxPeers, nil)
 	c.hs = newLRU[netip.AddrPort, *handshake](o.MaxPeers, c.evicted)
 	return c
@@ -390,19 +392,3 @@ type sysConn struct {
 
 // SyscallConn implements syscall.Conn.
 func (s sysConn) SyscallConn() (syscall.RawConn, error) { return s.sc.SyscallConn() }
-
-// SetReadBuffer passes quic-go's buffer sizing to the socket.
-func (c *Conn) SetReadBuffer(n int) error {
-	if s, ok := c.PacketConn.(interface{ SetReadBuffer(int) error }); ok {
-		return s.SetReadBuffer(n)
-	}
-	return nil
-}
-
-// SetWriteBuffer passes quic-go's buffer sizing to the socket.
-func (c *Conn) SetWriteBuffer(n int) error {
-	if s, ok := c.PacketConn.(interface{ SetWriteBuffer(int) error }); ok {
-		return s.SetWriteBuffer(n)
-	}
-	return nil
-}

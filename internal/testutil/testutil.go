@@ -21,6 +21,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/sockbuf"
 )
 
 // PKI is an in-memory CA with a server certificate for localhost/127.0.0.1.
@@ -124,13 +125,13 @@ func H3ClientQUIC(pool *x509.CertPool, cert *tls.Certificate, pc net.PacketConn,
 // CountingConn wraps a net.PacketConn and counts datagrams and bytes in
 // both directions.
 type CountingConn struct {
-	net.PacketConn
+	sockbuf.Conn              // passes quic-go's buffer sizing through
 	BytesIn, BytesOut         atomic.Uint64
 	DatagramsIn, DatagramsOut atomic.Uint64
 }
 
 // NewCountingConn wraps pc.
-func NewCountingConn(pc net.PacketConn) *CountingConn { return &CountingConn{PacketConn: pc} }
+func NewCountingConn(pc net.PacketConn) *CountingConn { return &CountingConn{Conn: sockbuf.Wrap(pc)} }
 
 // ListenCounting opens a UDP socket on 127.0.0.1:0 wrapped in a CountingConn.
 func ListenCounting(t testing.TB) *CountingConn {
@@ -174,21 +175,4 @@ func (c *CountingConn) Reset() {
 	c.BytesOut.Store(0)
 	c.DatagramsIn.Store(0)
 	c.DatagramsOut.Store(0)
-}
-
-// SetReadBuffer passes the socket receive buffer size through, so quic-go
-// can size it as on a bare *net.UDPConn.
-func (c *CountingConn) SetReadBuffer(n int) error {
-	if s, ok := c.PacketConn.(interface{ SetReadBuffer(int) error }); ok {
-		return s.SetReadBuffer(n)
-	}
-	return nil
-}
-
-// SetWriteBuffer passes the socket send buffer size through.
-func (c *CountingConn) SetWriteBuffer(n int) error {
-	if s, ok := c.PacketConn.(interface{ SetWriteBuffer(int) error }); ok {
-		return s.SetWriteBuffer(n)
-	}
-	return nil
 }
