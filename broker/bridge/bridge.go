@@ -37,7 +37,6 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -768,11 +767,7 @@ func (br *Bridge) onConnectError(err error) {
 func (br *Bridge) inbound(p *paho.Publish) {
 	sent := int64(0)
 	if p.Properties != nil {
-		if v := p.Properties.User.Get(wire.MQTTTimeProperty); v != "" {
-			if ns, err := strconv.ParseInt(v, 10, 64); err == nil && ns > 0 {
-				sent = ns
-			}
-		}
+		sent = wire.ParseStamp(p.Properties.User.Get)
 	}
 	br.bringDown(p.Topic, p.Payload, p.QoS, p.Retain, sent)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"sync"
 
 	"github.com/eclipse/paho.golang/paho"
@@ -283,7 +282,7 @@ func (br *Bridge) publishOne(ctx context.Context, m upMsg) (int, error) {
 	}
 	p := &paho.Publish{Topic: m.topic, Payload: m.payload, QoS: br.cfg.QoS, Retain: m.retain}
 	if m.time > 0 && !br.v311 { // the publisher's send time, as quiot's MQTT clients carry it
-		p.Properties = &paho.PublishProperties{User: paho.UserProperties{{Key: wire.MQTTTimeProperty, Value: strconv.FormatInt(m.time, 10)}}}
+		p.Properties = &paho.PublishProperties{User: paho.UserProperties{{Key: wire.MQTTStampProperty, Value: wire.FormatStamp(m.time)}}}
 	}
 	br.mu.Lock()
 	aliases := br.aliases

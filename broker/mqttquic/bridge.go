@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,9 +43,10 @@ var _ Core = (*broker.Broker)(nil)
 const (
 	// Origin is the broker.Message origin of messages published over MQTT.
 	Origin = "mqtt"
-	// TimeProperty is the MQTT 5 user property carrying the publisher's
-	// send time in unix nanoseconds (decimal).
-	TimeProperty = wire.MQTTTimeProperty
+	// StampProperty is the MQTT 5 user property carrying the publisher's
+	// send time (wire.MQTTStampProperty: Unix nanoseconds in base 36); a
+	// PUBLISH may carry it as wire.MQTTTimeProperty (decimal) instead.
+	StampProperty = wire.MQTTStampProperty
 	// bridgeClientID is the inline mochi client that injects HTTP/3
 	// publishes.
 	bridgeClientID = "quiot-bridge"
@@ -143,13 +143,7 @@ func (b *bridge) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		Retain:  pk.FixedHeader.Retain,
 		Origin:  Origin,
 	}
-	for _, u := range pk.Properties.User {
-		if u.Key == TimeProperty {
-			if ns, err := strconv.ParseInt(u.Val, 10, 64); err == nil && ns > 0 {
-				m.Time = ns
-			}
-		}
-	}
+	m.Time = sendStamp(pk)
 	m.Identity, _ = b.auth.identityOf(cl.ID)
 	if handshakePending(cl) && !earlySafe(pk, time.Now()) && !awaitHandshake(cl) {
 		return pk, packets.ErrRejectPacket // a 0-RTT replay, or the connection ended (early.go)
@@ -365,7 +359,7 @@ func (b *bridge) inject(m *broker.Message) {
 		PacketID:    uint16(qos),
 	}
 	if m.Time != 0 {
-		pk.Properties.User = []packets.UserProperty{{Key: TimeProperty, Val: strconv.FormatInt(m.Time, 10)}}
+		pk.Properties.User = []packets.UserProperty{{Key: StampProperty, Val: wire.FormatStamp(m.Time)}}
 	}
 	if err := b.mq.InjectPacket(b.cl, pk); err != nil {
 		b.log.Warn("mqtt bridge: inject failed", "topic", m.Topic, "error", err)

@@ -244,12 +244,12 @@ func TestNoProblemInfoKeepsSendTime(t *testing.T) {
 			}
 			var stamp string
 			for _, u := range pk.Properties.User {
-				if u.Key == TimeProperty {
+				if u.Key == StampProperty {
 					stamp = u.Val
 				}
 			}
 			if stamp == "" {
-				t.Fatalf("PUBLISH lost the %s user property: %+v", TimeProperty, pk.Properties.User)
+				t.Fatalf("PUBLISH lost the %s user property: %+v", StampProperty, pk.Properties.User)
 			}
 			if e := pk.Properties.MessageExpiryInterval; e != 0 {
 				t.Fatalf("PUBLISH carries a message expiry interval of %d s the publisher did not set", e)

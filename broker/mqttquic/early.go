@@ -3,7 +3,6 @@ package mqttquic
 import (
 	"context"
 	"net"
-	"strconv"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -105,14 +104,20 @@ func userProperty(pk packets.Packet, key string) string {
 	return ""
 }
 
+// sendStamp is the publisher's send time a PUBLISH carries
+// (wire.ParseStamp), in Unix nanoseconds; 0: none.
+func sendStamp(pk packets.Packet) int64 {
+	return wire.ParseStamp(func(key string) string { return userProperty(pk, key) })
+}
+
 // earlySafe reports whether a PUBLISH may be served from 0-RTT data: it
 // carries a message id and a send time within broker.IdemWindow of now.
 func earlySafe(pk packets.Packet, now time.Time) bool {
 	if userProperty(pk, wire.MQTTMsgIDProperty) == "" {
 		return false
 	}
-	ns, err := strconv.ParseInt(userProperty(pk, wire.MQTTTimeProperty), 10, 64)
-	if err != nil {
+	ns := sendStamp(pk)
+	if ns == 0 {
 		return false
 	}
 	d := now.Sub(time.Unix(0, ns))

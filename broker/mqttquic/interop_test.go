@@ -12,6 +12,7 @@ import (
 
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/testenv"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // Interop with MQTT software not written here: Debian's mosquitto-clients
@@ -139,6 +140,11 @@ func TestMosquittoPubToHTTP3(t *testing.T) {
 	}
 	if m.Sent.UnixNano() != 1700000000123456789 {
 		t.Fatalf("send time %v, want the user property's", m.Sent)
+	}
+	// The compact stamp quiot's own clients send (base 36) reads the same.
+	run("-V", "mqttv5", "-t", "mosq/c", "-m", "hello-qt", "-q", "1", "-D", "publish", "user-property", wire.MQTTStampProperty, wire.FormatStamp(1700000000123456789))
+	if m := recv(t, ch, "mqtt 5 message with the compact stamp"); m.Topic != "mosq/c" || m.Sent.UnixNano() != 1700000000123456789 {
+		t.Fatalf("got %q on %q sent %v, want hello-qt on mosq/c with the property's send time", m.Payload, m.Topic, m.Sent)
 	}
 	// Retained over MQTT reaches a later HTTP/3 subscriber.
 	run("-t", "mosq/retained", "-m", "kept", "-q", "1", "-r")

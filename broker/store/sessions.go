@@ -24,6 +24,7 @@ import (
 
 	"github.com/quiot/quiot/broker/space"
 	"github.com/quiot/quiot/internal/safefile"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // SessionsFileName is the MQTT session file inside the data directory.
@@ -485,7 +486,7 @@ func timeProperty(m *space.Message) []packets.UserProperty {
 	if m.Time == 0 {
 		return nil
 	}
-	return []packets.UserProperty{{Key: "quiot-time", Val: fmt.Sprint(m.Time)}}
+	return []packets.UserProperty{{Key: wire.MQTTStampProperty, Val: wire.FormatStamp(m.Time)}}
 }
 
 // StoredSysInfo is called last while mochi reads its store: the restored

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,10 +33,6 @@ import (
 const (
 	// mqttALPN is the TLS application protocol of MQTT over QUIC.
 	mqttALPN = "mqtt"
-	// MQTTTimeProperty is the MQTT 5 user property carrying the publisher's
-	// send time (unix nanoseconds, decimal), the counterpart of HTTP/3's
-	// Quiot-Time header.
-	MQTTTimeProperty = wire.MQTTTimeProperty
 	// mqttSessionExpiry keeps the broker-side session (subscriptions,
 	// unacknowledged QoS 1 messages) across short disconnects.
 	mqttSessionExpiry   = 600 // seconds
@@ -543,7 +538,7 @@ func (c *mqttClient) Publish(ctx context.Context, topic string, payload []byte, 
 		if opts.Sent.IsZero() && msgID == "" {
 			sent = time.Now()
 		}
-		user := paho.UserProperties{{Key: MQTTTimeProperty, Value: strconv.FormatInt(sent.UnixNano(), 10)}}
+		user := paho.UserProperties{{Key: wire.MQTTStampProperty, Value: wire.FormatStamp(sent.UnixNano())}}
 		if msgID != "" {
 			user = append(user, paho.UserProperty{Key: wire.MQTTMsgIDProperty, Value: msgID})
 		}
@@ -727,10 +722,8 @@ func (c *mqttClient) deliver(p *paho.Publish) {
 	now := time.Now()
 	m := Message{Topic: p.Topic, Payload: p.Payload, QoS: p.QoS, Retained: p.Retain, Received: now}
 	if p.Properties != nil {
-		if v := p.Properties.User.Get(MQTTTimeProperty); v != "" {
-			if ns, err := strconv.ParseInt(v, 10, 64); err == nil && ns > 0 {
-				m.Sent = time.Unix(0, ns)
-			}
+		if ns := wire.ParseStamp(p.Properties.User.Get); ns > 0 {
+			m.Sent = time.Unix(0, ns)
 		}
 	}
 	c.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -68,7 +67,7 @@ func newMQTTEarly(topic string, payload []byte, retain bool, sent time.Time) (*m
 		Topic:    topic,
 		Payload:  payload,
 		Properties: &packets.Properties{User: []packets.User{
-			{Key: MQTTTimeProperty, Value: strconv.FormatInt(sent.UnixNano(), 10)},
+			{Key: wire.MQTTStampProperty, Value: wire.FormatStamp(sent.UnixNano())},
 			{Key: wire.MQTTMsgIDProperty, Value: e.id},
 		}},
 	}
