@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"log"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -292,7 +293,7 @@ func (v *variant) stopAll() {
 // mosquittoUpstream starts a mosquitto with a password, persistence and a
 // plain and a TLS listener; it returns their ports.
 func (v *variant) mosquittoUpstream() (plain, tlsPort int, err error) {
-	plain, tlsPort = freeTCP(), freeTCP()
+	plain, tlsPort = freePort(), freePort()
 	pw := filepath.Join(v.dir, "passwd")
 	if err := os.WriteFile(pw, nil, 0o600); err != nil {
 		return 0, 0, err
@@ -352,7 +353,7 @@ func (v *variant) quiotToMosquitto(useTLS bool) error {
 // QUIC, or over HTTP/3 (https://) with h3; the upstream runs QUIC tuning
 // profile tuning (the edge's bridge lean).
 func (v *variant) quiotToQuiot(h3 bool, tuning string) error {
-	quicPort, h3Port, tcpPort := freeUDP(), freeUDP(), freeTCP()
+	quicPort, h3Port, tcpPort := freePort(), freePort(), freePort()
 	if _, err := v.start(*quiotBin, "broker", "--tuning", tuning, "--cert", v.pki.certFile, "--key", v.pki.keyFile, "--listen", fmt.Sprintf("127.0.0.1:%d", h3Port),
 		"--mqtt-quic", fmt.Sprintf("127.0.0.1:%d", quicPort), "--mqtt-tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort), "--metrics-listen", "", "--log-level", "warn"); err != nil {
 		return err
@@ -395,7 +396,7 @@ func dirString(d netimpair.Direction) string {
 // quiotEdge starts `quiot broker` with one bridge to url; it returns its
 // MQTT/TCP port.
 func (v *variant) quiotEdge(url, extra string) (int, error) {
-	port := freeTCP()
+	port := freePort()
 	cfg := fmt.Sprintf(`[broker]
 dev = true
 dev-cert-out = ""
@@ -442,7 +443,7 @@ func (v *variant) mosquittoToMosquitto(useTLS bool) error {
 		return err
 	}
 	v.link = tl
-	port := freeTCP()
+	port := freePort()
 	edgeDir := filepath.Join(v.dir, "edge")
 	_ = os.MkdirAll(edgeDir, 0o700)
 	tlsConf := ""
@@ -803,22 +804,48 @@ func username() string {
 	return "mosquitto"
 }
 
-func freeTCP() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+// ports are the loopback ports handed out for the variants' brokers and
+// links. A port the kernel picked for a listener on :0, closed again, goes
+// to the next socket that asks for one (a variant's client, or another
+// variant starting at the same time), which then held the port a broker
+// was about to listen on. So ports are drawn below the kernel's ephemeral
+// range (net.ipv4.ip_local_port_range starts at 32768 by default), free
+// for both TCP and UDP when drawn (quiot's broker listens on both), and
+// never handed out twice in a run.
+var ports struct {
+	sync.Mutex
+	given map[int]bool
 }
 
-func freeUDP() int {
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
+// freePort returns a loopback port free for TCP and UDP.
+func freePort() int {
+	const lo, n = 20000, 12000
+	ports.Lock()
+	defer ports.Unlock()
+	if ports.given == nil {
+		ports.given = map[int]bool{}
 	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port
+	for range 1000 {
+		p := lo + mrand.IntN(n)
+		if ports.given[p] {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", p)
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		c, err := net.ListenPacket("udp", addr)
+		_ = l.Close()
+		if err != nil {
+			continue
+		}
+		_ = c.Close()
+		ports.given[p] = true
+		return p
+	}
+	log.Fatalf("no free loopback port in %d-%d", lo, lo+n-1)
+	return 0
 }
 
 func waitTCP(port int) error {
