@@ -108,7 +108,44 @@ type item struct {
 	topic string // remote topic
 	msg   *broker.Message
 	cost  int64
+	// held is set for a QoS 1 or 2 message of a bridge with a store: its
+	// publisher's acknowledgement waits until spoolIn has stored it.
+	held *held
 }
+
+// held is the hold of a message on its way into the store (a
+// broker.Commit): done once the store has it, or with the error that kept
+// it out (the publish then fails instead of being acknowledged).
+type held struct {
+	done chan struct{}
+	once sync.Once
+	err  error
+}
+
+func newHeld() *held { return &held{done: make(chan struct{})} }
+
+// Done is closed once the message is stored or given up.
+func (h *held) Done() <-chan struct{} { return h.done }
+
+// Err is nil once the message is stored; read it after Done.
+func (h *held) Err() error { return h.err }
+
+// finish ends the hold with err (nil: stored); later calls do nothing.
+func (h *held) finish(err error) {
+	h.once.Do(func() {
+		h.err = err
+		close(h.done)
+	})
+}
+
+// Errors a held publish fails with: its message was not stored.
+var (
+	// errQueueFull: the memory queue was full (the store is slow or
+	// stalled) and dropped the message before it was stored.
+	errQueueFull = errors.New("bridge queue full: the message was dropped before its store had it")
+	// errClosing: the bridge closed before the message was stored.
+	errClosing = errors.New("bridge closed before its store had the message")
+)
 
 // Bridge is one running bridge.
 type Bridge struct {
@@ -149,6 +186,9 @@ type Bridge struct {
 	sp      *spool.Spool
 	spooled chan struct{}
 	drain   chan struct{}
+	// storeHook, set by tests only, runs in spoolIn before each append; an
+	// error it returns stands for the append's.
+	storeHook func(it *item) error
 
 	mu       sync.Mutex
 	q        []*item // oldest first
@@ -300,7 +340,7 @@ func (br *Bridge) Start() error {
 	br.mu.Unlock()
 	br.unreport = br.b.AddBridge(br)
 	if len(br.cfg.Out) > 0 && !br.managed {
-		br.b.AddTap(br.tap)
+		br.b.AddHoldTap(br.tap)
 	}
 	if br.h3 != nil {
 		br.startH3()
@@ -404,6 +444,15 @@ func (br *Bridge) Close(ctx context.Context) error {
 		case <-br.spooled:
 		case <-ctx.Done():
 		}
+		// Publishers still waiting for the store are answered with an
+		// error (their messages may still reach it).
+		br.mu.Lock()
+		for _, it := range br.q {
+			if it.held != nil {
+				it.held.finish(errClosing)
+			}
+		}
+		br.mu.Unlock()
 	}
 	br.mu.Lock()
 	cm := br.cm
@@ -513,13 +562,21 @@ func (br *Bridge) notify() {
 }
 
 // tap runs under the broker's lock for every accepted message: it queues
-// the ones to forward and never blocks.
-func (br *Bridge) tap(m *broker.Message) {
+// the ones to forward and never blocks. With a store, a QoS 1 or 2
+// message is held (hold): its publisher is acknowledged only once spoolIn
+// has stored it, and gets an error if it is dropped first (a full queue,
+// the store failing) or the bridge closes (docs/bridge.md, "Going up: QoS,
+// order, the queue").
+func (br *Bridge) tap(m *broker.Message, hold func(broker.Commit)) {
 	if br.closed.Load() || m.Origin == br.origin || strings.HasPrefix(m.Topic, "$") || !matchAny(br.cfg.Out, m.Topic) {
 		return
 	}
 	remote := br.cfg.RemotePrefix + m.Topic
 	it := &item{topic: remote, msg: m, cost: int64(len(m.Payload) + len(remote) + 64)}
+	if br.sp != nil && m.QoS > 0 && hold != nil {
+		it.held = newHeld()
+		hold(it.held)
+	}
 	br.mu.Lock()
 	br.nextID++
 	it.id = br.nextID
@@ -528,6 +585,9 @@ func (br *Bridge) tap(m *broker.Message) {
 	var dropped int
 	for len(br.q) > 1 && (len(br.q) > br.cfg.QueueMessages || br.qBytes > br.cfg.QueueBytes) {
 		br.qBytes -= br.q[0].cost
+		if h := br.q[0].held; h != nil {
+			h.finish(errQueueFull)
+		}
 		br.q[0] = nil
 		br.q = br.q[1:]
 		dropped++
@@ -587,7 +647,16 @@ func (br *Bridge) spoolIn() {
 		if it == nil {
 			return
 		}
-		_, err := br.sp.Append(context.Background(), spool.Message{Topic: it.topic, Payload: it.msg.Payload, QoS: br.cfg.QoS, Retain: it.msg.Retain})
+		var err error
+		if br.storeHook != nil {
+			err = br.storeHook(it)
+		}
+		if err == nil {
+			_, err = br.sp.Append(context.Background(), spool.Message{Topic: it.topic, Payload: it.msg.Payload, QoS: br.cfg.QoS, Retain: it.msg.Retain})
+		}
+		if it.held != nil {
+			it.held.finish(err) // the publisher's acknowledgement (tap)
+		}
 		if err != nil {
 			br.dropped.Add(1)
 			br.setErr("store: " + err.Error())
