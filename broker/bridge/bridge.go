@@ -29,6 +29,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -37,6 +38,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -638,43 +640,71 @@ func (br *Bridge) cut(conn context.Context, topic string, err error) int {
 	return upRetry
 }
 
+// storeBatch bounds the messages spoolIn appends in one group commit.
+const storeBatch = 256
+
 // spoolIn moves the queue's messages into the spool, in order, until the
-// bridge closes and the queue is empty.
+// bridge closes and the queue is empty: the messages queued meanwhile (up
+// to storeBatch) in one group commit of the store (one write), each held
+// publisher answered once it returned.
 func (br *Bridge) spoolIn() {
 	defer close(br.spooled)
+	var msgs []spool.Message
 	for {
-		it := br.headOrDrained()
-		if it == nil {
+		its := br.batchOrDrained()
+		if its == nil {
 			return
 		}
-		var err error
+		msgs = msgs[:0]
+		for _, it := range its {
+			msgs = append(msgs, spool.Message{Topic: it.topic, Payload: it.msg.Payload, QoS: br.cfg.QoS, Retain: it.msg.Retain})
+		}
+		var errs []error
 		if br.storeHook != nil {
-			err = br.storeHook(it)
+			if err := br.storeHook(its[0]); err != nil {
+				errs = make([]error, len(its))
+				for i := range errs {
+					errs[i] = err
+				}
+			}
 		}
-		if err == nil {
-			_, err = br.sp.Append(context.Background(), spool.Message{Topic: it.topic, Payload: it.msg.Payload, QoS: br.cfg.QoS, Retain: it.msg.Retain})
+		if errs == nil {
+			errs = br.sp.AppendBatch(context.Background(), msgs)
 		}
-		if it.held != nil {
-			it.held.finish(err) // the publisher's acknowledgement (tap)
+		var failed int
+		var first error
+		for i, it := range its {
+			var err error
+			if errs != nil {
+				err = errs[i]
+			}
+			if it.held != nil {
+				it.held.finish(err) // the publisher's acknowledgement (tap)
+			}
+			if err != nil {
+				failed++
+				first = cmp.Or(first, err)
+			}
 		}
-		if err != nil {
-			br.dropped.Add(1)
-			br.setErr("store: " + err.Error())
-			br.log.Warn("bridge: could not store a message; dropped (counted in dropped)", "topic", it.topic, "error", err)
+		if failed > 0 {
+			br.dropped.Add(uint64(failed))
+			br.setErr("store: " + first.Error())
+			br.log.Warn("bridge: could not store messages; dropped (counted in dropped)", "messages", failed, "topic", its[0].topic, "error", first)
 		}
-		br.popThrough(it.id)
+		br.popThrough(its[len(its)-1].id)
 	}
 }
 
-// headOrDrained is head for spoolIn: once the bridge is closing it returns
-// nil only when the queue is empty, so that Close stores what was queued.
-func (br *Bridge) headOrDrained() *item {
+// batchOrDrained returns the oldest queued messages (up to storeBatch)
+// for spoolIn, waiting for one: once the bridge is closing it returns nil
+// only when the queue is empty, so that Close stores what was queued.
+func (br *Bridge) batchOrDrained() []*item {
 	for {
 		br.mu.Lock()
 		if len(br.q) > 0 {
-			it := br.q[0]
+			its := slices.Clone(br.q[:min(len(br.q), storeBatch)])
 			br.mu.Unlock()
-			return it
+			return its
 		}
 		br.dropping = false
 		br.mu.Unlock()
