@@ -7,8 +7,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/eclipse/paho.golang/paho"
+
 	"github.com/quiot/quiot/broker"
 	"github.com/quiot/quiot/broker/brokertest"
+	"github.com/quiot/quiot/broker/mqttquic"
+	"github.com/quiot/quiot/broker/mqttquic/mqtttest"
 	"github.com/quiot/quiot/internal/testutil"
 )
 
@@ -70,5 +74,54 @@ func BenchmarkStorePublish(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkStorePublishMQTT measures a QoS 1 publish of one MQTT client
+// over TCP on loopback (PUBLISH to PUBACK), to an out topic of a bridge
+// with a store (the upstream away), and to a topic no bridge forwards.
+func BenchmarkStorePublishMQTT(b *testing.B) {
+	pki := testutil.NewPKI(b)
+	edge := brokertest.Start(b, pki, nil)
+	ms := mqtttest.Start(b, pki, mqttquic.Options{QUICAddr: "off", TCPAddr: "127.0.0.1:0", Broker: edge.Broker})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	deadAddr := l.Addr().String()
+	_ = l.Close()
+	cs, err := Parse(fmt.Appendf(nil, "[[bridge]]\nname = \"cloud\"\nurl = \"mqtt://%s\"\nout = [\"t/#\"]\nstore_dir = %q\n", deadAddr, b.TempDir()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	br, err := New(edge.Broker, cs[0], testutil.DiscardLogger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := br.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = br.Close(context.Background()) })
+	ctx := context.Background()
+	conn, err := net.Dial("tcp", ms.TCPAddr())
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "bench", CleanStart: true, KeepAlive: 30}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
+	payload := make([]byte, 64)
+	for _, tc := range []struct{ name, topic string }{{"bridged", "t/x"}, {"not-bridged", "u/x"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			dropped0 := br.Stats().Dropped
+			for b.Loop() {
+				if _, err := c.Publish(ctx, &paho.Publish{QoS: 1, Topic: tc.topic, Payload: payload}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(br.Stats().Dropped-dropped0), "dropped")
+		})
 	}
 }
