@@ -23,7 +23,8 @@
 // every message before it. Publishes cut by a lost connection are sent
 // again on the next one, in order (at least once). The queue is not on
 // disk unless Config.StoreDir is set: a restart of this broker loses what
-// it held.
+// it held. With a store, a QoS 1 or 2 publisher is acknowledged only once
+// the store has its message (tap, spoolIn; docs/bridge.md).
 //
 // The keys of a [[bridge]] table are in docs/bridge.md.
 package bridge
