@@ -141,6 +141,15 @@ func (h *held) finish(err error) {
 	})
 }
 
+// heldErr is the error a held publisher gets (nil: stored): it names the
+// bridge.
+func (br *Bridge) heldErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("bridge %s: store: %w", br.cfg.Name, err)
+}
+
 // Errors a held publish fails with: its message was not stored.
 var (
 	// errQueueFull: the memory queue was full (the store is slow or
@@ -452,7 +461,7 @@ func (br *Bridge) Close(ctx context.Context) error {
 		br.mu.Lock()
 		for _, it := range br.q {
 			if it.held != nil {
-				it.held.finish(errClosing)
+				it.held.finish(br.heldErr(errClosing))
 			}
 		}
 		br.mu.Unlock()
@@ -589,7 +598,7 @@ func (br *Bridge) tap(m *broker.Message, hold func(broker.Commit)) {
 	for len(br.q) > 1 && (len(br.q) > br.cfg.QueueMessages || br.qBytes > br.cfg.QueueBytes) {
 		br.qBytes -= br.q[0].cost
 		if h := br.q[0].held; h != nil {
-			h.finish(errQueueFull)
+			h.finish(br.heldErr(errQueueFull))
 		}
 		br.q[0] = nil
 		br.q = br.q[1:]
@@ -680,7 +689,7 @@ func (br *Bridge) spoolIn() {
 				err = errs[i]
 			}
 			if it.held != nil {
-				it.held.finish(err) // the publisher's acknowledgement (tap)
+				it.held.finish(br.heldErr(err)) // the publisher's acknowledgement (tap)
 			}
 			if err != nil {
 				failed++

@@ -168,3 +168,84 @@ func storeBeforeAck(t *testing.T, path string, edgeStore bool, storeErr error) {
 		t.Fatalf("publish acknowledged although the store failed to take the message (stored %d)", a.stored)
 	}
 }
+
+// TestStoreStalledBound: while the store's append is stalled, the held
+// publishers are bounded by the memory queue (queue_messages): beyond it
+// the oldest is dropped and its publisher gets an error, not an
+// acknowledgement; the others are acknowledged once the store has them.
+func TestStoreStalledBound(t *testing.T) {
+	pki := testutil.NewPKI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	edge := brokertest.Start(t, pki, nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := l.Addr().String()
+	_ = l.Close()
+	cs, err := Parse(fmt.Appendf(nil, "[[bridge]]\nname = \"cloud\"\nurl = \"mqtt://%s\"\nout = [\"t/#\"]\nstore_dir = %q\nqueue_messages = 2\n", deadAddr, t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	br, err := New(edge.Broker, cs[0], testutil.DiscardLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered := make(chan struct{}, 4)
+	stall := make(chan struct{})
+	br.storeHook = func(*item) error {
+		entered <- struct{}{}
+		<-stall
+		return nil
+	}
+	if err := br.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		_ = br.Close(cctx)
+	}()
+	results := make([]chan error, 3)
+	pub := func(i int) {
+		results[i] = make(chan error, 1)
+		go func() {
+			_, err := edge.Broker.Publish(ctx, broker.Message{Topic: "t/x", Payload: fmt.Appendf(nil, "m%d", i), QoS: 1, Origin: "test"})
+			results[i] <- err
+		}()
+	}
+	pub(0)
+	select {
+	case <-entered: // m0's append is stalled
+	case err := <-results[0]:
+		t.Fatalf("publish answered (%v) before the store's append", err)
+	case <-ctx.Done():
+		t.Fatal("m0 never reached the store's append")
+	}
+	// m1 and m2 fill the queue past 2: m0, the oldest, is dropped.
+	pub(1)
+	pub(2)
+	select {
+	case err := <-results[0]:
+		if !errors.Is(err, errQueueFull) {
+			t.Fatalf("the dropped message's publish: %v, want %v", err, errQueueFull)
+		}
+	case <-ctx.Done():
+		t.Fatal("the dropped message's publisher was never answered")
+	}
+	close(stall)
+	for i := 1; i < 3; i++ {
+		select {
+		case err := <-results[i]:
+			if err != nil {
+				t.Fatalf("publish m%d: %v", i, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("publish m%d never answered", i)
+		}
+	}
+	if s := br.Stats(); s.Stored < 2 {
+		t.Fatalf("stats %+v: m1 and m2 not in the store", s)
+	}
+}
