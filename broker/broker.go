@@ -257,6 +257,12 @@ func (b *Broker) Publish(ctx context.Context, m Message) (seq uint64, err error)
 // (it would deadlock); it may hand the message to a goroutine.
 func (b *Broker) AddTap(fn func(m *Message)) { b.space.AddTap(fn) }
 
+// AddHoldTap registers fn as a tap that may hold the acknowledgement of a
+// QoS 1 or 2 publisher until each Commit it passes to hold is done, and
+// fail the publish with its error (space.Space.AddHoldTap): a bridge's
+// store (docs/bridge.md).
+func (b *Broker) AddHoldTap(fn func(m *Message, hold func(Commit))) { b.space.AddHoldTap(fn) }
+
 // Start listens (UDP, and TCP unless disabled) and serves in the background.
 // It returns once the broker is ready for connections.
 func (b *Broker) Start() error {

@@ -23,12 +23,14 @@
 // every message before it. Publishes cut by a lost connection are sent
 // again on the next one, in order (at least once). The queue is not on
 // disk unless Config.StoreDir is set: a restart of this broker loses what
-// it held.
+// it held. With a store, a QoS 1 or 2 publisher is acknowledged only once
+// the store has its message (tap, spoolIn; docs/bridge.md).
 //
 // The keys of a [[bridge]] table are in docs/bridge.md.
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -37,6 +39,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,7 +110,53 @@ type item struct {
 	topic string // remote topic
 	msg   *broker.Message
 	cost  int64
+	// held is set for a QoS 1 or 2 message of a bridge with a store: its
+	// publisher's acknowledgement waits until spoolIn has stored it.
+	held *held
 }
+
+// held is the hold of a message on its way into the store (a
+// broker.Commit): done once the store has it, or with the error that kept
+// it out (the publish then fails instead of being acknowledged).
+type held struct {
+	done chan struct{}
+	once sync.Once
+	err  error
+}
+
+func newHeld() *held { return &held{done: make(chan struct{})} }
+
+// Done is closed once the message is stored or given up.
+func (h *held) Done() <-chan struct{} { return h.done }
+
+// Err is nil once the message is stored; read it after Done.
+func (h *held) Err() error { return h.err }
+
+// finish ends the hold with err (nil: stored); later calls do nothing.
+func (h *held) finish(err error) {
+	h.once.Do(func() {
+		h.err = err
+		close(h.done)
+	})
+}
+
+// heldErr is the error a held publisher gets (nil: stored): it names the
+// bridge.
+func (br *Bridge) heldErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("bridge %s: store: %w", br.cfg.Name, err)
+}
+
+// Errors a held publish fails with: its message was not stored.
+var (
+	// errQueueFull: the memory queue was full (the store is slow or
+	// stalled) and dropped the message before it was stored.
+	errQueueFull = errors.New("bridge queue full: the message was dropped before its store had it")
+	// errClosing: the bridge closed before the message was stored.
+	errClosing = errors.New("bridge closed before its store had the message")
+)
 
 // Bridge is one running bridge.
 type Bridge struct {
@@ -148,6 +197,9 @@ type Bridge struct {
 	sp      *spool.Spool
 	spooled chan struct{}
 	drain   chan struct{}
+	// storeHook, set by tests only, runs in spoolIn before each append; an
+	// error it returns stands for the append's.
+	storeHook func(it *item) error
 
 	mu       sync.Mutex
 	q        []*item // oldest first
@@ -299,7 +351,7 @@ func (br *Bridge) Start() error {
 	br.mu.Unlock()
 	br.unreport = br.b.AddBridge(br)
 	if len(br.cfg.Out) > 0 && !br.managed {
-		br.b.AddTap(br.tap)
+		br.b.AddHoldTap(br.tap)
 	}
 	if br.h3 != nil {
 		br.startH3()
@@ -403,6 +455,15 @@ func (br *Bridge) Close(ctx context.Context) error {
 		case <-br.spooled:
 		case <-ctx.Done():
 		}
+		// Publishers still waiting for the store are answered with an
+		// error (their messages may still reach it).
+		br.mu.Lock()
+		for _, it := range br.q {
+			if it.held != nil {
+				it.held.finish(br.heldErr(errClosing))
+			}
+		}
+		br.mu.Unlock()
 	}
 	br.mu.Lock()
 	cm := br.cm
@@ -512,13 +573,21 @@ func (br *Bridge) notify() {
 }
 
 // tap runs under the broker's lock for every accepted message: it queues
-// the ones to forward and never blocks.
-func (br *Bridge) tap(m *broker.Message) {
+// the ones to forward and never blocks. With a store, a QoS 1 or 2
+// message is held (hold): its publisher is acknowledged only once spoolIn
+// has stored it, and gets an error if it is dropped first (a full queue,
+// the store failing) or the bridge closes (docs/bridge.md, "Going up: QoS,
+// order, the queue").
+func (br *Bridge) tap(m *broker.Message, hold func(broker.Commit)) {
 	if br.closed.Load() || m.Origin == br.origin || strings.HasPrefix(m.Topic, "$") || !matchAny(br.cfg.Out, m.Topic) {
 		return
 	}
 	remote := br.cfg.RemotePrefix + m.Topic
 	it := &item{topic: remote, msg: m, cost: int64(len(m.Payload) + len(remote) + 64)}
+	if br.sp != nil && m.QoS > 0 && hold != nil {
+		it.held = newHeld()
+		hold(it.held)
+	}
 	br.mu.Lock()
 	br.nextID++
 	it.id = br.nextID
@@ -527,6 +596,9 @@ func (br *Bridge) tap(m *broker.Message) {
 	var dropped int
 	for len(br.q) > 1 && (len(br.q) > br.cfg.QueueMessages || br.qBytes > br.cfg.QueueBytes) {
 		br.qBytes -= br.q[0].cost
+		if h := br.q[0].held; h != nil {
+			h.finish(br.heldErr(errQueueFull))
+		}
 		br.q[0] = nil
 		br.q = br.q[1:]
 		dropped++
@@ -577,34 +649,71 @@ func (br *Bridge) cut(conn context.Context, topic string, err error) int {
 	return upRetry
 }
 
+// storeBatch bounds the messages spoolIn appends in one group commit.
+const storeBatch = 256
+
 // spoolIn moves the queue's messages into the spool, in order, until the
-// bridge closes and the queue is empty.
+// bridge closes and the queue is empty: the messages queued meanwhile (up
+// to storeBatch) in one group commit of the store (one write), each held
+// publisher answered once it returned.
 func (br *Bridge) spoolIn() {
 	defer close(br.spooled)
+	var msgs []spool.Message
 	for {
-		it := br.headOrDrained()
-		if it == nil {
+		its := br.batchOrDrained()
+		if its == nil {
 			return
 		}
-		_, err := br.sp.Append(context.Background(), spool.Message{Topic: it.topic, Payload: it.msg.Payload, QoS: br.cfg.QoS, Retain: it.msg.Retain})
-		if err != nil {
-			br.dropped.Add(1)
-			br.setErr("store: " + err.Error())
-			br.log.Warn("bridge: could not store a message; dropped (counted in dropped)", "topic", it.topic, "error", err)
+		msgs = msgs[:0]
+		for _, it := range its {
+			msgs = append(msgs, spool.Message{Topic: it.topic, Payload: it.msg.Payload, QoS: br.cfg.QoS, Retain: it.msg.Retain})
 		}
-		br.popThrough(it.id)
+		var errs []error
+		if br.storeHook != nil {
+			if err := br.storeHook(its[0]); err != nil {
+				errs = make([]error, len(its))
+				for i := range errs {
+					errs[i] = err
+				}
+			}
+		}
+		if errs == nil {
+			errs = br.sp.AppendBatch(context.Background(), msgs)
+		}
+		var failed int
+		var first error
+		for i, it := range its {
+			var err error
+			if errs != nil {
+				err = errs[i]
+			}
+			if it.held != nil {
+				it.held.finish(br.heldErr(err)) // the publisher's acknowledgement (tap)
+			}
+			if err != nil {
+				failed++
+				first = cmp.Or(first, err)
+			}
+		}
+		if failed > 0 {
+			br.dropped.Add(uint64(failed))
+			br.setErr("store: " + first.Error())
+			br.log.Warn("bridge: could not store messages; dropped (counted in dropped)", "messages", failed, "topic", its[0].topic, "error", first)
+		}
+		br.popThrough(its[len(its)-1].id)
 	}
 }
 
-// headOrDrained is head for spoolIn: once the bridge is closing it returns
-// nil only when the queue is empty, so that Close stores what was queued.
-func (br *Bridge) headOrDrained() *item {
+// batchOrDrained returns the oldest queued messages (up to storeBatch)
+// for spoolIn, waiting for one: once the bridge is closing it returns nil
+// only when the queue is empty, so that Close stores what was queued.
+func (br *Bridge) batchOrDrained() []*item {
 	for {
 		br.mu.Lock()
 		if len(br.q) > 0 {
-			it := br.q[0]
+			its := slices.Clone(br.q[:min(len(br.q), storeBatch)])
 			br.mu.Unlock()
-			return it
+			return its
 		}
 		br.dropping = false
 		br.mu.Unlock()

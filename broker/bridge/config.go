@@ -92,7 +92,8 @@ type Config struct {
 	MaxInflight int
 	// StoreDir, when set, is a directory (one per bridge) where messages
 	// waiting to go up are kept on disk (internal/spool's log): they survive
-	// a restart of the broker. Empty: memory only.
+	// a restart of the broker, and a QoS 1 or 2 publisher is acknowledged
+	// only once its message is in it. Empty: memory only.
 	StoreDir string
 	// StoreMaxBytes and StoreMaxAge bound the store (0: 64 MiB, 7 days);
 	// beyond them the oldest messages are dropped and counted.

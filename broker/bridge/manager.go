@@ -43,11 +43,12 @@ func NewManager(b *broker.Broker, log *slog.Logger) *Manager {
 // Bridges returns the running bridges, in the order of their tables.
 func (m *Manager) Bridges() []*Bridge { return slices.Clone(*m.running.Load()) }
 
-// tap hands an accepted message to every running bridge.
-func (m *Manager) tap(msg *broker.Message) {
+// tap hands an accepted message to every running bridge (each may hold
+// its publisher's acknowledgement: Bridge.tap).
+func (m *Manager) tap(msg *broker.Message, hold func(broker.Commit)) {
 	for _, br := range *m.running.Load() {
 		if len(br.cfg.Out) > 0 {
-			br.tap(msg)
+			br.tap(msg, hold)
 		}
 	}
 }
@@ -64,7 +65,7 @@ func (m *Manager) Reload(ctx context.Context, cfgs []Config) error {
 		return errors.New("bridges closed")
 	}
 	if len(cfgs) > 0 {
-		m.tapOnce.Do(func() { m.b.AddTap(m.tap) })
+		m.tapOnce.Do(func() { m.b.AddHoldTap(m.tap) })
 	}
 	old := map[string]*Bridge{}
 	for _, br := range *m.running.Load() {

@@ -94,20 +94,45 @@ type ForgetOp struct {
 // commit when the publisher asked for QoS 1 or 2. sp.mu is held on entry and
 // released here.
 func (sp *Space) persistPublish(ctx context.Context, msg *Message) (uint64, error) {
+	var w *pubWait
+	if msg.QoS > 0 && len(sp.holds) > 0 {
+		// committed leaves the hold taps' commits here (AddHoldTap).
+		w = &pubWait{}
+		if sp.waits == nil {
+			sp.waits = map[*Message]*pubWait{}
+		}
+		sp.waits[msg] = w
+	}
 	c := sp.persist.Append(msg)
 	sp.mu.Unlock()
 	if msg.QoS == 0 && !waitCommit(ctx) { // WithCommitWait
 		return msg.Seq, nil
+	}
+	var held []Commit
+	if w != nil {
+		defer func() {
+			sp.mu.Lock()
+			delete(sp.waits, msg)
+			sp.mu.Unlock()
+		}()
 	}
 	select {
 	case <-c.Done():
 		if err := c.Err(); err != nil {
 			return 0, fmt.Errorf("couldn't store message: %w", err)
 		}
-		return msg.Seq, nil
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+	if w != nil {
+		sp.mu.Lock()
+		held = w.held
+		sp.mu.Unlock()
+	}
+	if err := waitHeld(ctx, msg, held); err != nil {
+		return 0, err
+	}
+	return msg.Seq, nil
 }
 
 // committed applies a committed batch (Store.Start's apply).
@@ -117,7 +142,10 @@ func (sp *Space) committed(msgs []*Message, err error) {
 	}
 	sp.mu.Lock()
 	for _, m := range msgs {
-		sp.apply(m, true)
+		held := sp.apply(m, true)
+		if w := sp.waits[m]; w != nil {
+			w.held = held
+		}
 		sp.applied = m.Seq
 		sp.forward(m) // the cluster gets it once committed (not waited for)
 	}

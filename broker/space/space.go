@@ -101,6 +101,11 @@ type Space struct {
 	// queued is the memory of all Subscriber queues (Limits.QueueBytesTotal).
 	queued byteBudget
 	taps   []func(*Message)
+	// holds are the taps that may hold a publisher's acknowledgement
+	// (AddHoldTap); waits maps a QoS 1 or 2 message of persistPublish
+	// to where committed leaves its holds (only while holds exist).
+	holds []func(*Message, func(Commit))
+	waits map[*Message]*pubWait
 	// persist is the durable store (nil: memory only; see persist.go);
 	// forget collects the history removals not yet handed to it.
 	persist Store
@@ -223,6 +228,21 @@ func (sp *Space) AddTap(fn func(*Message)) {
 	sp.mu.Unlock()
 }
 
+// AddHoldTap registers fn to run as a tap (AddTap: synchronously, under
+// the space's lock, in acceptance order; it must not block, modify the
+// message or call Publish) that may hold the acknowledgement of the
+// message's publisher: each Commit fn passes to hold makes Publish of a
+// QoS 1 or 2 message wait until it is done, and fail with its error (the
+// publisher is then not acknowledged). A QoS 0 publish does not wait.
+// With a sequencing federation link the publisher's acknowledgement waits
+// for the cluster, not for these commits (the message reaches the taps
+// when the cluster hands it back).
+func (sp *Space) AddHoldTap(fn func(m *Message, hold func(Commit))) {
+	sp.mu.Lock()
+	sp.holds = append(sp.holds, fn)
+	sp.mu.Unlock()
+}
+
 // Validate checks m's topic, payload size and QoS as Publish does. Errors
 // wrap ErrBadTopic, ErrTooLarge or ErrBadQoS.
 func (sp *Space) Validate(m *Message) error {
@@ -275,18 +295,46 @@ func (sp *Space) Publish(ctx context.Context, m Message) (uint64, error) {
 	if sp.persist != nil {
 		return sp.persistPublish(ctx, msg) // applied once committed
 	}
-	sp.apply(msg, true)
+	held := sp.apply(msg, true)
 	fc := sp.forward(msg)
 	sp.mu.Unlock()
 	sp.countIn(msg.Origin)
-	return waitForward(ctx, msg, fc)
+	seq, err := waitForward(ctx, msg, fc)
+	if err != nil {
+		return seq, err
+	}
+	return seq, waitHeld(ctx, msg, held)
+}
+
+// pubWait is where committed leaves the holds of a message whose
+// publisher waits in persistPublish.
+type pubWait struct{ held []Commit }
+
+// waitHeld waits for the commits the hold taps passed for a QoS 1 or 2
+// message (AddHoldTap).
+func waitHeld(ctx context.Context, msg *Message, held []Commit) error {
+	if msg.QoS == 0 {
+		return nil
+	}
+	for _, c := range held {
+		select {
+		case <-c.Done():
+			if err := c.Err(); err != nil {
+				return fmt.Errorf("couldn't hand message over: %w", err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // apply puts an accepted message into the topic space: retained message
 // and history, then, when live, Subscriber queues and taps (not live: a
 // message the subscribers have no business with, see
-// ApplySequencedHistory). sp.mu held.
-func (sp *Space) apply(msg *Message, live bool) {
+// ApplySequencedHistory). It returns the commits the hold taps passed
+// (AddHoldTap). sp.mu held.
+func (sp *Space) apply(msg *Message, live bool) (held []Commit) {
 	ts := sp.topics[msg.Topic]
 	if ts == nil {
 		ts = sp.newTopic(msg.Topic)
@@ -299,7 +347,7 @@ func (sp *Space) apply(msg *Message, live bool) {
 	}
 	sp.store(ts, msg)
 	if !live {
-		return
+		return nil
 	}
 	for _, s := range sp.exact[msg.Topic] {
 		s.enqueue(msg)
@@ -312,6 +360,14 @@ func (sp *Space) apply(msg *Message, live bool) {
 	for _, fn := range sp.taps {
 		fn(msg)
 	}
+	for _, fn := range sp.holds {
+		fn(msg, func(c Commit) {
+			if c != nil {
+				held = append(held, c)
+			}
+		})
+	}
+	return held
 }
 
 // start registers a Subscriber and returns what it must receive before live

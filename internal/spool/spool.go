@@ -489,27 +489,13 @@ func (s *Spool) newSegment() error {
 // written (and, with FsyncAlways, synced). ID and Time of m are assigned
 // by the spool.
 func (s *Spool) Append(ctx context.Context, m Message) (uint64, error) {
-	if m.QoS > 1 {
-		return 0, fmt.Errorf("spool: qos %d (want 0 or 1)", m.QoS)
-	}
-	if int64(recordSize(len(m.Topic), len(m.Payload))) > min(s.o.MaxBytes/2, maxBody) {
-		return 0, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(m.Payload))
-	}
-	m.Payload = slices.Clone(m.Payload)
-	req := &appendReq{m: m, done: make(chan error, 1)}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return 0, ErrClosed
-	}
-	if s.werr != nil {
-		err := s.werr
-		s.mu.Unlock()
+	if err := s.check(&m); err != nil {
 		return 0, err
 	}
-	s.queue = append(s.queue, req)
-	s.mu.Unlock()
-	s.kick()
+	req := &appendReq{m: m, done: make(chan error, 1)}
+	if err := s.enqueue(req); err != nil {
+		return 0, err
+	}
 	select {
 	case err := <-req.done:
 		return req.m.ID, err
@@ -517,6 +503,90 @@ func (s *Spool) Append(ctx context.Context, m Message) (uint64, error) {
 		// The append may still happen; the caller gave up waiting.
 		return 0, ctx.Err()
 	}
+}
+
+// AppendBatch adds ms to the spool in their order, in one group commit
+// (one write(2) and, with FsyncAlways, one fsync), and returns once they
+// have been written (and synced). It returns nil when all were, else one
+// error per message (nil: that one was written): a message Append would
+// refuse (QoS, ErrTooLarge) is left out and the others are written; a
+// failed write or a closed spool fails them all, as does ctx's end (the
+// appends may still happen).
+func (s *Spool) AppendBatch(ctx context.Context, ms []Message) []error {
+	var errs []error
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(ms))
+		}
+		errs[i] = err
+	}
+	reqs := make([]*appendReq, len(ms))
+	var queued []*appendReq
+	for i := range ms {
+		m := ms[i]
+		if err := s.check(&m); err != nil {
+			fail(i, err)
+			continue
+		}
+		reqs[i] = &appendReq{m: m, done: make(chan error, 1)}
+		queued = append(queued, reqs[i])
+	}
+	if len(queued) == 0 {
+		return errs
+	}
+	if err := s.enqueue(queued...); err != nil {
+		for i, r := range reqs {
+			if r != nil {
+				fail(i, err)
+			}
+		}
+		return errs
+	}
+	for i, r := range reqs {
+		if r == nil {
+			continue
+		}
+		select {
+		case err := <-r.done:
+			if err != nil {
+				fail(i, err)
+			}
+		case <-ctx.Done():
+			fail(i, ctx.Err())
+		}
+	}
+	return errs
+}
+
+// check refuses a message the spool cannot take and copies its payload
+// (the caller may reuse it).
+func (s *Spool) check(m *Message) error {
+	if m.QoS > 1 {
+		return fmt.Errorf("spool: qos %d (want 0 or 1)", m.QoS)
+	}
+	if int64(recordSize(len(m.Topic), len(m.Payload))) > min(s.o.MaxBytes/2, maxBody) {
+		return fmt.Errorf("%w: %d bytes", ErrTooLarge, len(m.Payload))
+	}
+	m.Payload = slices.Clone(m.Payload)
+	return nil
+}
+
+// enqueue queues reqs, in order, for the writer's next group commit.
+func (s *Spool) enqueue(reqs ...*appendReq) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.werr != nil {
+		err := s.werr
+		s.mu.Unlock()
+		return err
+	}
+	s.queue = append(s.queue, reqs...)
+	s.mu.Unlock()
+	s.kick()
+	return nil
 }
 
 // kick wakes the writer.
