@@ -73,6 +73,96 @@ func awaitProbe(t *testing.T, b *broker.Broker, got <-chan client.Message) {
 	})
 }
 
+// subscribeQ connects an MQTT over QUIC client with client id id to addr
+// and subscribes it to q/#; its messages arrive on the channel. Close the
+// client and cancel the context to end it (t's cleanup does both).
+func subscribeQ(t *testing.T, pki *testutil.PKI, addr, id string, reconnect bool) (client.Client, chan client.Message, context.CancelFunc) {
+	t.Helper()
+	o := client.Options{Broker: "mqtt-quic://" + addr, RootCAs: pki.Pool(), ClientID: id, Logger: testutil.DiscardLogger()}
+	if reconnect {
+		o.Reconnect, o.MaxBackoff = true, 200*time.Millisecond
+	}
+	c, err := client.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan client.Message, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); _ = c.Close() })
+	go func() { _ = c.Subscribe(ctx, "q/#", 0, func(m client.Message) { got <- m }) }()
+	return c, got, cancel
+}
+
+// goOffline closes a subscriber of subscribeQ and waits until its session
+// on m is offline.
+func goOffline(t *testing.T, m *mqttquic.Server, id string, c client.Client, cancel context.CancelFunc) {
+	t.Helper()
+	_ = c.Close()
+	cancel()
+	waitFor(t, "the session to be offline", func() bool {
+		cl, ok := m.MQTT().Clients.Get(id)
+		return ok && cl.Closed()
+	})
+}
+
+// queued counts the q/x messages queued (in flight) for id's session on
+// m; ok is false while m has no such session.
+func queued(m *mqttquic.Server, id string) (n int, ok bool) {
+	cl, ok := m.MQTT().Clients.Get(id)
+	if !ok {
+		return 0, false
+	}
+	for _, pk := range cl.State.Inflight.GetAll(false) {
+		if pk.TopicName == "q/x" {
+			n++
+		}
+	}
+	return n, true
+}
+
+// publishQ publishes QoS 1 messages m<from>..m<to-1> on q/x.
+func publishQ(t *testing.T, b *broker.Broker, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		mustPublish(t, b, broker.Message{Topic: "q/x", Payload: fmt.Appendf(nil, "m%d", i), QoS: 1})
+	}
+}
+
+// expectQ reads q/x messages from got until n have come and checks they
+// are m0..m<n-1> in order; it fails after 30 s without a message.
+func expectQ(t *testing.T, got <-chan client.Message, n int) {
+	t.Helper()
+	var payloads []string
+	for len(payloads) < n {
+		select {
+		case m := <-got:
+			if m.Topic == "q/x" {
+				payloads = append(payloads, string(m.Payload))
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("got %q within 30 s, want m0..m%d", payloads, n-1)
+		}
+	}
+	for i, p := range payloads {
+		if p != fmt.Sprintf("m%d", i) {
+			t.Fatalf("payloads %q, want m0..m%d in order", payloads, n-1)
+		}
+	}
+}
+
+// stop closes m, then shuts b down.
+func stop(t *testing.T, m *mqttquic.Server, b *broker.Broker) {
+	t.Helper()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestMQTTSessionSurvivesRestart: a persistent MQTT session's subscription
 // and the QoS 1 messages queued for it while it was away survive a broker
 // restart and are delivered when the client comes back, with those
@@ -84,96 +174,29 @@ func TestMQTTSessionSurvivesRestart(t *testing.T) {
 	m := startMQTT(t, pki, b.Broker, dir)
 
 	const id = "persistent-sub"
-	newSub := func(addr string) (client.Client, chan client.Message, context.CancelFunc) {
-		c, err := client.New(client.Options{Broker: "mqtt-quic://" + addr, RootCAs: pki.Pool(), ClientID: id, Reconnect: true, MaxBackoff: 200 * time.Millisecond, Logger: testutil.DiscardLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make(chan client.Message, 100)
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { _ = c.Subscribe(ctx, "q/#", 0, func(m client.Message) { got <- m }) }()
-		return c, got, cancel
-	}
-	next := func(got chan client.Message) client.Message {
-		t.Helper()
-		select {
-		case m := <-got:
-			return m
-		case <-time.After(30 * time.Second):
-			t.Fatal("no message within 30 s")
-		}
-		return client.Message{}
-	}
-
-	sub, got, cancel := newSub(m.QUICAddr().String())
+	sub, got, cancel := subscribeQ(t, pki, m.QUICAddr().String(), id, true)
 	awaitProbe(t, b.Broker, got)
-	if err := sub.Close(); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	waitFor(t, "the session to be offline", func() bool {
-		cl, ok := m.MQTT().Clients.Get(id)
-		return ok && cl.Closed()
-	})
-	for i := range 5 {
-		mustPublish(t, b.Broker, broker.Message{Topic: "q/x", Payload: fmt.Appendf(nil, "m%d", i), QoS: 1})
-	}
+	goOffline(t, m, id, sub, cancel)
+	publishQ(t, b.Broker, 0, 5)
 	waitFor(t, "5 messages queued for the offline session", func() bool {
-		cl, _ := m.MQTT().Clients.Get(id)
-		n := 0
-		for _, pk := range cl.State.Inflight.GetAll(false) {
-			if pk.TopicName == "q/x" {
-				n++
-			}
-		}
+		n, _ := queued(m, id)
 		return n == 5
 	})
-	if err := m.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancelS := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancelS()
-	if err := b.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stop(t, m, b.Broker)
 
 	b2 := startOn(t, pki, dir, "127.0.0.1:0")
 	m2 := startMQTT(t, pki, b2.Broker, dir)
 	// Published after the restart, before the client is back: queued for
 	// the restored session too.
-	for i := 5; i < 7; i++ {
-		mustPublish(t, b2.Broker, broker.Message{Topic: "q/x", Payload: fmt.Appendf(nil, "m%d", i), QoS: 1})
-	}
+	publishQ(t, b2.Broker, 5, 7)
 	// Queued before the client is back (mochi writes a message published
 	// while a session reconnects at once, ahead of the queue it resends).
 	waitFor(t, "7 messages queued for the restored session", func() bool {
-		cl, ok := m2.MQTT().Clients.Get(id)
-		if !ok {
-			return false
-		}
-		n := 0
-		for _, pk := range cl.State.Inflight.GetAll(false) {
-			if pk.TopicName == "q/x" {
-				n++
-			}
-		}
+		n, _ := queued(m2, id)
 		return n >= 7
 	})
-	sub2, got2, cancel2 := newSub(m2.QUICAddr().String())
-	defer cancel2()
-	defer sub2.Close()
-	var payloads []string
-	for len(payloads) < 7 {
-		m := next(got2)
-		if m.Topic == "q/x" {
-			payloads = append(payloads, string(m.Payload))
-		}
-	}
-	for i, p := range payloads {
-		if p != fmt.Sprintf("m%d", i) {
-			t.Fatalf("payloads %q, want m0..m6 in order", payloads)
-		}
-	}
+	_, got2, _ := subscribeQ(t, pki, m2.QUICAddr().String(), id, true)
+	expectQ(t, got2, 7)
 }
 
 // copyDir copies the regular files of src into a new directory (a crash
@@ -209,15 +232,7 @@ func TestMQTTSessionAfterCrash(t *testing.T) {
 	b := startOn(t, pki, dir, "127.0.0.1:0")
 	m := startMQTT(t, pki, b.Broker, dir)
 	const id = "crash-sub"
-	c, err := client.New(client.Options{Broker: "mqtt-quic://" + m.QUICAddr().String(), RootCAs: pki.Pool(), ClientID: id, Logger: testutil.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	got := make(chan client.Message, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go func() { _ = c.Subscribe(ctx, "q/#", 0, func(m client.Message) { got <- m }) }()
+	_, got, _ := subscribeQ(t, pki, m.QUICAddr().String(), id, false)
 	awaitProbe(t, b.Broker, got)
 	waitFor(t, "the session on disk", func() bool {
 		_, err := os.Stat(filepath.Join(dir, store.SessionsFileName))
@@ -226,27 +241,9 @@ func TestMQTTSessionAfterCrash(t *testing.T) {
 	crashed := copyDir(t, dir)
 	b2 := startOn(t, pki, crashed, "127.0.0.1:0")
 	m2 := startMQTT(t, pki, b2.Broker, crashed)
-	for i := range 3 {
-		mustPublish(t, b2.Broker, broker.Message{Topic: "q/x", Payload: fmt.Appendf(nil, "m%d", i), QoS: 1})
-	}
-	c2, err := client.New(client.Options{Broker: "mqtt-quic://" + m2.QUICAddr().String(), RootCAs: pki.Pool(), ClientID: id, Logger: testutil.DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c2.Close() })
-	got2 := make(chan client.Message, 100)
-	go func() { _ = c2.Subscribe(ctx, "q/#", 0, func(m client.Message) { got2 <- m }) }()
-	var payloads []string
-	for len(payloads) < 3 {
-		select {
-		case m := <-got2:
-			if m.Topic == "q/x" {
-				payloads = append(payloads, string(m.Payload))
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("got %q within 30 s, want m0..m2", payloads)
-		}
-	}
+	publishQ(t, b2.Broker, 0, 3)
+	_, got2, _ := subscribeQ(t, pki, m2.QUICAddr().String(), id, false)
+	expectQ(t, got2, 3)
 }
 
 // countSessionKeys counts the keys with prefix in the session file (opened
@@ -307,35 +304,12 @@ func TestQueueKeptWhenTakeoverBreaks(t *testing.T) {
 	b := startOn(t, pki, dir, "127.0.0.1:0")
 	m := startMQTT(t, pki, b.Broker, dir)
 	const id = "takeover-breaks"
-	subscribe := func(addr string) (client.Client, chan client.Message, context.CancelFunc) {
-		c, err := client.New(client.Options{Broker: "mqtt-quic://" + addr, RootCAs: pki.Pool(), ClientID: id, Logger: testutil.DiscardLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make(chan client.Message, 100)
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { _ = c.Subscribe(ctx, "q/#", 0, func(m client.Message) { got <- m }) }()
-		return c, got, cancel
-	}
-	c, got, cancel := subscribe(m.QUICAddr().String())
+	c, got, cancel := subscribeQ(t, pki, m.QUICAddr().String(), id, false)
 	awaitProbe(t, b.Broker, got)
-	_ = c.Close()
-	cancel()
-	waitFor(t, "the session to be offline", func() bool {
-		cl, ok := m.MQTT().Clients.Get(id)
-		return ok && cl.Closed()
-	})
-	for i := range 3 {
-		mustPublish(t, b.Broker, broker.Message{Topic: "q/x", Payload: fmt.Appendf(nil, "m%d", i), QoS: 1})
-	}
+	goOffline(t, m, id, c, cancel)
+	publishQ(t, b.Broker, 0, 3)
 	waitFor(t, "3 messages queued for the offline session", func() bool {
-		cl, _ := m.MQTT().Clients.Get(id)
-		n := 0
-		for _, pk := range cl.State.Inflight.GetAll(false) {
-			if pk.TopicName == "q/x" {
-				n++
-			}
-		}
+		n, _ := queued(m, id)
 		return n == 3
 	})
 
@@ -343,7 +317,7 @@ func TestQueueKeptWhenTakeoverBreaks(t *testing.T) {
 	if err := m.MQTT().AddHook(h, nil); err != nil {
 		t.Fatal(err)
 	}
-	c, _, cancel = subscribe(m.QUICAddr().String())
+	c, _, cancel = subscribeQ(t, pki, m.QUICAddr().String(), id, false)
 	select {
 	case <-h.fired:
 	case <-time.After(30 * time.Second):
@@ -355,34 +329,10 @@ func TestQueueKeptWhenTakeoverBreaks(t *testing.T) {
 	})
 	_ = c.Close()
 	cancel()
-	if err := m.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancelS := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancelS()
-	if err := b.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stop(t, m, b.Broker)
 
 	b2 := startOn(t, pki, dir, "127.0.0.1:0")
 	m2 := startMQTT(t, pki, b2.Broker, dir)
-	c2, got2, cancel2 := subscribe(m2.QUICAddr().String())
-	defer cancel2()
-	defer c2.Close()
-	var payloads []string
-	for len(payloads) < 3 {
-		select {
-		case m := <-got2:
-			if m.Topic == "q/x" {
-				payloads = append(payloads, string(m.Payload))
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("got %q within 30 s after the restart, want m0..m2", payloads)
-		}
-	}
-	for i, p := range payloads {
-		if p != fmt.Sprintf("m%d", i) {
-			t.Fatalf("payloads %q, want m0..m2 in order", payloads)
-		}
-	}
+	_, got2, _ := subscribeQ(t, pki, m2.QUICAddr().String(), id, false)
+	expectQ(t, got2, 3)
 }
