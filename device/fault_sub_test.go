@@ -40,9 +40,8 @@ type dedupCase struct {
 // subRun is a `quiot sub --topic dup/# --format raw` running in this
 // process until it has printed as many lines as its case wants.
 type subRun struct {
-	tc          dedupCase
-	out, errOut *syncBuffer // out signals the first "0\n"
-	done        chan error
+	*subProc // out signals the first "0\n"
+	tc       dedupCase
 }
 
 // startSubRun starts it on url and waits until it has subscribed.
@@ -52,32 +51,16 @@ func startSubRun(t *testing.T, ctx context.Context, url string, pki *testutil.PK
 	if err := os.WriteFile(ca, pki.CA.CertPEM(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := &subRun{tc: tc, out: newSyncBuffer("0\n"), errOut: newSyncBuffer("msg=subscribed"), done: make(chan error, 1)}
-	args := append([]string{"--config", "", "--broker", url, "--ca", ca, "--topic", "dup/#", "--format", "raw",
+	args := append([]string{"--broker", url, "--ca", ca, "--topic", "dup/#", "--format", "raw",
 		"--count", fmt.Sprint(strings.Count(tc.want, "\n"))}, tc.flags...)
-	go func() { r.done <- runSub(ctx, args, r.out, r.errOut) }()
-	select {
-	case <-r.errOut.seen:
-	case err := <-r.done:
-		t.Fatalf("sub ended before subscribing: %v\n%s", err, r.errOut)
-	case <-ctx.Done():
-		t.Fatalf("sub not subscribed in time:\n%s", r.errOut)
-	}
-	return r
+	return &subRun{subProc: startSubCmdOut(t, ctx, "0\n", args...), tc: tc}
 }
 
 // check waits until the sub ends (after --count) and checks what it
 // printed and its summary.
 func (r *subRun) check(t *testing.T, ctx context.Context) {
 	t.Helper()
-	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Fatalf("sub: %v\n%s", err, r.errOut)
-		}
-	case <-ctx.Done():
-		t.Fatalf("sub did not end after --count; printed %q\n%s", r.out, r.errOut)
-	}
+	r.wait(t, ctx)
 	if r.out.String() != r.tc.want {
 		t.Errorf("sub printed %q, want %q", r.out, r.tc.want)
 	}
