@@ -17,8 +17,14 @@ import (
 
 	"github.com/rs/xid"
 
+	"github.com/mochi-mqtt/server/v2/mempool"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
+
+// encodeBufs holds the buffers WritePacket encodes packets into, up to
+// 16 KiB each. quiot: upstream made a new buffer (and grew it) for every
+// packet written, a few hundred bytes of garbage per delivery (QUIOT.md).
+var encodeBufs = mempool.NewBuffer(16 << 10)
 
 const (
 	defaultKeepalive             uint16 = 10 // the default connection keepalive value in seconds.
@@ -733,7 +739,8 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
 
 	var err error
-	buf := new(bytes.Buffer)
+	buf := encodeBufs.Get() // written out or copied below; OnPacketSent's bytes are valid during the call
+	defer encodeBufs.Put(buf)
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectEncode(buf)
