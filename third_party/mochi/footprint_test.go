@@ -252,7 +252,7 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 // copy (800 bytes of packets.Packet) in the client's in-flight map; the
 // map now holds the queued packet itself (QUIOT.md).
 func TestInflightDeliveryHeldOnce(t *testing.T) {
-	const n = 400
+	const n = 2000 // enough that other tests' goroutines do not move the figure
 	s := newServer()
 	_, w := net.Pipe() // nobody reads: the writer blocks on its first packet, the rest stay queued
 	cl := newClient(w, &ops{info: s.Info, hooks: s.hooks, log: logger, options: s.Options})
