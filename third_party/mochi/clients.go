@@ -17,8 +17,14 @@ import (
 
 	"github.com/rs/xid"
 
+	"github.com/mochi-mqtt/server/v2/mempool"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
+
+// encodeBufs holds the buffers WritePacket encodes packets into, up to
+// 16 KiB each. quiot: upstream made a new buffer (and grew it) for every
+// packet written, a few hundred bytes of garbage per delivery (QUIOT.md).
+var encodeBufs = mempool.NewBuffer(16 << 10)
 
 const (
 	defaultKeepalive             uint16 = 10 // the default connection keepalive value in seconds.
@@ -57,11 +63,25 @@ func (cl *Clients) Add(val *Client) {
 func (cl *Clients) GetAll() map[string]*Client {
 	cl.RLock()
 	defer cl.RUnlock()
-	m := map[string]*Client{}
+	m := make(map[string]*Client, len(cl.internal)) // quiot: sized once rather than grown (QUIOT.md)
 	for k, v := range cl.internal {
 		m[k] = v
 	}
 	return m
+}
+
+// list returns the clients in a slice, a smaller copy than GetAll's map
+// for a pass over every client. quiot: the event loop copied the whole
+// client table into a map every second to look for expired in-flight
+// messages (QUIOT.md).
+func (cl *Clients) list() []*Client {
+	cl.RLock()
+	defer cl.RUnlock()
+	l := make([]*Client, 0, len(cl.internal))
+	for _, v := range cl.internal {
+		l = append(l, v)
+	}
+	return l
 }
 
 // Get returns the value of a client if it exists.
@@ -490,19 +510,19 @@ func (cl *Client) ClearInflights() {
 // ClearExpiredInflights deletes any inflight messages which have expired.
 func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 	deleted := []uint16{}
-	for _, tk := range cl.State.Inflight.GetAll(false) {
+	for _, tk := range cl.State.Inflight.expired(func(tk *packets.Packet) bool {
 		expired := tk.ProtocolVersion == 5 && tk.Expiry > 0 && tk.Expiry < now // [MQTT-3.3.2-5]
 
 		// If the maximum message expiry interval is set (greater than 0), and the message
 		// retention period exceeds the maximum expiry, the message will be forcibly removed.
 		enforced := maximumExpiry > 0 && now-tk.Created > maximumExpiry
 
-		if expired || enforced {
-			if ok := cl.State.Inflight.Delete(tk.PacketID); ok {
-				cl.ops.hooks.OnQosDropped(cl, tk)
-				atomic.AddInt64(&cl.ops.info.Inflight, -1)
-				deleted = append(deleted, tk.PacketID)
-			}
+		return expired || enforced
+	}) {
+		if ok := cl.State.Inflight.Delete(tk.PacketID); ok {
+			cl.ops.hooks.OnQosDropped(cl, tk)
+			atomic.AddInt64(&cl.ops.info.Inflight, -1)
+			deleted = append(deleted, tk.PacketID)
 		}
 	}
 
@@ -719,7 +739,8 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
 
 	var err error
-	buf := new(bytes.Buffer)
+	buf := encodeBufs.Get() // written out or copied below; OnPacketSent's bytes are valid during the call
+	defer encodeBufs.Put(buf)
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectEncode(buf)

@@ -324,7 +324,8 @@ func (h *Hooks) OnPacketProcessed(cl *Client, pk packets.Packet, err error) {
 }
 
 // OnPacketSent is called when a packet has been sent to a client. It takes a bytes parameter
-// containing the bytes sent.
+// containing the bytes sent. quiot: the bytes are valid only during the call (the buffer is
+// reused for the next packet written); a hook that keeps them must copy them.
 func (h *Hooks) OnPacketSent(cl *Client, pk packets.Packet, b []byte) {
 	for _, hook := range h.GetAll() {
 		if hook.Provides(OnPacketSent) {

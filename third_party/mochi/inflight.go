@@ -13,29 +13,42 @@ import (
 )
 
 // Inflight is a map of InflightMessage keyed on packet id.
+//
+// quiot: the map holds pointers to packets that are never changed once
+// stored (Set stores a copy; setShared stores the caller's packet, which
+// publishToClient also queues for the client's writer), so a QoS 1 or 2
+// delivery is held once rather than twice while it waits for its
+// acknowledgement (QUIOT.md).
 type Inflight struct {
 	sync.RWMutex
-	internal            map[uint16]packets.Packet // internal contains the inflight packets
-	receiveQuota        int32                     // remaining inbound qos quota for flow control
-	sendQuota           int32                     // remaining outbound qos quota for flow control
-	maximumReceiveQuota int32                     // maximum allowed receive quota
-	maximumSendQuota    int32                     // maximum allowed send quota
+	internal            map[uint16]*packets.Packet // internal contains the inflight packets
+	receiveQuota        int32                      // remaining inbound qos quota for flow control
+	sendQuota           int32                      // remaining outbound qos quota for flow control
+	maximumReceiveQuota int32                      // maximum allowed receive quota
+	maximumSendQuota    int32                      // maximum allowed send quota
 }
 
 // NewInflights returns a new instance of an Inflight packets map.
 func NewInflights() *Inflight {
 	return &Inflight{
-		internal: map[uint16]packets.Packet{},
+		internal: map[uint16]*packets.Packet{},
 	}
 }
 
 // Set adds or updates an inflight packet by packet id.
 func (i *Inflight) Set(m packets.Packet) bool {
+	return i.setShared(&m)
+}
+
+// setShared adds or updates an inflight packet by packet id, holding pk
+// itself: neither the caller nor anyone it hands pk to may change *pk
+// afterwards (readers copy it under the read lock).
+func (i *Inflight) setShared(pk *packets.Packet) bool {
 	i.Lock()
 	defer i.Unlock()
 
-	_, ok := i.internal[m.PacketID]
-	i.internal[m.PacketID] = m
+	_, ok := i.internal[pk.PacketID]
+	i.internal[pk.PacketID] = pk
 	return !ok
 }
 
@@ -45,7 +58,7 @@ func (i *Inflight) Get(id uint16) (packets.Packet, bool) {
 	defer i.RUnlock()
 
 	if m, ok := i.internal[id]; ok {
-		return m, true
+		return *m, true
 	}
 
 	return packets.Packet{}, false
@@ -78,7 +91,7 @@ func (i *Inflight) GetAll(immediate bool) []packets.Packet {
 	m := []packets.Packet{}
 	for _, v := range i.internal {
 		if !immediate || (immediate && v.Expiry < 0) {
-			m = append(m, v)
+			m = append(m, *v)
 		}
 	}
 
@@ -105,6 +118,28 @@ func (i *Inflight) NextImmediate() (packets.Packet, bool) {
 	}
 
 	return packets.Packet{}, false
+}
+
+// expired returns the in-flight packets for which drop reports true,
+// oldest first as GetAll orders them, without copying the others.
+// quiot: ClearExpiredInflights ran every second over every client's
+// GetAll, a copy of each packet in flight (QUIOT.md).
+func (i *Inflight) expired(drop func(pk *packets.Packet) bool) []packets.Packet {
+	i.RLock()
+	defer i.RUnlock()
+
+	var m []packets.Packet
+	for _, v := range i.internal {
+		if drop(v) {
+			m = append(m, *v)
+		}
+	}
+
+	sort.Slice(m, func(i, j int) bool {
+		return uint16(m[i].Created) < uint16(m[j].Created)
+	})
+
+	return m
 }
 
 // Delete removes an in-flight message from the map. Returns true if the message existed.

@@ -1119,6 +1119,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 	}
 
 	out := pk.Copy(false)
+	var shared *packets.Packet // out as queued and, for QoS 1 and 2, held in flight
 	if !s.hooks.OnACLCheck(cl, pk.TopicName, false) {
 		return out, packets.ErrNotAuthorized
 	}
@@ -1172,16 +1173,24 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		out.PacketID = uint16(i) // [MQTT-2.2.1-4]
 		sentQuota := atomic.LoadInt32(&cl.State.Inflight.sendQuota)
 
-		if ok := cl.State.Inflight.Set(out); ok { // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
-			atomic.AddInt64(&s.Info.Inflight, 1)
-			s.hooks.OnQosPublish(cl, out, out.Created, 0)
-			cl.State.Inflight.DecreaseSendQuota()
-		}
-
 		if sentQuota == 0 && atomic.LoadInt32(&cl.State.Inflight.maximumSendQuota) > 0 {
+			if ok := cl.State.Inflight.Set(out); ok { // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+				atomic.AddInt64(&s.Info.Inflight, 1)
+				s.hooks.OnQosPublish(cl, out, out.Created, 0)
+				cl.State.Inflight.DecreaseSendQuota()
+			}
 			out.Expiry = -1
 			cl.State.Inflight.Set(out)
 			return out, nil
+		}
+
+		// quiot: the in-flight map holds the packet queued below, not a
+		// copy of it; out is not changed after this (QUIOT.md).
+		shared = &out
+		if ok := cl.State.Inflight.setShared(shared); ok { // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+			atomic.AddInt64(&s.Info.Inflight, 1)
+			s.hooks.OnQosPublish(cl, out, out.Created, 0)
+			cl.State.Inflight.DecreaseSendQuota()
 		}
 	}
 
@@ -1197,7 +1206,10 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		return out, packets.ErrPendingClientWritesExceeded
 	}
 
-	if cl.State.outbound.push(&out) {
+	if shared == nil {
+		shared = &out
+	}
+	if cl.State.outbound.push(shared) {
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 		cl.startWriter() // quiot: a writer while packets are queued
 		if cl.Closed() {
@@ -1845,7 +1857,7 @@ func (s *Server) clearExpiredRetainedMessages(now int64) {
 
 // clearExpiredInflights deletes any inflight messages which have expired.
 func (s *Server) clearExpiredInflights(now int64) {
-	for _, client := range s.Clients.GetAll() {
+	for _, client := range s.Clients.list() {
 		if deleted := client.ClearExpiredInflights(now, s.Options.Capabilities.MaximumMessageExpiryInterval); len(deleted) > 0 {
 			for _, id := range deleted {
 				s.hooks.OnQosDropped(client, packets.Packet{PacketID: id})

@@ -295,6 +295,21 @@ func (s *Subscriptions) GetAll() map[string]packets.Subscription {
 	return m
 }
 
+// each calls fn for every subscription in the set, under the read lock
+// (fn must not change the set). quiot: gatherSubscriptions copied the
+// whole set (GetAll) on every publish to merge it into its own map, a map
+// the size of the topic's subscribers per message (QUIOT.md).
+func (s *Subscriptions) each(fn func(id string, sub packets.Subscription)) {
+	s.RLock()
+	defer s.RUnlock()
+	if s.hasOne {
+		fn(s.oneID, s.one)
+	}
+	for k, v := range s.internal {
+		fn(k, v)
+	}
+}
+
 // Get returns a subscriptions for a specific client or filter id.
 func (s *Subscriptions) Get(id string) (val packets.Subscription, ok bool) {
 	s.RLock()
@@ -661,22 +676,31 @@ func (x *TopicsIndex) scanSubscribers(topic string, d int, n *particle, subs *Su
 
 // gatherSubscriptions collects any matching subscriptions, and gathers any identifiers or highest qos values.
 func (x *TopicsIndex) gatherSubscriptions(topic string, particle *particle, subs *Subscribers) {
-	if subs.Subscriptions == nil {
-		subs.Subscriptions = map[string]packets.Subscription{}
+	if len(subs.Subscriptions) == 0 { // quiot: sized once rather than grown (QUIOT.md)
+		subs.Subscriptions = make(map[string]packets.Subscription, particle.subscriptions.Len())
 	}
 
-	for client, sub := range particle.subscriptions.GetAll() {
+	particle.subscriptions.each(func(client string, sub packets.Subscription) {
 		if len(sub.Filter) > 0 && topic[0] == '$' && (sub.Filter[0] == '+' || sub.Filter[0] == '#') { // don't match $ topics with top level wildcards [MQTT-4.7.1-1] [MQTT-4.7.1-2]
-			continue
+			return
 		}
 
 		cls, ok := subs.Subscriptions[client]
 		if !ok {
+			if sub.Identifier == 0 && sub.Identifiers == nil {
+				// quiot: Merge would make a map of this one filter's
+				// identifier, 0, which publishToClient turns into a
+				// subscription identifier of 0, which is not encoded
+				// (Properties.Encode): a map per subscriber and message
+				// for nothing on the wire (QUIOT.md).
+				subs.Subscriptions[client] = sub
+				return
+			}
 			cls = sub
 		}
 
 		subs.Subscriptions[client] = cls.Merge(sub)
-	}
+	})
 }
 
 // gatherSharedSubscriptions gathers all shared subscriptions for a particle.
