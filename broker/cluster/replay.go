@@ -16,20 +16,17 @@ import (
 	"github.com/quiot/quiot/internal/wire"
 )
 
-// A resume's replay from the stream (Replay) is paced: it counts the
-// filter's messages per subject first (headers only, nothing kept but the
-// counts), which tells the per-topic gaps, then reads the messages a chunk
-// at a time, each chunk fetched from the stream only when the subscriber's
+// A resume's replay from the stream (Replay) is paced: it looks up the
+// subjects of the filter at the stream's per-subject bound first, which
+// tells the per-topic gaps, then reads the messages a chunk at a time, each chunk fetched from the stream only when the subscriber's
 // stream took the previous one (docs/cluster.md). A subscriber that does
 // not read holds one chunk, whatever the range.
 const (
 	// replayTimeout bounds the start of a replay, and each chunk, with
 	// their retries (a replicated stream electing its leader).
 	replayTimeout = 30 * time.Second
-	// replayCountBatch is the batch of the counting pass.
-	replayCountBatch = 256
-	// maxReplaySubjects bounds the subjects the counting pass tells apart;
-	// those beyond it share one gap without topic, at the replay's end.
+	// maxReplaySubjects bounds the topic gaps a replay holds; the topics
+	// beyond it share one gap without topic, at the replay's end.
 	maxReplaySubjects = 4096
 	// replayInactive is how long the stream keeps the consumer of a
 	// replay whose subscriber does not read (it is made again after).
@@ -44,8 +41,8 @@ var errReplayClosed = errors.New("replay closed")
 // publisher publish), after gap frames for what the stream no longer
 // holds: below its first message (no topic), and on a topic whose messages
 // after since are as many as the stream keeps per topic (older ones may
-// have gone). It returns once the counting pass is done; the messages are
-// read by the returned replay's Next, a chunk at a time.
+// have gone). It returns once those gaps are known; the messages are read
+// by the returned replay's Next, a chunk at a time.
 func (l *Link) Replay(filter string, since, to uint64) (broker.ClusterReplay, error) {
 	ctx, cancel := context.WithCancel(l.ctx)
 	r := &streamReplay{l: l, filter: filter, since: since, to: to, pos: since, ctx: ctx, cancel: cancel}
@@ -108,9 +105,9 @@ func (r *streamReplay) retry(f func(ctx context.Context) error) error {
 	}
 }
 
-// start looks up the stream, notes the gap below its first message and
-// counts the filter's messages after since per subject (to the stream's
-// end: the count of a subject needs every one), for the per-topic gaps.
+// start looks up the stream and notes the gaps: below its first message,
+// and on the topics that may have lost messages after since to the
+// stream's per-subject bound.
 func (r *streamReplay) start(ctx context.Context) error {
 	str, err := r.l.js.Stream(ctx, r.l.stream)
 	if err != nil {
@@ -130,65 +127,43 @@ func (r *streamReplay) start(ctx context.Context) error {
 	if limit <= 0 {
 		return nil // no per-subject bound: no per-topic gaps
 	}
-	cons, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    r.subjects,
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       r.since + 1,
-		HeadersOnly:       true,
-		InactiveThreshold: replayInactive,
-	})
-	if err != nil {
-		return err
-	}
-	defer r.deleteConsumer(str, cons)
-	type count struct{ n, first uint64 }
-	counts := map[string]*count{}
-	overflow := false
-	for end := false; !end; {
-		batch, err := cons.FetchNoWait(replayCountBatch)
+	// A subject holding as many messages as the stream keeps per subject,
+	// none of them at or before since, may have lost older ones after
+	// since: a gap on its topic up to its oldest. The stream's per-subject
+	// state tells which are at the bound; each one's oldest is asked for.
+	gaps := 0
+	for _, subj := range r.subjects {
+		si, err := str.Info(ctx, jetstream.WithSubjectFilter(subj))
 		if err != nil {
 			return err
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
+		for s, n := range si.State.Subjects {
+			if n < uint64(limit) {
+				continue
+			}
+			if gaps == maxReplaySubjects {
+				// Beyond what the replay holds gaps for: one gap without
+				// topic says so, once every message it spans was sent.
+				r.tail = &wire.Gap{From: r.since + 1, To: r.to}
+				continue
+			}
+			m, err := str.GetMsg(ctx, info.State.FirstSeq, jetstream.WithGetMsgSubject(s))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue // gone since the state was read
+			}
 			if err != nil {
 				return err
 			}
-			if md.NumPending == 0 {
-				end = true
+			if m.Sequence <= r.since+1 {
+				continue
 			}
-			c := counts[m.Subject()]
-			if c == nil {
-				if len(counts) == maxReplaySubjects {
-					overflow = true
-					continue
-				}
-				c = &count{first: md.Sequence.Stream}
-				counts[m.Subject()] = c
+			t, err := DecodeTopic(strings.TrimPrefix(s, r.l.subjM))
+			if err != nil {
+				continue
 			}
-			c.n++
+			r.head = append(r.head, wire.GapFrame(wire.Gap{Topic: t, From: r.since + 1, To: min(m.Sequence-1, r.to)}))
+			gaps++
 		}
-		if err := batch.Error(); err != nil {
-			return err
-		}
-		if n == 0 {
-			end = true
-		}
-	}
-	for subj, c := range counts {
-		if c.n >= uint64(limit) && c.first > r.since+1 {
-			if t, err := DecodeTopic(strings.TrimPrefix(subj, r.l.subjM)); err == nil {
-				r.head = append(r.head, wire.GapFrame(wire.Gap{Topic: t, From: r.since + 1, To: min(c.first-1, r.to)}))
-			}
-		}
-	}
-	if overflow {
-		// Subjects beyond those counted may have lost messages to the
-		// per-subject bound: one gap without topic says so, once every
-		// message it spans was sent.
-		r.tail = &wire.Gap{From: r.since + 1, To: r.to}
 	}
 	return nil
 }
