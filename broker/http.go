@@ -527,6 +527,9 @@ func (b *Broker) handleSubscribe(w http.ResponseWriter, r *http.Request, filter 
 	defer b.endWritesWhenCutOff(rc, sub)()
 	buf, delivered, ok := s.replay(w, rc, initial, paced)
 	if !ok {
+		if err := space.ReplayErr(paced); err != nil {
+			b.log.Warn("subscription ended: reading its resume failed", "filter", filter, "identity", s.id, "err", err)
+		}
 		return
 	}
 	out.out.Add(delivered)
@@ -683,7 +686,7 @@ func (s *subRequest) encode(buf []byte, f *wire.Frame) []byte {
 // SSE stream with nothing to replay gets a comment, so that the client
 // sees it start. It returns the buffer for reuse and the number of
 // messages written, and ok=false when a write or flush failed (the client
-// is gone).
+// is gone) or the replay ended short of its end (space.ReplayErr).
 func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, initial []wire.Frame, paced space.Replay) (buf []byte, delivered uint64, ok bool) {
 	for i := range initial {
 		if s.limit > 0 && delivered == s.limit {
@@ -718,6 +721,11 @@ func (s *subRequest) replay(w http.ResponseWriter, rc *http.ResponseController, 
 			}
 			buf, wrote = buf[:0], true
 		}
+	}
+	if err := space.ReplayErr(paced); err != nil {
+		// What the cluster holds of the resume could not be read: the
+		// stream ends here, and the subscriber resumes from what it got.
+		return buf, delivered, false
 	}
 	if s.sse && len(buf) == 0 && !wrote {
 		buf = append(buf, ": subscribed\n\n"...)

@@ -33,6 +33,8 @@ type (
 	SeqCommit = space.SeqCommit
 	// Coverer is space.Coverer.
 	Coverer = space.Coverer
+	// ClusterReplay is space.ClusterReplay.
+	ClusterReplay = space.ClusterReplay
 )
 
 const (

@@ -5,7 +5,6 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"strings"
 	"sync/atomic"
@@ -441,117 +440,6 @@ func (l *Link) Cover(filter string) (from, old uint64, release func(), err error
 			return 0, 0, func() {}, ErrClosed
 		}
 	}
-}
-
-// Replay implements broker.Coverer: it reads filter's messages numbered
-// (since, to] from the stream (those the local ACL lets their publisher
-// publish), after gap frames for what the stream no longer holds: below
-// its first message (no topic), and on a topic whose messages after since
-// are as many as the stream keeps per topic (older ones may have gone).
-func (l *Link) Replay(filter string, since, to uint64) ([]wire.Frame, error) {
-	ctx, cancel := context.WithTimeout(l.ctx, 30*time.Second)
-	defer cancel()
-	// JetStream's API answers errors while a replicated stream elects its
-	// leader (right after start, or after a node died): a resume retries
-	// within the bound instead of failing the subscription.
-	wait := 100 * time.Millisecond
-	for {
-		out, err := l.replayOnce(ctx, filter, since, to)
-		if err == nil || ctx.Err() != nil {
-			return out, err
-		}
-		l.log.Debug("cluster link: reading the history for a resume failed, retrying", "filter", filter, "err", err, "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
-}
-
-func (l *Link) replayOnce(ctx context.Context, filter string, since, to uint64) ([]wire.Frame, error) {
-	str, err := l.js.Stream(ctx, l.stream)
-	if err != nil {
-		return nil, err
-	}
-	info := str.CachedInfo()
-	limit := info.Config.MaxMsgsPerSubject
-	var gaps, msgs []wire.Frame
-	if first := info.State.FirstSeq; first > since+1 {
-		gaps = append(gaps, wire.GapFrame(wire.Gap{From: since + 1, To: min(first-1, to)}))
-	}
-	if info.State.LastSeq <= since {
-		return gaps, nil
-	}
-	var subjects []string
-	for _, s := range FilterSubjects(filter) {
-		subjects = append(subjects, l.subjM+s)
-	}
-	cons, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: subjects,
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    since + 1,
-	})
-	if err != nil {
-		return nil, err
-	}
-	type count struct{ n, first uint64 }
-	counts := map[string]*count{}
-	a := l.b.Auth()
-	// To the stream's end (the counts need every message after since),
-	// keeping those up to to.
-	for end := false; !end; {
-		batch, err := cons.FetchNoWait(256)
-		if err != nil {
-			return nil, err
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				return nil, err
-			}
-			seq := md.Sequence.Stream
-			if md.NumPending == 0 {
-				end = true
-			}
-			c := counts[m.Subject()]
-			if c == nil {
-				c = &count{first: seq}
-				counts[m.Subject()] = c
-			}
-			c.n++
-			if seq > to {
-				continue
-			}
-			in, err := l.parseMsg(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-			if err != nil {
-				continue
-			}
-			if in.origin != l.ID() && a != nil && !a.Allow(in.m.Identity, auth.Publish, in.m.Topic) {
-				continue
-			}
-			msgs = append(msgs, wire.Frame{Seq: seq, Time: in.m.Time, Topic: in.m.Topic, Payload: in.m.Payload})
-		}
-		if err := batch.Error(); err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			end = true
-		}
-	}
-	for subj, c := range counts {
-		if limit > 0 && c.n >= uint64(limit) && c.first > since+1 {
-			if t, err := DecodeTopic(strings.TrimPrefix(subj, l.subjM)); err == nil {
-				gaps = append(gaps, wire.GapFrame(wire.Gap{Topic: t, From: since + 1, To: min(c.first-1, to)}))
-			}
-		}
-	}
-	return append(gaps, msgs...), nil
 }
 
 // willApplyLive reports whether the stream consumer has yet to apply a

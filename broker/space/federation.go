@@ -408,18 +408,38 @@ type Coverer interface {
 	// only). release ends the interest Cover took. An error: not covered
 	// (the cluster is unreachable).
 	Cover(filter string) (from, old uint64, release func(), err error)
-	// Replay returns filter's messages numbered after since and up to to,
-	// oldest first, with gap frames for what the cluster no longer holds.
-	Replay(filter string, since, to uint64) ([]wire.Frame, error)
+	// Replay starts reading filter's messages numbered after since and up
+	// to to, oldest first, with gap frames for what the cluster no longer
+	// holds. It returns once the read can begin (an error: the cluster's
+	// history cannot be read); the frames then come from the returned
+	// ClusterReplay a bounded chunk at a time, each read from the cluster
+	// only when the previous one was taken, so that a subscriber that does
+	// not read holds one chunk, not the whole range.
+	Replay(filter string, since, to uint64) (ClusterReplay, error)
+}
+
+// ClusterReplay reads the frames of a Coverer's Replay, a bounded chunk at
+// a time.
+type ClusterReplay interface {
+	// Next appends to dst the next frames: at most maxMsgs messages (or
+	// gaps) and, once one is appended, no more than maxBytes of payload
+	// and topic. It returns dst, whether more may follow (false: the replay
+	// is complete) and an error when the cluster's history could not be
+	// read (the replay is then over, short of its end).
+	Next(dst []wire.Frame, maxMsgs, maxBytes int) ([]wire.Frame, bool, error)
+	// Close ends the replay and releases what it holds; Next then
+	// reports no more. It may be called more than once.
+	Close()
 }
 
 // cover asks a covering link to cover a subscription's filter before it
-// starts, and reads what the space cannot hold of a resume from the cluster.
-// It returns the frames to send first, the resume point the space takes over
-// from, and the release of the link's interest (call it once the
-// subscription holds its own). otherRun is set when the resume cannot be
-// served (the link could not cover the filter): announced as a restart.
-func (sp *Space) cover(filter string, since *uint64, otherRun bool) (pre []wire.Frame, from *uint64, other bool, release func(), err error) {
+// starts, and starts reading what the space cannot hold of a resume from
+// the cluster (pre, read before what the space has). It returns the resume
+// point the space takes over from, and the release of the link's interest
+// (call it once the subscription holds its own). otherRun is set when the
+// resume cannot be served (the link could not cover the filter): announced
+// as a restart.
+func (sp *Space) cover(filter string, since *uint64, otherRun bool) (pre ClusterReplay, from *uint64, other bool, release func(), err error) {
 	release = func() {}
 	c := sp.coverer()
 	if c == nil {
@@ -449,4 +469,68 @@ func (sp *Space) cover(filter string, since *uint64, otherRun bool) (pre []wire.
 		return nil, nil, false, func() {}, fmt.Errorf("couldn't read the cluster's history: %w", err)
 	}
 	return pre, &to, false, release, nil
+}
+
+// drainCluster reads the whole of a cluster replay (an unpaced
+// subscription) into dst.
+func drainCluster(dst []wire.Frame, pre ClusterReplay) ([]wire.Frame, error) {
+	defer pre.Close()
+	for more := true; more; {
+		var err error
+		if dst, more, err = pre.Next(dst, 256, 64<<10); err != nil {
+			return dst, fmt.Errorf("couldn't read the cluster's history: %w", err)
+		}
+	}
+	return dst, nil
+}
+
+// clusterFirst is the paced replay of a resume read from the cluster
+// first (a ClusterReplay), then the frames the space starts the
+// subscription with (then), then its history (rest). A failure reading
+// the cluster ends it (Err): nothing later is replayed, so that the
+// subscriber's resume point does not pass what it missed.
+type clusterFirst struct {
+	cluster ClusterReplay
+	then    []wire.Frame
+	rest    Replay
+	done    bool // the cluster part is read
+	err     error
+}
+
+// Next implements Replay.
+func (c *clusterFirst) Next(dst []wire.Frame, maxMsgs, maxBytes int) ([]wire.Frame, bool) {
+	if c.err != nil {
+		return dst, false
+	}
+	if !c.done {
+		var more bool
+		var err error
+		dst, more, err = c.cluster.Next(dst, maxMsgs, maxBytes)
+		if err != nil {
+			c.err = fmt.Errorf("couldn't read the cluster's history: %w", err)
+			c.cluster.Close()
+			return dst, false
+		}
+		if more {
+			return dst, true
+		}
+		c.done = true
+		c.cluster.Close()
+		dst = append(dst, c.then...)
+		c.then = nil
+		return dst, c.rest != nil
+	}
+	if c.rest == nil {
+		return dst, false
+	}
+	return c.rest.Next(dst, maxMsgs, maxBytes)
+}
+
+// ReplayErr is the error that ended a paced replay short of its end (the
+// cluster's history could not be read), or nil.
+func ReplayErr(r Replay) error {
+	if c, ok := r.(*clusterFirst); ok {
+		return c.err
+	}
+	return nil
 }

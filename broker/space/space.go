@@ -380,14 +380,24 @@ func (sp *Space) apply(msg *Message, live bool) (held []Commit) {
 // With paced, the retained messages, or the history and its topic gaps,
 // are not returned but read from the returned Replay.
 func (sp *Space) start(s *Subscriber, since *uint64, otherRun, paced bool) ([]wire.Frame, Replay, error) {
-	out, since, otherRun, release, err := sp.cover(s.filter, since, otherRun) // federation.go
+	pre, since, otherRun, release, err := sp.cover(s.filter, since, otherRun) // federation.go
 	if err != nil {
 		return nil, nil, err
 	}
 	defer release() // after the subscription's own interest below
+	var out []wire.Frame
+	if pre != nil && !paced {
+		if out, err = drainCluster(out, pre); err != nil {
+			return nil, nil, err
+		}
+		pre = nil
+	}
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if sp.closing {
+		if pre != nil {
+			pre.Close()
+		}
 		return nil, nil, ErrShuttingDown
 	}
 	var msgs []*Message
@@ -443,6 +453,13 @@ func (sp *Space) start(s *Subscriber, since *uint64, otherRun, paced bool) ([]wi
 			out = append(out, frameOf(m, 0))
 		}
 	}
+	if pre != nil {
+		// The cluster's part comes first, then the space's own frames and
+		// history.
+		s.cluster = pre
+		replay = &clusterFirst{cluster: pre, then: out, rest: replay}
+		out = nil
+	}
 	s.total = &sp.queued
 	if topic.IsFilter(s.filter) {
 		sp.wild = append(sp.wild, s)
@@ -476,8 +493,10 @@ func (sp *Space) Subscribe(filter string, since *uint64, otherRun bool) (*Subscr
 // *RetainedReplay or a *HistoryReplay) as the subscriber's stream takes
 // them: a subscriber that does not read then holds one chunk, not the
 // whole retained set or history. The frames returned (a restart gap, the
-// topicless gap of dropped topics, what the cluster's history had) come
-// first. Live messages published meanwhile wait in the Subscriber's
+// topicless gap of dropped topics) come first. A resume from before what
+// the space holds, read from the cluster (Coverer), comes first in the
+// Replay, as paced, then those frames and the history; ReplayErr tells
+// whether reading the cluster failed short of the end. Live messages published meanwhile wait in the Subscriber's
 // queue, within its bounds.
 func (sp *Space) SubscribePaced(filter string, since *uint64, otherRun bool) (*Subscriber, []wire.Frame, Replay, error) {
 	s := newSubscriber(filter, sp.limits, &sp.stats)
@@ -520,6 +539,9 @@ func (sp *Space) stop(s *Subscriber) {
 		sp.interest(s.filter, -1)
 	}
 	s.hist.finish()
+	if s.cluster != nil {
+		s.cluster.Close()
+	}
 	s.release()
 }
 

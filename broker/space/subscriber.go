@@ -42,7 +42,10 @@ type Subscriber struct {
 	after    uint64 // the resume point: messages up to it are not queued
 	// hist is the subscription's paced history replay (nil: none), ended
 	// with it. Space.mu guards it.
-	hist    *HistoryReplay
+	hist *HistoryReplay
+	// cluster is the subscription's paced replay from the cluster (nil:
+	// none), closed with it. Space.mu guards it.
+	cluster ClusterReplay
 	dropped uint64
 }
 
