@@ -126,7 +126,7 @@ reconnect_max = "200ms"
 			case v == next:
 				next++
 			case v < next:
-				dups++ // sent again: its acknowledgement was not in the store's file yet
+				dups++
 			default:
 				t.Fatalf("got %d, want %d: a message lost or out of order", v, next)
 			}
@@ -134,5 +134,11 @@ reconnect_max = "200ms"
 			t.Fatalf("upstream got %d of %d messages", next, 2*n)
 		}
 	}
-	t.Logf("all %d messages arrived in order across the kill -9 (%d duplicates)", 2*n, dups)
+	if dups > 0 {
+		// A message the restarted edge sends again carries the stamp it
+		// had (its time in the store), and the quiot upstream publishes a
+		// stamp, topic and payload once (docs/mqtt.md, "Send time").
+		t.Fatalf("the upstream delivered %d duplicates: it should drop the bridge's resends", dups)
+	}
+	t.Logf("all %d messages arrived in order across the kill -9, no duplicate", 2*n)
 }

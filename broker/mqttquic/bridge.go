@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -150,7 +152,11 @@ func (b *bridge) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 	}
 	var err error
 	repeat := false
-	if id := userProperty(pk, wire.MQTTMsgIDProperty); id != "" {
+	id := userProperty(pk, wire.MQTTMsgIDProperty)
+	if id == "" {
+		id = stampID(pk)
+	}
+	if id != "" {
 		if oc, ok := b.core.(onceCore); ok {
 			_, repeat, err = oc.PublishOnce(context.Background(), m, id)
 		} else {
@@ -174,6 +180,34 @@ func (b *bridge) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		return pk, packets.ErrRejectPacket
 	}
 	return pk, nil
+}
+
+// stampID is the message id a QoS 1 or 2 PUBLISH without a
+// quiot-msg-id gets from its compact send stamp (wire.MQTTStampProperty),
+// its topic and its payload: what `quiot sub --dedup` compares. quiot's
+// clients and bridges send a message again with the same stamp (after a
+// lost connection, or from a bridge's store after a restart of the edge,
+// as a new PUBLISH with a new packet identifier), so the broker publishes
+// it once per identity within broker.IdemWindow (PublishOnce), as it does
+// a repeated quiot-msg-id. "" for a PUBLISH with no compact stamp, or at
+// QoS 0: a third-party client's messages are never dropped as repeats.
+func stampID(pk packets.Packet) string {
+	if pk.FixedHeader.Qos == 0 {
+		return ""
+	}
+	v := userProperty(pk, wire.MQTTStampProperty)
+	if v == "" {
+		return ""
+	}
+	ns, err := strconv.ParseInt(v, 36, 64)
+	if err != nil || ns <= 0 {
+		return ""
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(pk.TopicName))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write(pk.Payload)
+	return "qt" + strconv.FormatInt(ns, 36) + "-" + strconv.FormatUint(h.Sum64(), 36)
 }
 
 // refusalCode maps a broker error to the reason code of the MQTT 5 PUBACK

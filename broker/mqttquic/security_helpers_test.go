@@ -247,7 +247,14 @@ func (c *rawClient) subscribe(filters ...string) []byte {
 // or an error when the broker closed the connection instead.
 func (c *rawClient) publish(topic, payload string, qos byte, retain bool) (byte, error) {
 	c.t.Helper()
+	return c.publishProps(topic, payload, qos, retain, nil)
+}
+
+// publishProps is publish with MQTT 5 user properties.
+func (c *rawClient) publishProps(topic, payload string, qos byte, retain bool, user []packets.UserProperty) (byte, error) {
+	c.t.Helper()
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Retain: retain}, TopicName: topic, Payload: []byte(payload)}
+	pk.Properties.User = user
 	if qos > 0 {
 		c.nextID++
 		pk.PacketID = c.nextID
