@@ -163,6 +163,68 @@ func (x *TopicsIndex) clearRetained(topic string) {
 	x.Retained.Delete(topic)
 }
 
+// fewRetained returns the topics of the retained messages filter (with a
+// wildcard) matches, in the order retained up to the entry limit, if its
+// branch of the tree (below the filter's levels before the first
+// wildcard) holds at most max retained messages among at most
+// replayScan particles; otherwise false. A selective filter then costs
+// a walk of its branch, as in mochi, rather than a walk of every
+// retained message.
+func (x *TopicsIndex) fewRetained(filter string, limit uint64, max int) ([]string, bool) {
+	n := x.root
+	for rest := filter; ; {
+		level, more := cutLevel(rest)
+		if level == "+" || level == "#" {
+			break
+		}
+		if n = n.particles.get(level); n == nil {
+			return nil, true
+		}
+		if !more {
+			break
+		}
+		rest = rest[len(level)+1:]
+	}
+	type found struct {
+		gen   uint64
+		topic string
+	}
+	var fs []found
+	visited := 0
+	var walk func(n *particle) bool
+	walk = func(n *particle) bool {
+		n.particles.RLock()
+		defer n.particles.RUnlock()
+		for _, c := range n.particles.internal {
+			if visited++; visited > replayScan {
+				return false
+			}
+			c.Lock()
+			topic, gen := c.retainPath, c.rgen
+			c.Unlock()
+			if topic != "" && gen != 0 && gen <= limit && matchRetained(filter, topic) {
+				if len(fs) == max {
+					return false
+				}
+				fs = append(fs, found{gen, topic})
+			}
+			if !walk(c) {
+				return false
+			}
+		}
+		return true
+	}
+	if !walk(n) {
+		return nil, false
+	}
+	sort.Slice(fs, func(i, j int) bool { return fs[i].gen < fs[j].gen })
+	topics := make([]string, len(fs))
+	for i, f := range fs {
+		topics[i] = f.topic
+	}
+	return topics, true
+}
+
 // matchRetained reports whether the retained message of topic is one that
 // mochi's TopicsIndex.Messages returns for filter, a filter with a
 // wildcard: level by level, '+' any one level and '#' any levels from
@@ -230,6 +292,11 @@ const (
 // them, examining at most replayScan retained messages. async: on the
 // replayer, where the subscription may be gone (UNSUBSCRIBE) by now.
 func (r *retainedReplay) step(s *Server, cl *Client, async bool) replayStatus {
+	if async {
+		if _, ok := cl.State.Subscriptions.Get(r.sub.Filter); !ok {
+			return replayDone
+		}
+	}
 	for {
 		if cl.Closed() || r.cancelled.Load() {
 			return replayDone
@@ -237,11 +304,6 @@ func (r *retainedReplay) step(s *Server, cl *Client, async bool) replayStatus {
 		if r.next == len(r.picked) {
 			if r.walked {
 				return replayDone
-			}
-			if async {
-				if _, ok := cl.State.Subscriptions.Get(r.sub.Filter); !ok {
-					return replayDone
-				}
 			}
 			r.picked, r.next = r.picked[:0], 0
 			r.picked, r.cursor, r.walked = s.Topics.order.next(r.sub.Filter, r.cursor, r.limit, r.picked, replayChunk)
@@ -359,6 +421,11 @@ func (s *Server) publishRetainedToClient(cl *Client, sub packets.Subscription, e
 			return
 		}
 		r.exact, r.walked, r.picked = true, true, []string{sub.Filter}
+	} else if topics, ok := s.Topics.fewRetained(sub.Filter, r.limit, replayChunk); ok {
+		if len(topics) == 0 {
+			return
+		}
+		r.walked, r.picked = true, topics
 	}
 
 	s.replays.mu.Lock()
