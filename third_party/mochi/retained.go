@@ -122,10 +122,10 @@ func (x *retainedIndex) search(gen uint64) int {
 
 // next appends to dst the topics of the retained messages after the entry
 // cursor, up to the entry limit, that filter matches (matchRetained): at
-// most max topics, examining at most replayScan entries. It returns dst,
+// most `most` topics, examining at most replayScan entries. It returns dst,
 // the gen of the last entry examined (the next cursor) and whether the
 // walk reached limit.
-func (x *retainedIndex) next(filter string, cursor, limit uint64, dst []string, max int) ([]string, uint64, bool) {
+func (x *retainedIndex) next(filter string, cursor, limit uint64, dst []string, most int) ([]string, uint64, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	i := x.search(cursor + 1)
@@ -134,7 +134,7 @@ func (x *retainedIndex) next(filter string, cursor, limit uint64, dst []string, 
 		if e.gen > limit {
 			break
 		}
-		if len(dst) == max || scanned == replayScan {
+		if len(dst) == most || scanned == replayScan {
 			return dst, cursor, false
 		}
 		scanned++
@@ -166,11 +166,11 @@ func (x *TopicsIndex) clearRetained(topic string) {
 // fewRetained returns the topics of the retained messages filter (with a
 // wildcard) matches, in the order retained up to the entry limit, if its
 // branch of the tree (below the filter's levels before the first
-// wildcard) holds at most max retained messages among at most
+// wildcard) holds at most `most` retained messages among at most
 // replayScan particles; otherwise false. A selective filter then costs
 // a walk of its branch, as in mochi, rather than a walk of every
 // retained message.
-func (x *TopicsIndex) fewRetained(filter string, limit uint64, max int) ([]string, bool) {
+func (x *TopicsIndex) fewRetained(filter string, limit uint64, most int) ([]string, bool) {
 	n := x.root
 	for rest := filter; ; {
 		level, more := cutLevel(rest)
@@ -203,7 +203,7 @@ func (x *TopicsIndex) fewRetained(filter string, limit uint64, max int) ([]strin
 			topic, gen := c.retainPath, c.rgen
 			c.Unlock()
 			if topic != "" && gen != 0 && gen <= limit && matchRetained(filter, topic) {
-				if len(fs) == max {
+				if len(fs) == most {
 					return false
 				}
 				fs = append(fs, found{gen, topic})
