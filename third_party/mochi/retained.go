@@ -170,7 +170,15 @@ func (x *TopicsIndex) clearRetained(topic string) {
 // replayScan particles; otherwise false. A selective filter then costs
 // a walk of its branch, as in mochi, rather than a walk of every
 // retained message.
+//
+// It holds the tree's lock (x.root), under which the tree and its
+// particles' retained messages change, for the walk: at most replayScan
+// particles. (Taking each particle's lock inside the walk instead would
+// deadlock with RetainMessage, which holds a particle's lock while trim
+// takes its parent's particles.)
 func (x *TopicsIndex) fewRetained(filter string, limit uint64, most int) ([]string, bool) {
+	x.root.Lock()
+	defer x.root.Unlock()
 	n := x.root
 	for rest := filter; ; {
 		level, more := cutLevel(rest)
@@ -199,10 +207,7 @@ func (x *TopicsIndex) fewRetained(filter string, limit uint64, most int) ([]stri
 			if visited++; visited > replayScan {
 				return false
 			}
-			c.Lock()
-			topic, gen := c.retainPath, c.rgen
-			c.Unlock()
-			if topic != "" && gen != 0 && gen <= limit && matchRetained(filter, topic) {
+			if topic, gen := c.retainPath, c.rgen; topic != "" && gen != 0 && gen <= limit && matchRetained(filter, topic) {
 				if len(fs) == most {
 					return false
 				}

@@ -54,6 +54,37 @@ func TestMatchRetained(t *testing.T) {
 	}
 }
 
+// TestFewRetainedBesideRetain: the walk of a filter's branch beside
+// retains and clears in that branch (which trim the tree) neither
+// deadlocks nor races.
+func TestFewRetainedBesideRetain(t *testing.T) {
+	x := NewTopicsIndex()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 20000; i++ {
+			payload := "v"
+			if i%2 == 1 {
+				payload = ""
+			}
+			x.RetainMessage(packets.Packet{TopicName: fmt.Sprintf("s/%d/x", i%7), Payload: []byte(payload), FixedHeader: packets.FixedHeader{Retain: true}})
+		}
+	}()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case <-done:
+			return
+		case <-deadline:
+			t.Fatal("deadlocked")
+		default:
+		}
+		if _, ok := x.fewRetained("s/+/x", x.order.last(), 64); !ok {
+			t.Fatal("more than 64 in the branch")
+		}
+	}
+}
+
 // TestRetainedIndexOrder: the index walks the retained messages in the
 // order retained (a replaced one at its new place, a cleared one not at
 // all), a chunk at a time from a cursor, up to a limit, and compacts its
