@@ -122,20 +122,21 @@ func (x *retainedIndex) search(gen uint64) int {
 
 // next appends to dst the topics of the retained messages after the entry
 // cursor, up to the entry limit, that filter matches (matchRetained): at
-// most `most` topics, examining at most replayScan entries. It returns dst,
-// the gen of the last entry examined (the next cursor) and whether the
-// walk reached limit.
-func (x *retainedIndex) next(filter string, cursor, limit uint64, dst []string, most int) ([]string, uint64, bool) {
+// most `most` topics, examining at most scan entries. It returns dst, the
+// gen of the last entry examined (the next cursor), the number examined
+// and whether the walk reached limit.
+func (x *retainedIndex) next(filter string, cursor, limit uint64, dst []string, most, scan int) ([]string, uint64, int, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	i := x.search(cursor + 1)
-	for scanned := 0; i < len(x.entries); i++ {
+	scanned := 0
+	for ; i < len(x.entries); i++ {
 		e := &x.entries[i]
 		if e.gen > limit {
 			break
 		}
-		if len(dst) == most || scanned == replayScan {
-			return dst, cursor, false
+		if len(dst) == most || scanned == scan {
+			return dst, cursor, scanned, false
 		}
 		scanned++
 		cursor = e.gen
@@ -143,7 +144,7 @@ func (x *retainedIndex) next(filter string, cursor, limit uint64, dst []string, 
 			dst = append(dst, e.topic)
 		}
 	}
-	return dst, cursor, true
+	return dst, cursor, scanned, true
 }
 
 // clearRetained deletes topic's retained message (an expired one). Unlike
@@ -302,6 +303,7 @@ func (r *retainedReplay) step(s *Server, cl *Client, async bool) replayStatus {
 			return replayDone
 		}
 	}
+	scanned := 0
 	for {
 		if cl.Closed() || r.cancelled.Load() {
 			return replayDone
@@ -310,11 +312,13 @@ func (r *retainedReplay) step(s *Server, cl *Client, async bool) replayStatus {
 			if r.walked {
 				return replayDone
 			}
-			r.picked, r.next = r.picked[:0], 0
-			r.picked, r.cursor, r.walked = s.Topics.order.next(r.sub.Filter, r.cursor, r.limit, r.picked, replayChunk)
-			if len(r.picked) == 0 && !r.walked {
+			if scanned == replayScan {
 				return replayMore
 			}
+			var n int
+			r.picked, r.next = r.picked[:0], 0
+			r.picked, r.cursor, n, r.walked = s.Topics.order.next(r.sub.Filter, r.cursor, r.limit, r.picked, replayChunk, replayScan-scanned)
+			scanned += n
 			continue
 		}
 		pk, ok := s.Topics.Retained.Get(r.picked[r.next])

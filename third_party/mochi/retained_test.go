@@ -108,7 +108,7 @@ func TestRetainedIndexOrder(t *testing.T) {
 	var cursor uint64
 	for walked := false; !walked; {
 		var chunk []string
-		chunk, cursor, walked = x.order.next("r/#", cursor, limit, nil, 7)
+		chunk, cursor, _, walked = x.order.next("r/#", cursor, limit, nil, 7, replayScan)
 		if len(chunk) > 7 {
 			t.Fatalf("chunk of %d", len(chunk))
 		}
@@ -130,7 +130,7 @@ func TestRetainedIndexOrder(t *testing.T) {
 	if _, ok := x.Retained.Get("r/0003"); ok {
 		t.Fatal("r/0003 still retained")
 	}
-	chunk, _, _ := x.order.next("r/#", 0, x.order.last(), nil, 1)
+	chunk, _, _, _ := x.order.next("r/#", 0, x.order.last(), nil, 1, replayScan)
 	if len(chunk) != 1 || chunk[0] != "r/0005" {
 		t.Fatalf("after clearing r/0003 the walk starts at %v", chunk)
 	}
@@ -280,5 +280,47 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRetainedReplayStepBounded: one step of a replay examines at most
+// replayScan retained messages, however few of them match (the step
+// run on the client's packet handling right after SUBACK stays short);
+// the following steps finish the walk.
+func TestRetainedReplayStepBounded(t *testing.T) {
+	s := newServer()
+	count := new(retainedCounter)
+	_ = s.AddHook(count, nil)
+	cl := s.NewClient(newDiscardConn(), "t", "c", false)
+	cl.Properties.ProtocolVersion = 5
+	retain := func(topic string) {
+		s.Topics.RetainMessage(packets.Packet{TopicName: topic, Payload: []byte("v"), FixedHeader: packets.FixedHeader{Retain: true}})
+	}
+	for i := 0; i < 100; i++ {
+		retain(fmt.Sprintf("s/%04d", i))
+	}
+	for i := 0; i < 3*replayScan; i++ {
+		retain(fmt.Sprintf("r/%05d", i))
+	}
+	retain("s/last")
+	sub := packets.Subscription{Filter: "s/#"}
+	s.Topics.Subscribe(cl.ID, sub)
+	cl.State.Subscriptions.Add(sub.Filter, sub)
+	if _, ok := s.Topics.fewRetained(sub.Filter, s.Topics.order.last(), replayChunk); ok {
+		t.Fatal("the branch is small enough to be picked from the tree")
+	}
+	r := &retainedReplay{sub: sub, limit: s.Topics.order.last()}
+	if st := r.step(s, cl, false); st != replayMore || r.walked {
+		t.Fatalf("first step: %v, walked %v", st, r.walked)
+	}
+	if got := count.n.Load(); got != 100 {
+		t.Fatalf("first step sent %d, want the 100 among the first %d", got, replayScan)
+	}
+	steps := 1
+	for r.step(s, cl, true) != replayDone {
+		steps++
+	}
+	if got := count.n.Load(); got != 101 || steps < 3 {
+		t.Fatalf("%d sent in %d steps", got, steps)
 	}
 }
