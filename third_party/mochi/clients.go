@@ -177,7 +177,7 @@ type ClientState struct {
 	writing         atomic.Bool        // quiot: a goroutine is writing the outbound queue (startWriter)
 	outboundBytes   atomic.Int64       // quiot: bytes of the QoS 0 messages in the outbound queue (queuedSize)
 	idMu            sync.Mutex         // quiot: serialises NextPacketID (not the client's write lock)
-	room            chan struct{}      // quiot: the writer took a packet from the queue (awaitRoom)
+	room            chan struct{}      // quiot: the writer took a packet from the queue (the retained replay waits on it: retained.go)
 	Keepalive       uint16             // the number of seconds the connection can wait
 	ServerKeepalive bool               // keepalive was set by the server
 }
@@ -263,7 +263,7 @@ func (cl *Client) drainOutbound() {
 		}
 		atomic.AddInt32(&cl.State.outboundQty, -1)
 		cl.releaseQueued(queuedSize(pk))
-		select { // quiot: awaitRoom
+		select { // quiot: wakes a retained replay waiting for room (retained.go)
 		case cl.State.room <- struct{}{}:
 		default:
 		}
@@ -309,51 +309,6 @@ func (cl *Client) releaseQueued(n int64) {
 	}
 	cl.State.outboundBytes.Add(-n)
 	atomic.AddInt64(&cl.ops.info.PendingWriteBytes, -n)
-}
-
-// roomFor reports whether the client's write queue has room for pk
-// delivered under sub: a free slot and, for a QoS 0 delivery, its bytes
-// within the byte bounds.
-func (cl *Client) roomFor(sub packets.Subscription, pk packets.Packet) bool {
-	if cl.State.outbound.len() >= cl.State.outbound.cap() {
-		return false
-	}
-	if pk.FixedHeader.Qos > 0 && sub.Qos > 0 {
-		return true
-	}
-	n := int64(len(pk.TopicName) + len(pk.Payload))
-	caps := cl.ops.options.Capabilities
-	if m := caps.MaximumClientWritesPendingBytes; m > 0 && cl.State.outboundBytes.Load()+n > m {
-		return false
-	}
-	if m := caps.MaximumWritesPendingBytes; m > 0 && atomic.LoadInt64(&cl.ops.info.PendingWriteBytes)+n > m {
-		return false
-	}
-	return true
-}
-
-// awaitRoomTimeout bounds one wait of awaitRoom.
-const awaitRoomTimeout = time.Second
-
-// awaitRoom waits until the client's writer has taken a packet from its
-// queue, and reports whether a refused delivery is worth trying again:
-// not once the client has stopped, nor when its own queue is empty (the
-// bound reached is the one of all clients, which this client cannot make
-// room in). A wait is bounded, so a lost signal costs a second.
-func (cl *Client) awaitRoom() bool {
-	if cl.State.outbound.len() == 0 && cl.State.outboundBytes.Load() == 0 {
-		return false
-	}
-	t := time.NewTimer(awaitRoomTimeout)
-	defer t.Stop()
-	select {
-	case <-cl.State.room:
-		return !cl.Closed()
-	case <-t.C:
-		return !cl.Closed()
-	case <-cl.State.open.Done():
-		return false
-	}
 }
 
 // dropQueued empties the outbound queue of a stopped client, giving back

@@ -331,19 +331,13 @@ func TestSubscribersGarbage(t *testing.T) {
 	require.LessOrEqual(t, per, int64(250)) // the map of the subscribers found, about 170 bytes each
 }
 
-// discardConn is a connection whose writes go nowhere.
-type discardConn struct{ net.Conn }
-
-func (discardConn) Write(b []byte) (int, error) { return len(b), nil }
-func (discardConn) RemoteAddr() net.Addr        { return &net.TCPAddr{} }
-
 // quiot: WritePacket encodes into a pooled buffer: upstream made a new
 // bytes.Buffer for every packet and grew it, two or three allocations of
 // garbage per delivery (QUIOT.md).
 func TestWritePacketEncodeBufferPooled(t *testing.T) {
 	a, _ := net.Pipe()
 	defer a.Close()
-	cl := newClient(discardConn{a}, &ops{
+	cl := newClient(&discardConn{Conn: a, closed: make(chan struct{})}, &ops{
 		info:    new(system.Info),
 		hooks:   new(Hooks),
 		log:     logger,

@@ -152,6 +152,7 @@ type Server struct {
 	Log          *slog.Logger         // minimal no-alloc logger
 	hooks        *Hooks               // hooks contains hooks for extra functionality such as auth and persistent storage
 	inlineClient *Client              // inlineClient is a special client used for inline subscriptions and inline Publish
+	replays      replays              // quiot: retained replays waiting for room (retained.go)
 }
 
 // loop contains interval tickers for the system events loop.
@@ -819,6 +820,8 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 		}
 	}
 
+	s.replays.signal(cl) // quiot: a PUBACK or PUBCOMP may have made room for a retained replay (retained.go)
+
 	return nil
 }
 
@@ -1227,35 +1230,6 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 	}
 
 	return out, nil
-}
-
-func (s *Server) publishRetainedToClient(cl *Client, sub packets.Subscription, existed bool) {
-	if IsSharedFilter(sub.Filter) {
-		return // 4.8.2 Non-normative - Shared Subscriptions - No Retained Messages are sent to the Session when it first subscribes.
-	}
-
-	if sub.RetainHandling == 1 && existed || sub.RetainHandling == 2 { // [MQTT-3.3.1-10] [MQTT-3.3.1-11]
-		return
-	}
-
-	sub.FwdRetainedFlag = true
-	for _, pkv := range s.Topics.Messages(sub.Filter) { // [MQTT-3.8.4-4]
-		// quiot: a replay larger than the client's write queue (its
-		// packets or bytes) waits for the writer to make room instead of
-		// dropping the rest: it runs on the client's own reading goroutine,
-		// so only this client waits (QUIOT.md).
-		for !cl.roomFor(sub, pkv) && cl.awaitRoom() {
-		}
-		_, err := s.publishToClient(cl, sub, pkv)
-		for errors.Is(err, packets.ErrPendingClientWritesExceeded) && cl.awaitRoom() {
-			_, err = s.publishToClient(cl, sub, pkv) // filled meanwhile by another delivery
-		}
-		if err != nil {
-			s.Log.Debug("failed to publish retained message", "error", err, "client", cl.ID, "listener", cl.Net.Listener, "packet", pkv)
-			continue
-		}
-		s.hooks.OnRetainPublished(cl, pkv)
-	}
 }
 
 // buildAck builds a standardised ack message for Puback, Pubrec, Pubrel, Pubcomp packets.
@@ -1849,7 +1823,7 @@ func (s *Server) clearExpiredRetainedMessages(now int64) {
 			now-pk.Created > s.Options.Capabilities.MaximumMessageExpiryInterval
 
 		if expired || enforced {
-			s.Topics.Retained.Delete(filter)
+			s.Topics.clearRetained(filter) // quiot: also from the retained order (retained.go)
 			s.hooks.OnRetainedExpired(filter)
 		}
 	}

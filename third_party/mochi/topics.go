@@ -396,7 +396,8 @@ func (s *Subscribers) MergeSharedSelected() {
 // TopicsIndex is a prefix/trie tree containing topic subscribers and retained messages.
 type TopicsIndex struct {
 	Retained *packets.Packets
-	root     *particle // a leaf containing a message and more leaves.
+	root     *particle     // a leaf containing a message and more leaves.
+	order    retainedIndex // quiot: the retained messages in the order retained (retained.go)
 }
 
 // NewTopicsIndex returns a pointer to a new instance of Index.
@@ -507,6 +508,7 @@ func (x *TopicsIndex) RetainMessage(pk packets.Packet) int64 {
 	if len(pk.Payload) > 0 {
 		n.retainPath = pk.TopicName
 		x.Retained.Add(pk.TopicName, pk)
+		n.rgen = x.order.add(pk.TopicName, n.rgen) // quiot: retained.go
 		return 1
 	}
 
@@ -517,6 +519,8 @@ func (x *TopicsIndex) RetainMessage(pk packets.Packet) int64 {
 
 	n.retainPath = ""
 	x.Retained.Delete(pk.TopicName) // [MQTT-3.3.1-6] [MQTT-3.3.1-7]
+	x.order.remove(n.rgen)          // quiot: retained.go
+	n.rgen = 0
 	x.trim(n)
 
 	return out
@@ -809,6 +813,7 @@ type particle struct {
 	shared              *SharedSubscriptions // a map of shared subscriptions keyed on group name
 	inlineSubscriptions *InlineSubscriptions // a map of inline subscriptions for this particle
 	retainPath          string               // path of a retained message
+	rgen                uint64               // quiot: the retained message's place in TopicsIndex.order (retained.go)
 	sync.Mutex                               // mutex for when making changes to the particle
 }
 
