@@ -39,6 +39,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -47,6 +48,7 @@ import (
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/broker"
@@ -54,6 +56,7 @@ import (
 	"github.com/quiot/quiot/internal/backoff"
 	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/spool"
+	"github.com/quiot/quiot/internal/tlssession"
 	"github.com/quiot/quiot/internal/topic"
 	"github.com/quiot/quiot/internal/wire"
 )
@@ -217,6 +220,11 @@ type Bridge struct {
 	// quicRTT is the smoothed RTT of the last MQTT over QUIC connection
 	// (ns; 0: none yet): the next dial's handshake hold (quic.go).
 	quicRTT atomic.Int64
+	// tokens keeps the upstream's QUIC address-validation tokens for the
+	// next dial (the RTT in one lets the upstream pace its handshake
+	// probes); resumed counts dials that resumed a TLS session (quic.go).
+	tokens  quic.TokenStore
+	resumed atomic.Uint64
 	// aliases are the topic aliases of the current connection (nil:
 	// none; alias.go).
 	aliases *topicAliases
@@ -281,7 +289,16 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 		}
 	}
 	if strings.EqualFold(u.Scheme, "mqtts") || br.quic != nil {
-		tc := &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+		tc := &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+		if cfg.StoreDir != "" {
+			// Resumed after a restart of the broker too (a shorter
+			// handshake: no certificate chain down a slow link), and the
+			// last connection's RTT sets the first dial's probe hold.
+			if err := os.MkdirAll(cfg.StoreDir, 0o700); err != nil {
+				return nil, fail("store_dir", err)
+			}
+			tc.ClientSessionCache = tlssession.NewFile(filepath.Join(cfg.StoreDir, sessionFileName), br.log)
+		}
 		if cfg.CAFile != "" {
 			pem, err := os.ReadFile(cfg.CAFile)
 			if err != nil {
@@ -308,6 +325,10 @@ func New(b *broker.Broker, cfg Config, log *slog.Logger) (*Bridge, error) {
 			br.quic.ApplyClientTLS(tc)
 		}
 		br.tlsCfg = tc
+		if m, ok := tc.ClientSessionCache.(tlssession.RTTMemory); ok && br.quic != nil {
+			br.quicRTT.Store(int64(m.LastRTT(quicAddr(u))))
+		}
+		br.tokens = quic.NewLRUTokenStore(4, 4)
 	}
 	if https {
 		br.h3 = br.newH3Link()

@@ -68,6 +68,7 @@ func (br *Bridge) newH3Link() *h3Link {
 		l.auth = "Bearer " + br.cfg.Password
 	}
 	qc := br.quic.QUICConfig()
+	qc.TokenStore = br.tokens
 	if qc.KeepAlivePeriod == 0 {
 		// A profile without keep-alive ("default"): an out-only bridge
 		// with nothing to send would lose its connection to the idle
@@ -100,6 +101,7 @@ func (br *Bridge) dialH3(ctx context.Context, addr string, tc *tls.Config, qc *q
 		br.onConnectError(err)
 		return nil, err
 	}
+	br.noteResumed(c)
 	br.h3.mu.Lock()
 	br.h3.qc = c
 	br.h3.mu.Unlock()

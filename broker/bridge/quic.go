@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/eclipse/paho.golang/autopaho"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/quiot/quiot/internal/probehold"
 	"github.com/quiot/quiot/internal/streamconn"
+	"github.com/quiot/quiot/internal/tlssession"
 )
 
 const (
@@ -43,12 +45,9 @@ func (br *Bridge) handshakeHold() time.Duration {
 // over QUIC listener speak it. Closing the returned net.Conn closes the
 // QUIC connection.
 func (br *Bridge) dialQUIC(ctx context.Context, _ autopaho.ClientConfig, u *url.URL) (net.Conn, error) {
-	port := u.Port()
-	if port == "" {
-		port = defaultMQTTQUICPort
-	}
-	addr := net.JoinHostPort(u.Hostname(), port)
+	addr := quicAddr(u)
 	qconf := br.quic.QUICConfig()
+	qconf.TokenStore = br.tokens
 	hctx := ctx
 	if qconf.HandshakeIdleTimeout == 0 {
 		var cancel context.CancelFunc
@@ -77,9 +76,13 @@ func (br *Bridge) dialQUIC(ctx context.Context, _ autopaho.ClientConfig, u *url.
 	}
 	// The socket is the connection's alone: closed with it, once its
 	// round trip is noted for the next dial's hold.
+	br.noteResumed(qc)
 	context.AfterFunc(qc.Context(), func() {
 		if rtt := qc.ConnectionStats().SmoothedRTT; rtt > 0 {
 			br.quicRTT.Store(int64(rtt))
+			if m, ok := br.tlsCfg.ClientSessionCache.(tlssession.RTTMemory); ok {
+				m.SetLastRTT(addr, rtt)
+			}
 		}
 		_ = udp.Close()
 	})
@@ -89,4 +92,29 @@ func (br *Bridge) dialQUIC(ctx context.Context, _ autopaho.ClientConfig, u *url.
 		return nil, fmt.Errorf("mqtt-quic %s: open stream: %w", addr, err)
 	}
 	return streamconn.New(qc, s, true), nil
+}
+
+// sessionFileName is the file in the store directory that keeps the
+// bridge's TLS session and last RTT (internal/tlssession).
+const sessionFileName = "tls-session.json"
+
+// quicAddr is the upstream's host:port for MQTT over QUIC and HTTP/3:
+// u's port, else the scheme's default.
+func quicAddr(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = defaultMQTTQUICPort
+		if strings.EqualFold(u.Scheme, "https") {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// noteResumed counts and logs a connection that resumed a TLS session.
+func (br *Bridge) noteResumed(qc *quic.Conn) {
+	if st := qc.ConnectionState(); st.TLS.DidResume {
+		br.resumed.Add(1)
+		br.log.Debug("bridge dial resumed the TLS session", "url", br.cfg.URL, "used_0rtt", st.Used0RTT)
+	}
 }
