@@ -77,13 +77,20 @@ func (br *Bridge) dialQUIC(ctx context.Context, _ autopaho.ClientConfig, u *url.
 	// The socket is the connection's alone: closed with it, once its
 	// round trip is noted for the next dial's hold.
 	br.noteResumed(qc)
-	context.AfterFunc(qc.Context(), func() {
+	// The round trip is noted once the handshake is done (a broker killed
+	// later still finds it in the store) and again when the connection
+	// ends, for the next dial's hold.
+	noteRTT := func() {
 		if rtt := qc.ConnectionStats().SmoothedRTT; rtt > 0 {
 			br.quicRTT.Store(int64(rtt))
 			if m, ok := br.tlsCfg.ClientSessionCache.(tlssession.RTTMemory); ok {
 				m.SetLastRTT(addr, rtt)
 			}
 		}
+	}
+	noteRTT()
+	context.AfterFunc(qc.Context(), func() {
+		noteRTT()
 		_ = udp.Close()
 	})
 	s, err := qc.OpenStreamSync(ctx)

@@ -65,13 +65,14 @@ reconnect_max = "200ms"
 	}
 	// The upstream's session ticket comes after the handshake.
 	waitFile(ctx, t, filepath.Join(store, "tls-session.json"), `"sessions":{"`)
+	// The connection's RTT is noted once its handshake is done, before
+	// any close (a broker killed with SIGKILL does not close it).
+	waitFile(ctx, t, filepath.Join(store, "tls-session.json"), fmt.Sprintf(`"rtt_ms":{"localhost:%d":`, addr.Port))
 	closeCtx, closeCancel := context.WithTimeout(ctx, 5*time.Second)
 	defer closeCancel()
 	if err := first.Close(closeCtx); err != nil {
 		t.Fatal(err)
 	}
-	// The connection's RTT is noted when it ends.
-	waitFile(ctx, t, filepath.Join(store, "tls-session.json"), fmt.Sprintf(`"rtt_ms":{"localhost:%d":`, addr.Port))
 
 	second := startBridge(t, edge.Broker, cfg)
 	connected(second, "after the restart")
