@@ -320,14 +320,11 @@ func (c *h3Client) connFor(ctx context.Context, early bool) (*h3Conn, error) {
 	}
 	c.mig.connected(qc)
 	hc := &h3Conn{qc: qc, cc: c.h3.NewClientConn(qc)}
-	if ch := controlOpened(qc); ch != nil && !handshakeDone(qc) {
-		// http3 opens its control stream on its own goroutine; in 0-RTT
-		// that comes before the broker's datagrams are let through.
-		select {
-		case <-ch:
-			keep = early
-		case <-qc.Context().Done():
-		case <-ctx.Done():
+	if !handshakeDone(qc) {
+		if early {
+			keep = true // publishEarly lets them through (awaitControl)
+		} else {
+			awaitControl(ctx, qc)
 		}
 	}
 	if !handshakeDone(qc) {
@@ -657,7 +654,7 @@ func (c *h3Client) publishEarly(ctx context.Context, newReq func(ctx context.Con
 		testHookEarlyDialed()
 	}
 	var str *http3.RequestStream
-	if !c.gate.openEarly(func() { str, err = hc.cc.OpenRequestStream(ctx) }) {
+	if !c.gate.openHeld(func() { str, err = hc.cc.OpenRequestStream(ctx) }) {
 		// Another request took the 0-RTT window: after the handshake.
 		done(false)
 		return nil, nil
@@ -679,6 +676,10 @@ func (c *h3Client) publishEarly(ctx context.Context, newReq func(ctx context.Con
 		return c.earlyFailed(hc, err)
 	}
 	_ = str.Close()
+	// Only now wait for http3's control stream: waiting before the
+	// request let its SETTINGS go in a 0-RTT datagram of its own.
+	awaitControl(ctx, hc.qc)
+	c.gate.release()
 	resp, err := str.ReadResponse()
 	if err != nil {
 		done(false)

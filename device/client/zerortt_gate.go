@@ -96,6 +96,19 @@ func (g *zeroRTTGate) openEarly(open func()) bool {
 	return true
 }
 
+// openHeld runs open, which opens a stream in 0-RTT, while the broker's
+// datagrams are held back, and keeps holding them (the caller releases);
+// it reports false, without running open, when nothing is held.
+func (g *zeroRTTGate) openHeld(open func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.held {
+		return false
+	}
+	open()
+	return true
+}
+
 // wait blocks while datagrams are held back.
 func (g *zeroRTTGate) wait() {
 	g.mu.Lock()
@@ -222,11 +235,17 @@ func (r *controlRecorder) Close() error {
 	return nil
 }
 
-// controlOpened returns a channel closed once qc's HTTP/3 control stream is
-// open, nil when qc was not dialled with a controlWatch.
-func controlOpened(qc *quic.Conn) <-chan struct{} {
-	if w, ok := qc.QlogTrace().(*controlWatch); ok {
-		return w.opened
+// awaitControl waits until qc's HTTP/3 control stream is open (or qc or
+// ctx ended); it returns at once when qc was not dialled with a
+// controlWatch.
+func awaitControl(ctx context.Context, qc *quic.Conn) {
+	w, ok := qc.QlogTrace().(*controlWatch)
+	if !ok {
+		return
 	}
-	return nil
+	select {
+	case <-w.opened:
+	case <-qc.Context().Done():
+	case <-ctx.Done():
+	}
 }
