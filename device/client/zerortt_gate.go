@@ -26,28 +26,32 @@ import (
 // the broker sent, which the client's socket reads. The gate holds back the
 // datagrams the socket reads from the moment crypto/tls picks a session
 // ticket that allows early data (gatedSessionCache.Get, before the
-// ClientHello goes out) until the dial has opened its early stream
-// (openEarly) or given up (release): the stream is opened before any of the
-// broker's datagrams reaches quic-go, and the race is gone. The hold lasts
-// from the ClientHello to the return of DialEarly and one OpenStream, far
-// less than a round trip, so no datagram waits in practice.
+// ClientHello goes out) until the dial has opened its early streams or given
+// up (release): over MQTT its one stream (openEarly), over HTTP/3 the
+// publish's request stream (openHeld) and http3's control stream
+// (awaitControl). The streams are opened before any of the broker's
+// datagrams reaches quic-go, and the race is gone. The hold lasts from the
+// ClientHello to the return of DialEarly and the opening and writing of
+// those streams, far less than a round trip, so no datagram waits in
+// practice.
 //
 // A stream opened after the gate has opened again must wait for the
 // handshake (openEarly reports false): quic-go then has applied the
 // parameters and closed HandshakeComplete after them.
 type zeroRTTGate struct {
-	mu      sync.Mutex
-	held    bool          // the broker's datagrams are held back
-	opened  chan struct{} // closed when held ends
-	timer   *time.Timer   // ends a hold that no dial ended (zeroRTTGateMax)
-	maxHold time.Duration // zero: zeroRTTGateMax (tests set it)
+	mu     sync.Mutex
+	held   bool          // the broker's datagrams are held back
+	opened chan struct{} // closed when held ends
+	timer  *time.Timer   // ends a hold that no dial ended (zeroRTTGateMax)
 }
 
 // zeroRTTGateMax ends a hold that no dial ended: crypto/tls offered early data
 // from a ticket, but quic-go did not take it (a ticket from another quic-go
 // version), so DialEarly waits for the full handshake, which needs the
-// broker's datagrams. It never ends a hold in the ordinary case, which lasts
-// microseconds.
+// broker's datagrams; or a 0-RTT publish over HTTP/3 waits for another
+// request's answer to learn whether its credentials were bound
+// (h3Client.authorize). It never ends a hold in the ordinary case, which
+// lasts microseconds.
 const zeroRTTGateMax = 2 * time.Second
 
 // hold starts holding back the broker's datagrams.
@@ -59,11 +63,7 @@ func (g *zeroRTTGate) hold() {
 	}
 	g.held = true
 	g.opened = make(chan struct{})
-	d := g.maxHold
-	if d <= 0 {
-		d = zeroRTTGateMax
-	}
-	g.timer = time.AfterFunc(d, g.release)
+	g.timer = time.AfterFunc(zeroRTTGateMax, g.release)
 }
 
 // release lets the held datagrams through; a no-op without a hold.
