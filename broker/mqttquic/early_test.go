@@ -57,7 +57,6 @@ func nextRepeat(t *testing.T, repeats <-chan string) string {
 // whose profile allows 0-RTT; repeats receives the message id of every
 // PUBLISH the broker answered as a repeat.
 func startEarly(t *testing.T) (b *bridged, repeats <-chan string) {
-	skip0RTTUnderRace(t)
 	t.Helper()
 	p := newPKI(t)
 	w := repeatWatch{seen: make(chan string, 16)}
@@ -247,14 +246,6 @@ func splitLongHeader(t *testing.T, d []byte) [][]byte {
 // the handshake), and its PUBLISH is taken as a repeat and not delivered
 // again.
 func TestEarlyWakeUpReplayed(t *testing.T) {
-	if raceDetector {
-		// quic-go v0.65 writes the server's transport parameters on its
-		// connection goroutine while a stream opened in 0-RTT reads them
-		// (upstream issue 4303, open; device/client's 0-RTT tests skip
-		// for the same reason): this test runs in make test's pass
-		// without -race.
-		t.Skip("0-RTT streams race in quic-go v0.65 (upstream issue 4303, open): runs without -race")
-	}
 	b, repeats := startEarly(t)
 	sub := mustConnect(t, b.mqtt, b.pki, "quic", connectOpts{id: "wake-sub"})
 	if codes := sub.subscribe("wake/#"); codes[0] > 1 {
@@ -352,16 +343,4 @@ func TestEarlyWakeUpReplayed(t *testing.T) {
 	}
 	t.Logf("replay served after %d sends", replays+1)
 	sub.expectNoPublish("wake-sub", "after the replays")
-}
-
-// skip0RTTUnderRace skips a test whose streams open in 0-RTT under the
-// race detector: quic-go v0.65 writes the peer's transport parameters on
-// its own goroutine while such a stream reads them (quic-go issue 4303,
-// open), which the race detector reported in loaded fresh-clone runs of
-// make test. The pass without -race runs the test.
-func skip0RTTUnderRace(t testing.TB) {
-	t.Helper()
-	if raceDetector {
-		t.Skip("under -race: quic-go v0.65 races on the peer's transport parameters when a stream opens in 0-RTT (quic-go issue 4303); the pass without -race runs this test")
-	}
 }

@@ -122,11 +122,6 @@ func TestQUICRetryBeforePerAddressLimits(t *testing.T) {
 		{"0-RTT", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.early && raceDetector {
-				// As TestEarlyWakeUpReplayed: quic-go v0.65's 0-RTT
-				// streams race (upstream issue 4303, open).
-				t.Skip("0-RTT streams race in quic-go v0.65 (upstream issue 4303, open): runs without -race")
-			}
 			retryBeforePerAddressLimits(t, tc.early)
 		})
 	}
@@ -270,10 +265,6 @@ func retryBeforePerAddressLimits(t *testing.T, early bool) {
 // the first Initial, are sent again after the Retry (one more round trip)
 // and delivered once.
 func TestEarlyWakeUpThroughRetry(t *testing.T) {
-	skip0RTTUnderRace(t)
-	if raceDetector {
-		t.Skip("0-RTT streams race in quic-go v0.65 (upstream issue 4303, open): runs without -race")
-	}
 	p := newPKI(t)
 	h3 := brokertest.Start(t, p, &broker.Options{ClientCAs: p.Pool(), Logger: discard()})
 	s := startServer(t, p, func(o *Options) {

@@ -268,7 +268,6 @@ func TestWriteFloors(t *testing.T) {
 // Initial and are padded to 1200 bytes (RFC 9000 §14.1, lean's
 // initial_packet_size).
 func TestMeasureFloors(t *testing.T) {
-	skip0RTTUnderRace(t)
 	link, err := NewImpairLink()
 	if err != nil {
 		t.Fatal(err)
@@ -289,17 +288,5 @@ func TestMeasureFloors(t *testing.T) {
 	}
 	if fl := f.Cold.Legs[1]; fl.Bytes < 1200 {
 		t.Errorf("broker's first flight %+v: want at least its padded Initial", fl)
-	}
-}
-
-// skip0RTTUnderRace skips a test whose streams open in 0-RTT under the
-// race detector: quic-go v0.65 writes the peer's transport parameters on
-// its own goroutine while such a stream reads them (quic-go issue 4303,
-// open), which the race detector reported in loaded fresh-clone runs of
-// make test. The pass without -race runs the test.
-func skip0RTTUnderRace(t testing.TB) {
-	t.Helper()
-	if raceDetector {
-		t.Skip("under -race: quic-go v0.65 races on the peer's transport parameters when a stream opens in 0-RTT (quic-go issue 4303); the pass without -race runs this test")
 	}
 }

@@ -121,6 +121,7 @@ type h3Client struct {
 
 	mu        sync.Mutex
 	tr        *quic.Transport
+	gate      zeroRTTGate    // orders streams opened in 0-RTT before the broker's parameters (zerortt_gate.go)
 	ownPC     net.PacketConn // the socket we created; nil when Options.PacketConn is used
 	outage    *outageUDP     // the socket as quic-go sees it (netdown.go); nil for a wrapped Options.PacketConn
 	stopWatch func()         // ends the address watch (migrate.go); nil without one
@@ -195,6 +196,11 @@ func newH3(u *url.URL, opts *Options) (Client, error) {
 	if opts.Tracer != nil {
 		qc.Tracer = opts.Tracer
 	}
+	if qc.Allow0RTT {
+		// Streams opened in 0-RTT, the control stream included, come
+		// before the broker's parameters are read (zerortt_gate.go).
+		qc.Tracer = watchControlStream(qc.Tracer)
+	}
 	c := &h3Client{
 		opts:     opts,
 		log:      opts.Logger,
@@ -205,6 +211,9 @@ func newH3(u *url.URL, opts *Options) (Client, error) {
 		backoff:  Backoff{Max: opts.MaxBackoff},
 		report:   &connReport{log: opts.Logger, addr: "https://" + net.JoinHostPort(host, port), timeout: opts.ConnectTimeout},
 		dialSem:  make(chan struct{}, 1),
+	}
+	if qc.Allow0RTT {
+		gateSessions(tc, &c.gate)
 	}
 	return c, nil
 }
@@ -228,7 +237,7 @@ func (c *h3Client) transport() (*quic.Transport, error) {
 	hold, fromSession := handshakeHold(c.opts, c.hostport)
 	c.hold, c.holdFromSession = hold, fromSession
 	pc = probehold.New(pc, probeHold(hold)) // h3probe.go
-	c.tr = &quic.Transport{Conn: pc}
+	c.tr = &quic.Transport{Conn: newGateConn(pc, &c.gate)}
 	if u != nil {
 		var ctx context.Context
 		ctx, c.stopWatch = context.WithCancel(context.Background())
@@ -249,6 +258,12 @@ func (c *h3Client) currentQUIC() *quic.Conn {
 
 // conn returns the live connection, dialling a new one if there is none.
 func (c *h3Client) conn(ctx context.Context) (*h3Conn, error) {
+	return c.connFor(ctx, false)
+}
+
+// connFor is conn; with early, a new connection in 0-RTT keeps the broker's
+// datagrams held back for the caller's request stream (publishEarly).
+func (c *h3Client) connFor(ctx context.Context, early bool) (*h3Conn, error) {
 	select {
 	case c.dialSem <- struct{}{}:
 	case <-ctx.Done():
@@ -286,6 +301,12 @@ func (c *h3Client) conn(ctx context.Context) (*h3Conn, error) {
 		dctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
+	keep := false // the broker's datagrams stay held for publishEarly
+	defer func() {
+		if !keep {
+			c.gate.release()
+		}
+	}()
 	qc, err := dial(dctx, addr, c.tlsConf, c.qconf)
 	if err != nil {
 		if ctx.Err() == nil && dctx.Err() != nil {
@@ -299,6 +320,13 @@ func (c *h3Client) conn(ctx context.Context) (*h3Conn, error) {
 	}
 	c.mig.connected(qc)
 	hc := &h3Conn{qc: qc, cc: c.h3.NewClientConn(qc)}
+	if !handshakeDone(qc) {
+		if early {
+			keep = true // publishEarly lets them through (awaitControl)
+		} else {
+			awaitControl(ctx, qc)
+		}
+	}
 	if !handshakeDone(qc) {
 		c.mu.Lock()
 		first := c.conns == 0
@@ -603,7 +631,8 @@ func (c *h3Client) publishEarly(ctx context.Context, newReq func(ctx context.Con
 	if !c.qconf.Allow0RTT {
 		return nil, nil
 	}
-	hc, err := c.conn(ctx)
+	hc, err := c.connFor(ctx, true)
+	defer c.gate.release() // no early request stream after all
 	if err != nil {
 		return nil, err
 	}
@@ -621,7 +650,15 @@ func (c *h3Client) publishEarly(ctx context.Context, newReq func(ctx context.Con
 	// http3's RoundTrip waits for the handshake unless the method is
 	// GET_0RTT/HEAD_0RTT; a request stream does not: the header, the
 	// payload as a DATA frame and the FIN go in the first flight.
-	str, err := hc.cc.OpenRequestStream(ctx)
+	if testHookEarlyDialed != nil {
+		testHookEarlyDialed()
+	}
+	var str *http3.RequestStream
+	if !c.gate.openHeld(func() { str, err = hc.cc.OpenRequestStream(ctx) }) {
+		// Another request took the 0-RTT window: after the handshake.
+		done(false)
+		return nil, nil
+	}
 	if err != nil {
 		done(false)
 		return c.earlyFailed(hc, err)
@@ -639,6 +676,10 @@ func (c *h3Client) publishEarly(ctx context.Context, newReq func(ctx context.Con
 		return c.earlyFailed(hc, err)
 	}
 	_ = str.Close()
+	// Only now wait for http3's control stream: waiting before the
+	// request let its SETTINGS go in a 0-RTT datagram of its own.
+	awaitControl(ctx, hc.qc)
+	c.gate.release()
 	resp, err := str.ReadResponse()
 	if err != nil {
 		done(false)

@@ -103,8 +103,6 @@ func wakeClient(t *testing.T, b *brokertest.Broker, cache tls.ClientSessionCache
 // presents the broker's token and publishes in 0-RTT data; the broker takes
 // it (it carries a message id) and holds it once.
 func TestH3ZeroRTTPublishWithMsgID(t *testing.T) {
-	skip0RTTUnderRace(t)
-	skipZeroRTTUnderRace(t)
 	b := brokertest.Start(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -259,8 +257,6 @@ func (g *earlyGate) ReadFrom(p []byte) (int, net.Addr, error) {
 // held incomplete), a publish with a message id and a current time is
 // accepted, one without an id is answered 425 and not published.
 func TestH3ZeroRTTPublishAcceptance(t *testing.T) {
-	skip0RTTUnderRace(t)
-	skipZeroRTTUnderRace(t)
 	b := brokertest.Start(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -330,8 +326,6 @@ func TestH3ZeroRTTPublishAcceptance(t *testing.T) {
 // resumed by a client of a new cache read from that file (a new process),
 // which then publishes in 0-RTT data.
 func TestH3FileSessionCacheAcrossProcesses(t *testing.T) {
-	skip0RTTUnderRace(t)
-	skipZeroRTTUnderRace(t)
 	b := brokertest.Start(t, nil, &broker.Options{Tuning: zeroRTTProfile()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -375,17 +369,5 @@ func TestFileSessionCacheBadFile(t *testing.T) {
 	c := NewFileSessionCache(file, testutil.DiscardLogger())
 	if _, ok := c.Get("x"); ok {
 		t.Fatal("entry from a bad file")
-	}
-}
-
-// skip0RTTUnderRace skips a test whose streams open in 0-RTT under the
-// race detector: quic-go v0.65 writes the peer's transport parameters on
-// its own goroutine while such a stream reads them (quic-go issue 4303,
-// open), which the race detector reported in loaded fresh-clone runs of
-// make test. The pass without -race runs the test.
-func skip0RTTUnderRace(t testing.TB) {
-	t.Helper()
-	if raceDetector {
-		t.Skip("under -race: quic-go v0.65 races on the peer's transport parameters when a stream opens in 0-RTT (quic-go issue 4303); the pass without -race runs this test")
 	}
 }

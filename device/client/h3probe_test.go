@@ -9,7 +9,7 @@ import (
 )
 
 // TestProbeGovernorFromProfile: the governor is under the client's QUIC
-// transport, holding for 1.5 x the tuning's handshake_rtt, or
+// transport (below the 0-RTT gate), holding for 1.5 x the tuning's handshake_rtt, or
 // Options.HandshakeRTT, which wins over it, or coldProbeHold without
 // either.
 func TestProbeGovernorFromProfile(t *testing.T) {
@@ -36,7 +36,11 @@ func TestProbeGovernorFromProfile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, ok := tr.Conn.(*probehold.Conn)
+			pc := tr.Conn
+			if gc, ok := pc.(*gateConn); ok { // the 0-RTT gate sits above it (zerortt_gate.go)
+				pc = gc.PacketConn
+			}
+			g, ok := pc.(*probehold.Conn)
 			if ok != tc.governed || (ok && g.Hold() != tc.wantHold) {
 				t.Fatalf("governed %v (%T), want %v with hold %v", ok, tr.Conn, tc.governed, tc.wantHold)
 			}

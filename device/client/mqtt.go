@@ -71,6 +71,7 @@ type mqttClient struct {
 	mu      sync.Mutex
 	cm      *autopaho.ConnectionManager
 	tr      *quic.Transport // every QUIC connection of the client runs on it
+	gate    zeroRTTGate     // orders a 0-RTT stream before the broker's parameters (zerortt_gate.go)
 	ownPC   net.PacketConn  // the socket we created; nil when Options.PacketConn is used
 	outage  *outageUDP      // the socket as quic-go sees it (netdown.go); nil for a wrapped Options.PacketConn
 	qc      *quic.Conn      // the last QUIC connection dialled (migrate.go)
@@ -234,10 +235,13 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 		return nil, err
 	}
 	dialQUIC := tr.Dial
+	tc := c.tlsConfig()
 	if qconf.Allow0RTT {
 		// With a session ticket the connection comes back at once, and
 		// CONNECT (and an early PUBLISH) go in 0-RTT data (mqtt0rtt.go).
 		dialQUIC = tr.DialEarly
+		gateSessions(tc, &c.gate)
+		defer c.gate.release() // the dial failed or opened no early stream
 	}
 	c.mu.Lock()
 	early := c.early
@@ -249,7 +253,7 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 			early.finish(0, nil, errEarlyLost) // it did not go out: publish the ordinary way
 		}
 	}()
-	qc, err := dialQUIC(hctx, ua, c.tlsConfig(), qconf)
+	qc, err := dialQUIC(hctx, ua, tc, qconf)
 	if err != nil {
 		if ctx.Err() == nil && hctx.Err() != nil {
 			err = errors.New("no answer over UDP in time")
@@ -260,6 +264,9 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 	case <-qc.HandshakeComplete():
 		c.handshake.CompareAndSwap(0, int64(time.Since(start)))
 	default: // 0-RTT: the handshake completes with the broker's answer
+		if testHookEarlyDialed != nil {
+			testHookEarlyDialed()
+		}
 		early0 := early
 		go func() {
 			select {
@@ -269,7 +276,11 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 			}
 		}()
 		if early0 != nil {
-			s, err := qc.OpenStream() // 0-RTT: within the limits the ticket remembered
+			// 0-RTT: within the limits the ticket remembered, opened
+			// before the broker's transport parameters are read.
+			var s *quic.Stream
+			err := errEarlyLost
+			c.gate.openEarly(func() { s, err = qc.OpenStream() })
 			if err == nil {
 				c.mu.Lock()
 				if c.outage != nil {
@@ -292,7 +303,7 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 	mig := c.mig
 	c.mu.Unlock()
 	mig.connected(qc)
-	s, err := qc.OpenStreamSync(ctx)
+	s, err := c.openStream(ctx, qc)
 	if err != nil {
 		_ = qc.CloseWithError(streamconn.CodeNoError, "")
 		return nil, fmt.Errorf("mqtt-quic open stream: %w", err)
@@ -305,6 +316,25 @@ func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.U
 		return newEarlyConn(streamconn.New(qc, s, true), early), nil
 	}
 	return streamconn.New(qc, s, true), nil
+}
+
+// openStream opens the MQTT stream of qc: in 0-RTT while the gate holds
+// the broker's datagrams back, otherwise once the handshake is done
+// (zerortt_gate.go).
+func (c *mqttClient) openStream(ctx context.Context, qc *quic.Conn) (*quic.Stream, error) {
+	var s *quic.Stream
+	var err error
+	if c.gate.openEarly(func() { s, err = qc.OpenStream() }) && err == nil {
+		return s, nil
+	}
+	select {
+	case <-qc.HandshakeComplete():
+	case <-qc.Context().Done():
+		return nil, context.Cause(qc.Context())
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return qc.OpenStreamSync(ctx)
 }
 
 // transport returns the quic.Transport of the client's MQTT over QUIC
@@ -327,7 +357,7 @@ func (c *mqttClient) transport() (*quic.Transport, error) {
 	c.outage = sock.outage
 	c.hold, c.holdFromSession = handshakeHold(c.opts, c.addr)
 	pc = probehold.New(pc, probeHold(c.hold)) // h3probe.go
-	c.tr = &quic.Transport{Conn: pc}
+	c.tr = &quic.Transport{Conn: newGateConn(pc, &c.gate)}
 	if u != nil {
 		c.mig = startMigrator(c.ctx, c.opts.Logger, u, c.tr, c.currentQUIC)
 	}

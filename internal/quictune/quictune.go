@@ -107,7 +107,12 @@ func Default() *Profile {
 // datagrams right after the handshake) occupy a 20 kbit/s NB-IoT uplink for
 // about half a second each, ahead of the first messages, and cost 45 % of
 // the wire bytes per message on a lossy link (docs/TUNING.md); IoT payloads
-// fit in 1200-byte packets anyway.
+// fit in 1200-byte packets anyway. 0-RTT is on: a resumed wake-up's
+// publish goes with the handshake, which halves a warm wake-up on NB-IoT
+// (1.04x the link's floor instead of 1.9x). It is safe because quiot's
+// clients send only a publish with a message id in early data and quiot's
+// broker, with this profile, publishes an id once and answers anything else
+// sent early 425 / serves it after the handshake (docs/TUNING.md, "0-RTT").
 func Lean() *Profile {
 	return &Profile{
 		Name:                           "lean",
@@ -123,7 +128,7 @@ func Lean() *Profile {
 		InitialPacketSize:              1200,
 		DisablePathMTUDiscovery:        true,
 		SessionResumption:              true,
-		Allow0RTT:                      false,
+		Allow0RTT:                      true,
 		HandshakeRTTFromSession:        true,
 		ProbeGovernor:                  true,
 	}

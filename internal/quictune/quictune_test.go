@@ -30,6 +30,34 @@ func TestLeanKeepAliveBelowIdle(t *testing.T) {
 	}
 }
 
+// TestZeroRTTByProfile: lean resumes with 0-RTT (with session resumption,
+// which 0-RTT needs), a file can turn it off, and the default profile
+// (quic-go's configuration) keeps it off.
+func TestZeroRTTByProfile(t *testing.T) {
+	off, err := Parse([]byte("allow_0rtt = false\n"), "off.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		p    *Profile
+		want bool
+	}{
+		{"lean", Lean(), true},
+		{"lean, allow_0rtt = false", off, false},
+		{"default", Default(), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.p.QUICConfig().Allow0RTT; got != tt.want {
+				t.Errorf("Allow0RTT %v, want %v", got, tt.want)
+			}
+			if tt.want && !tt.p.SessionResumption {
+				t.Error("0-RTT without session resumption")
+			}
+		})
+	}
+}
+
 func TestParse(t *testing.T) {
 	tests := []struct {
 		name, in, wantErr string
