@@ -175,9 +175,7 @@ func TestClusterReplayPaced(t *testing.T) {
 		got = append(got, readPaced(t, r, 10, 1<<20, nil)...)
 		want := expect(0, all[9].seq, true)
 		want = append(want, wire.GapFrame(wire.Gap{From: all[9].seq + 1, To: cut - 1}))
-		for _, f := range expect(cut-1, last, false) {
-			want = append(want, f)
-		}
+		want = append(want, expect(cut-1, last, false)...)
 		sameFrames(t, got, want)
 	})
 }
