@@ -39,6 +39,7 @@ func (s *Server) WritePrometheus(w io.Writer) {
 		{"queued_bytes", "gauge", "Bytes of the messages all MQTT sessions hold.", st.QueuedBytes},
 		{"bridge_queue_bytes", "gauge", "Bytes of HTTP messages waiting to be delivered to MQTT clients.", st.BridgeQueueBytes},
 		{"pending_write_bytes", "gauge", "Bytes of the QoS 0 messages waiting to be written to MQTT clients.", st.PendingWriteBytes},
+		{"retained_replays", "gauge", "MQTT clients with a retained replay under way after a SUBSCRIBE (paced by the client's acknowledgements and write queue).", st.RetainedReplays},
 		{"dropped_pending_bytes_total", "counter", "QoS 0 deliveries dropped because --mqtt-max-queued-bytes (per client) or --mqtt-max-queued-bytes-total of them were waiting to be written.", int64(st.DroppedPendingBytes)},
 	} {
 		fmt.Fprintf(w, "# HELP quiot_mqtt_%s %s\n# TYPE quiot_mqtt_%s %s\nquiot_mqtt_%s %s\n", m.name, m.help, m.name, m.typ, m.name, strconv.FormatInt(m.v, 10))

@@ -179,6 +179,12 @@ func TestRetainedReplayNonAckers(t *testing.T) {
 	if d := atomic.LoadInt64(&mq.Info.InflightDropped); d != 0 {
 		t.Errorf("%d deliveries dropped", d)
 	}
+	// The stalled replays are seen in the metrics.
+	var m bytes.Buffer
+	br.mqtt.WritePrometheus(&m)
+	if want := fmt.Sprintf("\nquiot_mqtt_retained_replays %d\n", stalled); !strings.Contains(m.String(), want) {
+		t.Errorf("metrics lack %q:\n%s", strings.TrimSpace(want), m.String())
+	}
 
 	// Their readers answer (a PINGREQ; no delivery comes first: none was
 	// acknowledged).

@@ -118,6 +118,10 @@ type SecurityStats struct {
 	// MaxQueuedBytesTotal of them were waiting.
 	PendingWriteBytes   int64
 	DroppedPendingBytes uint64
+	// RetainedReplays is the number of clients with a retained replay
+	// under way (docs/mqtt.md, "Retained replay after SUBSCRIBE"): one
+	// goroutine each, paced by the client.
+	RetainedReplays int64
 }
 
 type securityCounters struct {
@@ -136,6 +140,7 @@ func (s *Server) Security() SecurityStats {
 
 		PendingWriteBytes:   atomic.LoadInt64(&s.mq.Info.PendingWriteBytes),
 		DroppedPendingBytes: uint64(atomic.LoadInt64(&s.mq.Info.PendingBytesDropped)),
+		RetainedReplays:     int64(s.mq.RetainedReplays()),
 	}
 	if s.quic != nil {
 		st.QUICRetries, st.QUICHalfOpen = s.quic.valid.Retries(), s.quic.valid.HalfOpen()
