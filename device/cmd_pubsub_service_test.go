@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -79,10 +77,7 @@ func TestGPIOButtonToLED(t *testing.T) {
 	registerFakePin(t, out)
 
 	b := brokertest.Start(t, nil, nil)
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, b.PKI.CA.CertPEM(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	ca := b.PKI.CAFile(t)
 	common := []string{"--config", "", "--broker", b.URL, "--ca", ca, "--topic", "pins/button"}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

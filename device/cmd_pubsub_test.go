@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -56,21 +55,11 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// writeCA writes the test PKI's CA certificate to a file for --ca.
-func writeCA(t *testing.T, b *brokertest.Broker) string {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(f, b.PKI.CA.CertPEM(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
 func TestPubSubCommands(t *testing.T) {
 	for _, mode := range []string{"request", "stream"} {
 		t.Run(mode, func(t *testing.T) {
 			b := brokertest.Start(t, nil, nil)
-			ca := writeCA(t, b)
+			ca := b.PKI.CAFile(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 
@@ -132,7 +121,7 @@ func TestPubSubCommands(t *testing.T) {
 
 func TestPubStopsOnSignal(t *testing.T) {
 	b := brokertest.Start(t, nil, nil)
-	ca := writeCA(t, b)
+	ca := b.PKI.CAFile(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	out := newSyncBuffer("")
 	// A long run gives back its start-up pages after the first publish
@@ -322,7 +311,7 @@ func checkRoleMetrics(t *testing.T, pubFile, subFile string) {
 
 func TestSubStopsOnSignal(t *testing.T) {
 	b := brokertest.Start(t, nil, nil)
-	ca := writeCA(t, b)
+	ca := b.PKI.CAFile(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	metrics := filepath.Join(t.TempDir(), "sub.json")
 	errOut := newSyncBuffer("msg=subscribed")
@@ -352,7 +341,7 @@ func TestSubStopsOnSignal(t *testing.T) {
 // second run on the same spool with empty input has nothing left to do.
 func TestPubStdinSpool(t *testing.T) {
 	b := brokertest.Start(t, nil, nil)
-	ca := writeCA(t, b)
+	ca := b.PKI.CAFile(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sub, err := client.New(client.Options{Broker: b.URL, RootCAs: b.PKI.Pool(), Logger: testutil.DiscardLogger()})
@@ -438,7 +427,7 @@ func TestLineSource(t *testing.T) {
 func TestPubSpoolFullDropsOldest(t *testing.T) {
 	const n = 400
 	b := brokertest.Start(t, nil, nil)
-	ca := writeCA(t, b)
+	ca := b.PKI.CAFile(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dead, err := net.ListenPacket("udp", "127.0.0.1:0") // a port where no broker answers

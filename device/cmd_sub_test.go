@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -81,10 +80,7 @@ func startSubBroker(t *testing.T, proto string) *subBroker {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, pki.CA.CertPEM(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	ca := pki.CAFile(t)
 	return &subBroker{url: url, ca: ca, pub: pub}
 }
 

@@ -75,10 +75,7 @@ func TestFaultPubKill9(t *testing.T) {
 			t.Parallel()
 			const n = 150
 			pki := testutil.NewPKI(t)
-			ca := filepath.Join(t.TempDir(), "ca.pem")
-			if err := os.WriteFile(ca, pki.CA.CertPEM(), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			ca := pki.CAFile(t)
 			sub := inorder.New(inorder.Options{})
 			upstream, scheme := pubFaultBroker(t, proto, pki, "fault/k", sub.Handle)
 			// 10 ms each way: delivery (one message per round trip) takes

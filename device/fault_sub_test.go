@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,10 +45,7 @@ type subRun struct {
 // startSubRun starts it on url and waits until it has subscribed.
 func startSubRun(t *testing.T, ctx context.Context, url string, pki *testutil.PKI, tc dedupCase) *subRun {
 	t.Helper()
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, pki.CA.CertPEM(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	ca := pki.CAFile(t)
 	args := append([]string{"--broker", url, "--ca", ca, "--topic", "dup/#", "--format", "raw",
 		"--count", fmt.Sprint(strings.Count(tc.want, "\n"))}, tc.flags...)
 	return &subRun{subProc: startSubCmdOut(t, ctx, "0\n", args...), tc: tc}

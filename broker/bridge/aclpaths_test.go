@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -34,10 +32,7 @@ type quiotUpstream struct {
 func startUpstream(t *testing.T, pki *testutil.PKI, opts *broker.Options, scheme string) quiotUpstream {
 	t.Helper()
 	up := brokertest.Start(t, pki, opts)
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, pki.CA.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	caFile := pki.CAFile(t)
 	u := quiotUpstream{b: up, extra: fmt.Sprintf("ca_file = %q\n", caFile)}
 	switch scheme {
 	case "mqtt-quic":

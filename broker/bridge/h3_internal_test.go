@@ -3,8 +3,6 @@ package bridge
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,10 +20,7 @@ func TestHTTP3MessageIDDedup(t *testing.T) {
 	defer cancel()
 	edge := brokertest.Start(t, pki, nil)
 	up := brokertest.Start(t, pki, nil)
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, pki.CA.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	caFile := pki.CAFile(t)
 	cs, err := Parse(fmt.Appendf(nil, "[[bridge]]\nname = \"peer\"\nurl = %q\nca_file = %q\nout = [\"t/#\"]\n", up.URL, caFile))
 	if err != nil {
 		t.Fatal(err)

@@ -3,8 +3,6 @@ package bridge_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -53,10 +51,7 @@ func TestQuiotUpstreamNBIoTBlackout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = relay.Close() })
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, pki.CA.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	caFile := pki.CAFile(t)
 	upSub := edgeSub(ctx, t, up, "site-1/sensors/#")
 	br := startBridge(t, edge.Broker, config(t, fmt.Sprintf(`
 [[bridge]]

@@ -6,8 +6,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,10 +115,7 @@ func TestOneRecordPerPacket(t *testing.T) {
 			}
 		}
 	}()
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, pki.CA.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	caFile := pki.CAFile(t)
 	edge := brokertest.Start(t, pki, nil)
 	cs, err := Parse(fmt.Appendf(nil, "[[bridge]]\nname = \"up\"\nurl = \"mqtts://localhost:%d\"\nca_file = %q\nout = [\"t/#\"]\nusername = \"u\"\npassword = \"p\"\n",
 		l.Addr().(*net.TCPAddr).Port, caFile))

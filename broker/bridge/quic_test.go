@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,10 +28,7 @@ func TestQuiotUpstreamQUIC(t *testing.T) {
 	up := brokertest.Start(t, pki, nil)
 	ms := mqtttest.Start(t, pki, mqttquic.Options{Broker: up.Broker})
 	addr := ms.QUICAddr().(*net.UDPAddr)
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, pki.CA.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	caFile := pki.CAFile(t)
 	upSub := edgeSub(ctx, t, up, "site-1/sensors/#")
 	down := edgeSub(ctx, t, edge, "cmd/#")
 	br := startBridge(t, edge.Broker, config(t, fmt.Sprintf(`

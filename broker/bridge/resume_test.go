@@ -31,10 +31,7 @@ func TestSessionResumedAcrossRestart(t *testing.T) {
 	ms := mqtttest.Start(t, pki, mqttquic.Options{Broker: up.Broker})
 	addr := ms.QUICAddr().(*net.UDPAddr)
 	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, pki.CA.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	caFile := pki.CAFile(t)
 	store := filepath.Join(dir, "store")
 	cfg := config(t, fmt.Sprintf(`
 [[bridge]]

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,10 +38,7 @@ func TestBridgeStateInStatsAndHealthz(t *testing.T) {
 	edge := brokertest.Start(t, pki, &broker.Options{Auth: a, Web: &web.Options{}})
 	up := brokertest.Start(t, pki, nil)
 	ms := mqtttest.Start(t, pki, mqttquic.Options{Broker: up.Broker})
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, pki.CA.CertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	caFile := pki.CAFile(t)
 	dead := freePort(t)
 	peer := startBridge(t, edge.Broker, config(t, fmt.Sprintf(`
 [[bridge]]

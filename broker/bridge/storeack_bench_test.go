@@ -27,20 +27,7 @@ import (
 func BenchmarkStorePublish(b *testing.B) {
 	pki := testutil.NewPKI(b)
 	edge := brokertest.Start(b, pki, nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	deadAddr := l.Addr().String()
-	_ = l.Close()
-	cs, err := Parse(fmt.Appendf(nil, "[[bridge]]\nname = \"cloud\"\nurl = \"mqtt://%s\"\nout = [\"t/#\"]\nstore_dir = %q\n", deadAddr, b.TempDir()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	br, err := New(edge.Broker, cs[0], testutil.DiscardLogger())
-	if err != nil {
-		b.Fatal(err)
-	}
+	br := storeBridge(b, edge.Broker, "")
 	if err := br.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -84,20 +71,7 @@ func BenchmarkStorePublishMQTT(b *testing.B) {
 	pki := testutil.NewPKI(b)
 	edge := brokertest.Start(b, pki, nil)
 	ms := mqtttest.Start(b, pki, mqttquic.Options{QUICAddr: "off", TCPAddr: "127.0.0.1:0", Broker: edge.Broker})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	deadAddr := l.Addr().String()
-	_ = l.Close()
-	cs, err := Parse(fmt.Appendf(nil, "[[bridge]]\nname = \"cloud\"\nurl = \"mqtt://%s\"\nout = [\"t/#\"]\nstore_dir = %q\n", deadAddr, b.TempDir()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	br, err := New(edge.Broker, cs[0], testutil.DiscardLogger())
-	if err != nil {
-		b.Fatal(err)
-	}
+	br := storeBridge(b, edge.Broker, "")
 	if err := br.Start(); err != nil {
 		b.Fatal(err)
 	}

@@ -59,22 +59,7 @@ func storeBeforeAck(t *testing.T, path string, edgeStore bool, storeErr error) {
 	}
 	edge := brokertest.Start(t, pki, opts)
 	ms := mqtttest.Start(t, pki, mqttquic.Options{QUICAddr: "off", TCPAddr: "127.0.0.1:0", Broker: edge.Broker})
-	// The upstream never answers (a closed port): what the store takes
-	// stays in it.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := l.Addr().String()
-	_ = l.Close()
-	cs, err := Parse(fmt.Appendf(nil, "[[bridge]]\nname = \"cloud\"\nurl = \"mqtt://%s\"\nout = [\"t/#\"]\nstore_dir = %q\n", deadAddr, t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	br, err := New(edge.Broker, cs[0], testutil.DiscardLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	br := storeBridge(t, edge.Broker, "")
 	// The store's append waits for the test (a slow disk), then returns
 	// storeErr or appends.
 	entered := make(chan struct{}, 4)
@@ -178,20 +163,7 @@ func TestStoreStalledBound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	edge := brokertest.Start(t, pki, nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := l.Addr().String()
-	_ = l.Close()
-	cs, err := Parse(fmt.Appendf(nil, "[[bridge]]\nname = \"cloud\"\nurl = \"mqtt://%s\"\nout = [\"t/#\"]\nstore_dir = %q\nqueue_messages = 2\n", deadAddr, t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	br, err := New(edge.Broker, cs[0], testutil.DiscardLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	br := storeBridge(t, edge.Broker, "queue_messages = 2\n")
 	entered := make(chan struct{}, 4)
 	stall := make(chan struct{})
 	br.storeHook = func(*item) error {
@@ -248,4 +220,26 @@ func TestStoreStalledBound(t *testing.T) {
 	if s := br.Stats(); s.Stored < 2 {
 		t.Fatalf("stats %+v: m1 and m2 not in the store", s)
 	}
+}
+
+// storeBridge makes (does not start) a bridge of b with a store, whose
+// upstream never answers (a closed port): what the store takes stays in
+// it. extra is more TOML lines of its table.
+func storeBridge(tb testing.TB, b *broker.Broker, extra string) *Bridge {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	deadAddr := l.Addr().String()
+	_ = l.Close()
+	cs, err := Parse(fmt.Appendf(nil, "[[bridge]]\nname = \"cloud\"\nurl = \"mqtt://%s\"\nout = [\"t/#\"]\nstore_dir = %q\n%s", deadAddr, tb.TempDir(), extra))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	br, err := New(b, cs[0], testutil.DiscardLogger())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return br
 }

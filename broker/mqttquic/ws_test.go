@@ -86,10 +86,7 @@ func startWSBroker(t *testing.T, a *auth.Authenticator, origins ...string) *wsBr
 		o.CORSOrigins = origins
 		o.WSOnBroker = true
 	})
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, p.CA.CertPEM(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	ca := p.CAFile(t)
 	return &wsBroker{bridged: &bridged{pki: p, h3: h3, mqtt: s}, npm: npm, caFile: ca}
 }
 

@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,6 +58,17 @@ func (p *PKI) Client(t testing.TB, name string) tls.Certificate {
 
 // Pool is a pool holding the CA certificate.
 func (p *PKI) Pool() *x509.CertPool { return p.CA.Pool() }
+
+// CAFile writes the CA certificate (PEM) to a file of t's temporary
+// directory and returns its path: what --ca and ca_file take.
+func (p *PKI) CAFile(t testing.TB) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(f, p.CA.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
 
 // DiscardLogger is a logger that writes nowhere.
 func DiscardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
