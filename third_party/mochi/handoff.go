@@ -71,13 +71,13 @@ var workers struct {
 
 // maxIdleWorkers is how many idle workers wait for work. Workers also
 // write clients' outbound queues (handOffWrite), and a message's fan-out
-// starts one writer per subscriber it queues for, faster than they
-// finish: a pool of a few per processor is empty after the first few
-// writers of a burst. BenchmarkFanoutWrite (100 clients a burst): 130 µs
-// a burst with a goroutine per writer, 46-90 µs with 64 idle workers per
-// processor, 200-400 µs with 4 or 16 (more workers taken and given back
-// than the pool keeps). An idle worker costs its stack (up to 16 KiB,
-// halved by the collector while it waits).
+// starts one writer per subscriber it queues for, faster than they finish:
+// a pool of a few per processor was empty after the first few of a burst,
+// and every other writer was a new goroutine growing its stack.
+// BenchmarkFanoutWrite (100 clients a burst): 130 µs a burst with a
+// goroutine per writer, 190 µs with 8 idle workers, 46 µs with enough.
+// An idle worker costs its stack (up to 16 KiB, halved by the collector
+// while it waits).
 func maxIdleWorkers() int {
 	return 64 * runtime.GOMAXPROCS(0)
 }
@@ -110,32 +110,10 @@ func handOffConnect(s *Server, cl *Client, listener string, fh *packets.FixedHea
 // grew its stack from the smallest size, twice, for every burst of
 // packets to every client (WritePacket's frames hold packets.Packet by
 // value), and freed it at the end: a pooled worker keeps its stack.
-//
-// With no worker idle, the writer is a new goroutine, as before, that
-// then stays as an idle worker if the pool has room (writeThenIdle): a
-// burst larger than the pool costs what it did.
 func handOffWrite(cl *Client) {
-	if w := takeIdleWorker(); w != nil {
-		w.job = handoff{cl: cl, write: true}
-		w.start <- struct{}{}
-		return
-	}
-	go writeThenIdle(cl)
-}
-
-// writeThenIdle writes cl's outbound queue, then joins the idle pool as a
-// worker if it has room, or ends.
-func writeThenIdle(cl *Client) {
-	cl.writeQueued()
-	workers.mu.Lock()
-	if len(workers.idle) >= maxIdleWorkers() {
-		workers.mu.Unlock()
-		return
-	}
-	w := &worker{start: make(chan struct{}, 1), done: make(chan struct{}, 1)}
-	workers.idle = append(workers.idle, w)
-	workers.mu.Unlock()
-	w.run()
+	w := takeWorker()
+	w.job = handoff{cl: cl, write: true}
+	w.start <- struct{}{}
 }
 
 // runJob runs w.job on w, waits for it and gives w back.
@@ -148,25 +126,17 @@ func (w *worker) runJob() error {
 	return err
 }
 
-// takeIdleWorker returns an idle worker, or nil if none is idle.
-func takeIdleWorker() *worker {
-	workers.mu.Lock()
-	defer workers.mu.Unlock()
-	n := len(workers.idle)
-	if n == 0 {
-		return nil
-	}
-	w := workers.idle[n-1]
-	workers.idle[n-1] = nil
-	workers.idle = workers.idle[:n-1]
-	return w
-}
-
 // takeWorker returns an idle worker, or a new one if none is idle.
 func takeWorker() *worker {
-	if w := takeIdleWorker(); w != nil {
+	workers.mu.Lock()
+	if n := len(workers.idle); n > 0 {
+		w := workers.idle[n-1]
+		workers.idle[n-1] = nil
+		workers.idle = workers.idle[:n-1]
+		workers.mu.Unlock()
 		return w
 	}
+	workers.mu.Unlock()
 	w := &worker{start: make(chan struct{}, 1), done: make(chan struct{}, 1)}
 	go w.run()
 	return w
