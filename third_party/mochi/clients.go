@@ -225,14 +225,13 @@ func newClient(c net.Conn, o *ops) *Client {
 	return cl
 }
 
-// startWriter has a pooled worker write the client's outbound queue
+// startWriter starts a goroutine writing the client's outbound queue
 // unless one is already draining it. quiot: mochi v2.7.9 ran a WriteLoop
 // goroutine for the life of each client, 4-8 KiB of stack while idle; the
-// writer now exists only while packets are queued, on a pooled worker
-// (handOffWrite; QUIOT.md).
+// writer now exists only while packets are queued (QUIOT.md).
 func (cl *Client) startWriter() {
 	if cl.State.writing.CompareAndSwap(false, true) {
-		handOffWrite(cl)
+		go cl.writeQueued()
 	}
 }
 

@@ -50,9 +50,6 @@ type handoff struct {
 	handler  ReadFn
 	s        *Server
 	listener string
-	// write: the job is writing cl's outbound queue (Client.writeQueued),
-	// and nobody waits for it (handOffWrite).
-	write bool
 }
 
 // worker is a goroutine that runs one handoff at a time.
@@ -69,17 +66,11 @@ var workers struct {
 	idle []*worker
 }
 
-// maxIdleWorkers is how many idle workers wait for work. Workers also
-// write clients' outbound queues (handOffWrite), and a message's fan-out
-// starts one writer per subscriber it queues for, faster than they finish:
-// a pool of a few per processor was empty after the first few of a burst,
-// and every other writer was a new goroutine growing its stack.
-// BenchmarkFanoutWrite (100 clients a burst): 130 µs a burst with a
-// goroutine per writer, 190 µs with 8 idle workers, 46 µs with enough.
-// An idle worker costs its stack (up to 16 KiB, halved by the collector
-// while it waits).
+// maxIdleWorkers is how many idle workers wait for work; a few per
+// processor, as that many can run at once and a few more may be between
+// packets.
 func maxIdleWorkers() int {
-	return 64 * runtime.GOMAXPROCS(0)
+	return 4 * runtime.GOMAXPROCS(0)
 }
 
 // handOffPacket reads and handles, on a worker, the packet whose fixed
@@ -102,18 +93,6 @@ func handOffConnect(s *Server, cl *Client, listener string, fh *packets.FixedHea
 	w := takeWorker()
 	w.job = handoff{cl: cl, fh: *fh, s: s, listener: listener}
 	return w.runJob()
-}
-
-// handOffWrite writes cl's outbound queue on a worker (the caller holds
-// cl's writer role) and returns at once; the worker goes back to the pool
-// when the queue is empty. A writer started as a goroutine of its own
-// grew its stack from the smallest size, twice, for every burst of
-// packets to every client (WritePacket's frames hold packets.Packet by
-// value), and freed it at the end: a pooled worker keeps its stack.
-func handOffWrite(cl *Client) {
-	w := takeWorker()
-	w.job = handoff{cl: cl, write: true}
-	w.start <- struct{}{}
 }
 
 // runJob runs w.job on w, waits for it and gives w back.
@@ -158,13 +137,6 @@ func giveWorker(w *worker) {
 // run runs the jobs handed to w until w.start is closed.
 func (w *worker) run() {
 	for range w.start {
-		if w.job.write {
-			cl := w.job.cl
-			w.job = handoff{}
-			cl.writeQueued()
-			giveWorker(w) // may close w.start: the loop ends
-			continue
-		}
 		w.err = w.job.do()
 		w.done <- struct{}{}
 	}
