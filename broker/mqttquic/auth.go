@@ -72,7 +72,10 @@ type authHook struct {
 // identity is one session's owner and its per-session state.
 type identity struct {
 	cl *mqtt.Client // the latest connection of the session
-	id string       // "" = anonymous
+	// gone is set when the identity leaves ids (replaced or deleted; it
+	// never returns): a client's HookState that holds it is stale.
+	gone atomic.Bool
+	id   string // "" = anonymous
 	// key is what Limits.MaxSessionsPerIdentity counts the session
 	// under (limitKey).
 	key string
@@ -256,11 +259,27 @@ func (h *authHook) identityOf(cid string) (string, bool) {
 // owner returns the session state whose latest connection is cl, or nil
 // (cl was taken over or its session ended).
 func (h *authHook) owner(cl *mqtt.Client) *identity {
-	v, ok := h.ids.Load(cl.ID)
-	if !ok || v.(*identity).cl != cl {
+	ident := h.sessionOf(cl)
+	if ident == nil || ident.cl != cl {
 		return nil
 	}
-	return v.(*identity)
+	return ident
+}
+
+// sessionOf returns the session state of cl's client id (ids[cl.ID]), or
+// nil. mochi asks for it on every delivery and every PUBACK, so the client
+// keeps the last one found (Client.HookState) while it stays in ids.
+func (h *authHook) sessionOf(cl *mqtt.Client) *identity {
+	if ident, _ := cl.HookState.Load().(*identity); ident != nil && !ident.gone.Load() {
+		return ident
+	}
+	v, ok := h.ids.Load(cl.ID)
+	if !ok {
+		return nil
+	}
+	ident := v.(*identity)
+	cl.HookState.Store(ident)
+	return ident
 }
 
 // OnACLCheck allows a publish (write) or a subscription or delivery (read)
@@ -278,11 +297,11 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if f := h.beforeDelivery.Load(); f != nil && !write {
 		(*f)(cl, topic)
 	}
-	var ident *identity
-	if v, ok := h.ids.Load(cl.ID); ok {
-		ident = v.(*identity)
-	} else if ident = h.adopt(cl); ident == nil {
-		return false
+	ident := h.sessionOf(cl)
+	if ident == nil {
+		if ident = h.adopt(cl); ident == nil {
+			return false
+		}
 	}
 	if !write && ident.subscribing.Load() == 0 &&
 		(ident.q.bytes.Load() >= h.limits.MaxQueuedBytes || h.queued.Load() >= h.limits.MaxQueuedBytesTotal) {

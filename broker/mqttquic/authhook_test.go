@@ -69,7 +69,7 @@ func TestACLCheckCache(t *testing.T) {
 	}
 	// A new session of the same client id with another identity starts
 	// without the old decisions.
-	h.ids.Store(alice.ID, &identity{cl: alice, id: ""})
+	h.putLocked(alice.ID, &identity{cl: alice, id: ""})
 	if h.OnACLCheck(alice, "a/x", false) {
 		t.Error("decision of the previous identity reused")
 	}

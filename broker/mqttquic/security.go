@@ -245,7 +245,7 @@ func (h *authHook) claimLocked(cl *mqtt.Client, id string) (code, v3 packets.Cod
 		// session is established.
 		h.queued.Add(prev.q.reset(nil))
 	}
-	h.ids.Store(cl.ID, &identity{cl: cl, id: id, key: key})
+	h.putLocked(cl.ID, &identity{cl: cl, id: id, key: key})
 	// The session store keeps the user name: a session restored after a
 	// restart keeps its owner (adoptLocked).
 	cl.Properties.Username = []byte(id)
@@ -298,11 +298,20 @@ func (h *authHook) adopt(cl *mqtt.Client) *identity {
 	return h.adoptLocked(cl)
 }
 
+// putLocked makes ident the session state of client id cid, replacing
+// any (h.mu held).
+func (h *authHook) putLocked(cid string, ident *identity) {
+	if old, loaded := h.ids.Swap(cid, ident); loaded {
+		old.(*identity).gone.Store(true)
+	}
+}
+
 // dropLocked forgets the session state ident of cid (h.mu held).
 func (h *authHook) dropLocked(cid string, ident *identity) {
 	if !h.ids.CompareAndDelete(cid, ident) {
 		return
 	}
+	ident.gone.Store(true)
 	h.queued.Add(ident.q.reset(nil))
 	if h.perID[ident.key]--; h.perID[ident.key] <= 0 {
 		delete(h.perID, ident.key)

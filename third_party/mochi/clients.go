@@ -128,6 +128,11 @@ type Client struct {
 	ID           string           // the client id.
 	ops          *ops             // ops provides a reference to server ops.
 	sync.RWMutex                  // mutex
+	// HookState is state a hook keeps with the client, so that it need
+	// not look the client up in a table of its own on every delivery.
+	// One hook of a server may use it, with one concrete type.
+	// quiot: added (QUIOT.md, change 15).
+	HookState atomic.Value
 }
 
 // ClientConnection contains the connection transport and metadata for the client.
