@@ -83,7 +83,10 @@ func (br *Bridge) dialQUIC(ctx context.Context, _ autopaho.ClientConfig, u *url.
 	noteRTT := func() {
 		if rtt := qc.ConnectionStats().SmoothedRTT; rtt > 0 {
 			br.quicRTT.Store(int64(rtt))
-			if m, ok := br.tlsCfg.ClientSessionCache.(tlssession.RTTMemory); ok {
+			// Not once the bridge is closing: its store directory is
+			// no longer its own (a test's cleanup removes it, another
+			// bridge may open it).
+			if m, ok := br.tlsCfg.ClientSessionCache.(tlssession.RTTMemory); ok && !br.closed.Load() {
 				m.SetLastRTT(addr, rtt)
 			}
 		}

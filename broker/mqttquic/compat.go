@@ -427,29 +427,19 @@ func endsWithConnection(cl *mqtt.Client) bool {
 	return cl.Properties.Clean
 }
 
-// OnSessionEstablished (CONNACK written) forgets a mark its CONNACK did not
-// consume.
-//
-// It also takes the messages mochi has just resent (a resumed session)
-// from the client's flow-control credit: mochi resets the credit to the
-// client's Receive Maximum at a reconnect and resends without counting, so
-// it would then send Receive Maximum new messages on top (MQTT 5 4.9).
+// OnSessionEstablished (CONNACK written, a resumed session's messages
+// resent) forgets a mark its CONNACK did not consume, and puts the resent
+// messages that had waited for credit back in flight like the others.
+// The fork takes the resent messages from the client's flow-control
+// credit before the client can get a delivery (third_party/mochi/QUIOT.md,
+// change 16; it was done here, after the resend, and a message published
+// meanwhile could go out on the whole Receive Maximum).
 func (h *compatHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	h.unmark(cl)
-	rm := int(cl.Properties.Props.ReceiveMaximum)
-	if rm == 0 || cl.State.Inflight.Len() == 0 {
+	if cl.Properties.Props.ReceiveMaximum == 0 || cl.State.Inflight.Len() == 0 {
 		return
 	}
-	h.restoreHeld(cl) // those resent are in flight like the others
-	n := 0
-	for _, pk := range cl.State.Inflight.GetAll(false) {
-		if isOutbound(pk) && pk.Expiry >= 0 {
-			n++
-		}
-	}
-	for i := 0; i < n && i < rm; i++ {
-		cl.State.Inflight.DecreaseSendQuota()
-	}
+	h.restoreHeld(cl)
 }
 
 // unstall gives back the send quota of a client whose deliveries wait

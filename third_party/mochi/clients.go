@@ -457,6 +457,30 @@ func (cl *Client) ResendInflightMessages(force bool) error {
 	return nil
 }
 
+// takeResendCredit takes the messages a resumed session is about to resend
+// (outbound PUBLISH and PUBREL in flight) from the client's send quota:
+// they count against its Receive Maximum (MQTT 5 4.9), and upstream reset
+// the quota at the reconnect and resent without counting, so it then sent
+// Receive Maximum new messages on top. It runs before the client is added
+// to Clients, so no delivery to it can take the credit first.
+//
+// quiot: added (QUIOT.md, change 16).
+func (cl *Client) takeResendCredit() {
+	rm := int(cl.Properties.Props.ReceiveMaximum)
+	if rm == 0 {
+		return
+	}
+	n := 0
+	for _, pk := range cl.State.Inflight.GetAll(false) {
+		if pk.FixedHeader.Type == packets.Publish || pk.FixedHeader.Type == packets.Pubrel {
+			n++
+		}
+	}
+	for i := 0; i < n && i < rm; i++ {
+		cl.State.Inflight.DecreaseSendQuota()
+	}
+}
+
 // ClearInflights deletes all inflight messages for the client, e.g. for a disconnected user with a clean session.
 func (cl *Client) ClearInflights() {
 	for _, tk := range cl.State.Inflight.GetAll(false) {

@@ -534,6 +534,9 @@ func (s *Server) establishSession(cl *Client, cp *packets.Packet) error {
 	s.hooks.OnSessionEstablish(cl, pk)
 
 	sessionPresent := s.inheritClientSession(pk, cl)
+	if sessionPresent {
+		cl.takeResendCredit() // quiot: before any delivery can reach the client (QUIOT.md, change 16)
+	}
 	s.Clients.Add(cl) // [MQTT-4.1.0-1]
 
 	err := s.SendConnack(cl, packets.CodeSuccess, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
