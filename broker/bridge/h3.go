@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -52,12 +51,7 @@ type h3Link struct {
 }
 
 func (br *Bridge) newH3Link() *h3Link {
-	host := br.u.Hostname()
-	port := br.u.Port()
-	if port == "" {
-		port = defaultHTTPSPort
-	}
-	l := &h3Link{base: &url.URL{Scheme: "https", Host: net.JoinHostPort(host, port)}}
+	l := &h3Link{base: &url.URL{Scheme: "https", Host: quicAddr(br.u)}}
 	var n [8]byte
 	_, _ = rand.Read(n[:])
 	l.nonce = "qb" + hex.EncodeToString(n[:])

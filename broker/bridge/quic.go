@@ -115,7 +115,7 @@ func quicAddr(u *url.URL) string {
 	if port == "" {
 		port = defaultMQTTQUICPort
 		if strings.EqualFold(u.Scheme, "https") {
-			port = "443"
+			port = defaultHTTPSPort
 		}
 	}
 	return net.JoinHostPort(u.Hostname(), port)
