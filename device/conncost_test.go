@@ -63,7 +63,7 @@ func TestConnCost(t *testing.T) {
 
 	dir := t.TempDir()
 	certFile := filepath.Join(dir, "dev.pem")
-	h3Port, quicPort, tcpPort, tlsPort := freePort(t), freePort(t), freePort(t), freePort(t)
+	h3Port, quicPort, tcpPort, tlsPort, metricsPort := freePort(t), freePort(t), freePort(t), freePort(t), freePort(t)
 	lim16 := strconv.Itoa(n + 16)
 	raised := []string{"--max-conns-per-addr", lim16, "--max-conns-per-identity", lim16,
 		"--max-subscriptions-per-identity", lim16, "--mqtt-max-sessions-per-identity", lim16}
@@ -73,7 +73,7 @@ func TestConnCost(t *testing.T) {
 	args := append([]string{"--config", "", "--dev", "--dev-cert-out", certFile,
 		"--listen", fmt.Sprintf("127.0.0.1:%d", h3Port), "--mqtt-quic", fmt.Sprintf("127.0.0.1:%d", quicPort),
 		"--mqtt-tcp", fmt.Sprintf("127.0.0.1:%d", tcpPort), "--mqtt-tls", fmt.Sprintf("127.0.0.1:%d", tlsPort),
-		"--metrics-listen", "127.0.0.1:0", "--log-level", "warn"}, raised...)
+		"--metrics-listen", fmt.Sprintf("127.0.0.1:%d", metricsPort), "--log-level", "warn"}, raised...)
 	t.Logf("quiot flags beyond the defaults: %s", strings.Join(raised, " "))
 	p := startBrokerProc(t, args...)
 	pid := p.cmd.Process.Pid
@@ -162,6 +162,9 @@ func TestConnCost(t *testing.T) {
 	connectS := time.Since(start)
 	time.Sleep(2 * time.Second) // settle, as scripts/mqttload.mjs does before reading "connected"
 	connected := procRSS(t, pid)
+	// Where it went: the broker's goroutines, stacks and heap in use.
+	goroutines := scrape(t, metricsPort, "go_goroutines")
+	stacks, heap := scrape(t, metricsPort, "go_memstats_stack_inuse_bytes"), scrape(t, metricsPort, "go_memstats_heap_inuse_bytes")
 
 	tick := time.NewTicker(time.Second / rate)
 	for k := range msgs {
@@ -181,7 +184,8 @@ func TestConnCost(t *testing.T) {
 	end := procRSS(t, pid)
 	peak := procStatusKB(t, pid, "VmHWM:")
 	mb := func(b float64) string { return fmt.Sprintf("%.1f MB", b/(1<<20)) } // MiB and KiB, as scripts/mqttload.mjs
-	t.Logf("CONNCOST %s: %d subscribers connected in %v", proto, n, connectS.Round(time.Millisecond))
+	t.Logf("CONNCOST %s: %d subscribers connected in %v; then %.0f goroutines, stacks %s, heap in use %s", proto, n,
+		connectS.Round(time.Millisecond), goroutines, mb(stacks), mb(heap))
 	t.Logf("CONNCOST | %s | %s | %s | %.1f KB | %s | %s | %d/%d |", proto, mb(idle), mb(connected),
 		(connected-idle)/float64(n)/1024, mb(end), mb(peak*1024), deliveries.Load(), n*msgs)
 }
