@@ -111,8 +111,10 @@ func TestConnCost(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Subscribers, 50 connecting at a time (below the 64 MQTT connections
-	// without CONNECT and QUIC handshakes one address may have).
+	// Subscribers, 50 connecting at a time: below the 64 MQTT connections
+	// without CONNECT one address may have (--mqtt-max-preconnect-per-addr)
+	// and the 64 QUIC handshakes in progress beyond which the broker asks
+	// for a Retry (--quic-retry-above).
 	var (
 		ready      sync.WaitGroup
 		deliveries atomic.Int64
