@@ -237,8 +237,7 @@ func NewControlPacket(t byte) *ControlPacket {
 // ReadPacket reads a control packet from a io.Reader and returns a completed
 // struct with the appropriate data
 func ReadPacket(r io.Reader) (*ControlPacket, error) {
-	t := [1]byte{}
-	_, err := io.ReadFull(r, t[:])
+	t, err := readByte(r)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +246,7 @@ func ReadPacket(r io.Reader) (*ControlPacket, error) {
 	// 	return nil, fmt.Errorf("invalid packet type requested, %d", t[0]>>4)
 	// }
 
-	pt := t[0] >> 4
+	pt := t >> 4
 	cp := &ControlPacket{FixedHeader: FixedHeader{Type: pt}}
 	switch pt {
 	case CONNECT:
@@ -292,37 +291,63 @@ func ReadPacket(r io.Reader) (*ControlPacket, error) {
 		return nil, fmt.Errorf("unknown packet type %d requested", pt)
 	}
 
-	cp.Flags = t[0] & 0xF
+	cp.Flags = t & 0xF
 	if cp.Type == PUBLISH { // Publish is the only packet with flags in the fixed header
 		cp.Content.(*Publish).QoS = (cp.Flags >> 1) & 0x3
 		cp.Content.(*Publish).Duplicate = cp.Flags&(1<<3) != 0
 		cp.Content.(*Publish).Retain = cp.Flags&1 != 0
 	}
-	vbi, err := getVBI(r)
-	if err != nil {
-		return nil, err
-	}
-	cp.remainingLength, err = decodeVBI(vbi)
+	cp.remainingLength, err = readVBI(r)
 	if err != nil {
 		return nil, err
 	}
 
-	var content bytes.Buffer
-	content.Grow(cp.remainingLength)
-
-	n, err := io.CopyN(&content, r, int64(cp.remainingLength))
-	if err != nil {
+	// quiot: the body is read into one slice of its exact size (upstream
+	// copied it through io.CopyN into a bytes.Buffer, whose ReadFrom
+	// grows it by at least 512 bytes more).
+	content := make([]byte, cp.remainingLength)
+	if _, err := io.ReadFull(r, content); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			err = io.EOF // as io.CopyN reported a short body
+		}
 		return nil, err
 	}
-
-	if n != int64(cp.remainingLength) {
-		return nil, fmt.Errorf("failed to read packet, expected %d bytes, read %d", cp.remainingLength, n)
-	}
-	err = cp.Content.Unpack(&content)
+	err = cp.Content.Unpack(bytes.NewBuffer(content))
 	if err != nil {
 		return nil, err
 	}
 	return cp, nil
+}
+
+// readByte reads one byte from r, without allocating when r is an
+// io.ByteReader (quiot).
+func readByte(r io.Reader) (byte, error) {
+	if br, ok := r.(io.ByteReader); ok {
+		return br.ReadByte()
+	}
+	var t [1]byte
+	if _, err := io.ReadFull(r, t[:]); err != nil {
+		return 0, err
+	}
+	return t[0], nil
+}
+
+// readVBI reads a Variable Byte Integer from r, as getVBI and decodeVBI
+// together did, without building a buffer for it (quiot).
+func readVBI(r io.Reader) (int, error) {
+	var vbi uint32
+	var multiplier uint32
+	for {
+		digit, err := readByte(r)
+		if err != nil {
+			return 0, err
+		}
+		vbi |= uint32(digit&127) << multiplier
+		if (digit & 128) == 0 {
+			return int(vbi), nil
+		}
+		multiplier += 7
+	}
 }
 
 // WriteTo writes a packet to an io.Writer, handling packing all the parts of
@@ -503,16 +528,27 @@ func readBinary(b *bytes.Buffer) ([]byte, error) {
 		return nil, err
 	}
 
-	var s bytes.Buffer
-	s.Grow(int(size))
-	if _, err := io.CopyN(&s, b, int64(size)); err != nil {
-		return nil, err
+	// quiot: one allocation of the field's size (upstream copied it
+	// through io.CopyN into a bytes.Buffer grown by at least 512 bytes).
+	if b.Len() < int(size) {
+		b.Next(b.Len())
+		return nil, io.EOF // as io.CopyN reported a short field
 	}
-
-	return s.Bytes(), nil
+	s := make([]byte, size)
+	copy(s, b.Next(int(size)))
+	return s, nil
 }
 
 func readString(b *bytes.Buffer) (string, error) {
-	s, err := readBinary(b)
-	return string(s), err
+	// quiot: converted straight from the packet, without the copy that
+	// readBinary would make first.
+	size, err := readUint16(b)
+	if err != nil {
+		return "", err
+	}
+	if b.Len() < int(size) {
+		b.Next(b.Len())
+		return "", io.EOF
+	}
+	return string(b.Next(int(size))), nil
 }

@@ -19,7 +19,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"io/ioutil"
 	"net"
 )
 
@@ -67,10 +66,10 @@ func (p *Publish) Unpack(r *bytes.Buffer) error {
 		return err
 	}
 
-	p.Payload, err = ioutil.ReadAll(r)
-	if err != nil {
-		return err
-	}
+	// quiot: the payload is the rest of the packet's own buffer, which
+	// ReadPacket allocated for this packet alone (upstream copied it with
+	// io.ReadAll, starting at 512 bytes and growing).
+	p.Payload = r.Next(r.Len())
 
 	return nil
 }
