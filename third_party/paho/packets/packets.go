@@ -382,6 +382,19 @@ func (c *ControlPacket) WriteTo(w io.Writer) (int64, error) {
 		safe.Lock()
 		defer safe.Unlock()
 	}
+	// quiot: a packet of up to 64 KiB goes to w in one Write. Upstream's
+	// net.Buffers.WriteTo is one writev on a TCP socket but one Write per
+	// part (four for a PUBLISH) on anything else: four TLS records on
+	// mqtts://, and on a QUIC stream as many chances for the packet to
+	// leave in several datagrams.
+	if total := len(header.Bytes()) + c.remainingLength; total <= 64*1024 {
+		out := make([]byte, 0, total)
+		for _, b := range buffers {
+			out = append(out, b...)
+		}
+		n, err := w.Write(out)
+		return int64(n), err
+	}
 	return buffers.WriteTo(w)
 }
 

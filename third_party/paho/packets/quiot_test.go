@@ -78,3 +78,55 @@ func TestQuiotReadPublishAllocs(t *testing.T) {
 		t.Errorf("%d bytes in %d allocations per PUBLISH read, want <= 1024 bytes, <= 10 allocations", bytesPer, res.AllocsPerOp())
 	}
 }
+
+// writeCounter counts the Writes made to it.
+type writeCounter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(p)
+}
+
+// TestQuiotWriteOnce: a packet is written to a plain io.Writer (a TLS
+// connection, a QUIC stream) in one Write, and reads back; a packet over
+// 64 KiB is still written whole, in parts.
+func TestQuiotWriteOnce(t *testing.T) {
+	tests := []struct {
+		name       string
+		payload    int
+		wantWrites int
+	}{
+		{"128 B", 128, 1},
+		{"empty", 0, 1},
+		{"100 KB", 100 * 1000, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cp := NewControlPacket(PUBLISH)
+			p := cp.Content.(*Publish)
+			p.Topic = "fan/out"
+			p.QoS = 1
+			p.PacketID = 7
+			p.Payload = bytes.Repeat([]byte("x"), tt.payload)
+			p.Properties.User = []User{{Key: "qt", Value: "m0x3k2j1a"}}
+			var w writeCounter
+			n, err := cp.WriteTo(&w)
+			if err != nil || n != int64(w.Len()) {
+				t.Fatalf("WriteTo = %d, %v; %d bytes written", n, err, w.Len())
+			}
+			if w.writes != tt.wantWrites {
+				t.Errorf("%d Writes, want %d", w.writes, tt.wantWrites)
+			}
+			back, err := ReadPacket(&w.Buffer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bp := back.Content.(*Publish); bp.Topic != p.Topic || bp.PacketID != 7 || !bytes.Equal(bp.Payload, p.Payload) {
+				t.Fatalf("read back %v", bp)
+			}
+		})
+	}
+}
