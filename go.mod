@@ -86,3 +86,4 @@ require (
 )
 
 replace github.com/mochi-mqtt/server/v2 => ./third_party/mochi
+replace github.com/eclipse/paho.golang => ./third_party/paho

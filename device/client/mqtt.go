@@ -187,8 +187,18 @@ func (c *mqttClient) tlsConfig() *tls.Config {
 	return tc
 }
 
-// dial opens the network connection for one MQTT session.
+// dial opens the network connection for one MQTT session, read through a
+// buffer (mqttconn.go).
 func (c *mqttClient) dial(ctx context.Context, _ autopaho.ClientConfig, _ *url.URL) (net.Conn, error) {
+	nc, err := c.dialConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return bufferReads(nc), nil
+}
+
+// dialConn opens the network connection for one MQTT session.
+func (c *mqttClient) dialConn(ctx context.Context) (net.Conn, error) {
 	start := time.Now()
 	c.dialStart.Store(start.UnixNano())
 	if !c.quic {

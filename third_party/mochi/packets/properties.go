@@ -190,9 +190,29 @@ func (p *Properties) Copy(allowTransfer bool) Properties {
 	return pr
 }
 
+// validProperties is validPacketProperties as an array, [property][packet
+// type]. quiot: canEncode is asked for each of the 27 properties of every
+// packet Encode writes, whether set or not, and two map lookups each cost
+// a PUBLISH about 0.9 µs per delivery (QUIOT.md, change 19).
+var validProperties [PropSharedSubAvailable + 1][WillProperties + 1]bool
+
+func init() { indexValidProperties() }
+
+// indexValidProperties fills validProperties from validPacketProperties.
+func indexValidProperties() {
+	validProperties = [PropSharedSubAvailable + 1][WillProperties + 1]bool{}
+	for k, pkts := range validPacketProperties {
+		for pkt, v := range pkts {
+			if v == 1 && int(k) < len(validProperties) && int(pkt) < len(validProperties[k]) {
+				validProperties[k][pkt] = true
+			}
+		}
+	}
+}
+
 // canEncode returns true if the property type is valid for the packet type.
 func (p *Properties) canEncode(pkt byte, k byte) bool {
-	return validPacketProperties[k][pkt] == 1
+	return int(k) < len(validProperties) && int(pkt) < len(validProperties[k]) && validProperties[k][pkt]
 }
 
 // Encode encodes properties into a bytes buffer.

@@ -1,0 +1,18 @@
+module github.com/eclipse/paho.golang
+
+go 1.24.0
+
+require (
+	github.com/google/go-cmp v0.7.0
+	github.com/gorilla/websocket v1.5.3
+	github.com/stretchr/testify v1.11.1
+	go.uber.org/goleak v1.3.0
+	golang.org/x/net v0.43.0
+)
+
+require (
+	github.com/davecgh/go-spew v1.1.1 // indirect
+	github.com/kr/text v0.2.0 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+)
