@@ -60,12 +60,13 @@ test-go:
 # (device/arm_test.go, scripts/sdcard_test.go) and build/packaging take
 # their binaries from dist/, which must be whole when they look.
 #
-# The fork of mochi's own tests run last, alone: upstream's listener tests
+# The forks' own tests (mochi's, paho's) run last, alone: upstream's listener tests
 # bind the fixed port 22222 and wait 1 ms for a server to listen, and
 # beside the module's tests (a loaded fresh-clone run) they met the port
 # still held by the test before and a refused connection.
 test-fork:
 	cd third_party/mochi && $(GO) test -count=1 -timeout 5m ./... && $(GO) test -count=1 -race -timeout 5m -run '$(MOCHI_RACE_TESTS)' .
+	cd third_party/paho && $(GO) test -count=1 -timeout 5m ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi

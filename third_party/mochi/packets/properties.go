@@ -193,7 +193,7 @@ func (p *Properties) Copy(allowTransfer bool) Properties {
 // validProperties is validPacketProperties as an array, [property][packet
 // type]. quiot: canEncode is asked for each of the 27 properties of every
 // packet Encode writes, whether set or not, and two map lookups each cost
-// a PUBLISH about 0.9 µs per delivery (QUIOT.md, change 19).
+// a PUBLISH about 0.9 µs per delivery (QUIOT.md, change 18).
 var validProperties [PropSharedSubAvailable + 1][WillProperties + 1]bool
 
 func init() { indexValidProperties() }

@@ -197,7 +197,7 @@ func init() {
 	validPacketProperties[PropWildcardSubAvailable][Reserved] = 1
 	validPacketProperties[PropSubIDAvailable][Reserved] = 1
 	validPacketProperties[PropSharedSubAvailable][Reserved] = 1
-	indexValidProperties() // quiot: canEncode reads the array (change 19)
+	indexValidProperties() // quiot: canEncode reads the array (change 18)
 }
 
 func TestEncodeProperties(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 
 // TestValidPropertiesIndex: the array canEncode reads agrees with
 // validPacketProperties for every property and packet type, including
-// values past the array's ends (quiot, change 19).
+// values past the array's ends (quiot, change 18).
 func TestValidPropertiesIndex(t *testing.T) {
 	var p *Properties
 	for k := 0; k < 256; k++ {
