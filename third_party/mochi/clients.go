@@ -138,13 +138,14 @@ type Client struct {
 
 // ClientConnection contains the connection transport and metadata for the client.
 type ClientConnection struct {
-	Conn     net.Conn        // the net.Conn used to establish the connection
-	bconn    *connReader     // a buffered net.Conn for reading packets (quiot: connReader, was a bufio.Reader)
-	outbuf   *bytes.Buffer   // a buffer for writing packets
-	raw      syscall.RawConn // quiot: Conn's socket, for deliveries written at once (writenow.go); nil if it has none
-	Remote   string          // the remote address of the client
-	Listener string          // listener id of the client
-	Inline   bool            // if true, the client is the built-in 'inline' embedded client
+	Conn      net.Conn        // the net.Conn used to establish the connection
+	bconn     *connReader     // a buffered net.Conn for reading packets (quiot: connReader, was a bufio.Reader)
+	outbuf    *bytes.Buffer   // a buffer for writing packets
+	raw       syscall.RawConn // quiot: Conn's socket, for deliveries written at once (Client.rawConn); nil if it has none
+	rawLooked bool            // quiot: raw was looked up
+	Remote    string          // the remote address of the client
+	Listener  string          // listener id of the client
+	Inline    bool            // if true, the client is the built-in 'inline' embedded client
 }
 
 // ClientProperties contains the properties which define the client behaviour.
@@ -220,7 +221,6 @@ func newClient(c net.Conn, o *ops) *Client {
 		cl.Net = ClientConnection{
 			Conn:   c,
 			bconn:  newConnReader(c, o.options.ClientNetReadBufferSize),
-			raw:    rawOf(c),
 			Remote: c.RemoteAddr().String(),
 		}
 	}
@@ -743,7 +743,13 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 		return err
 	}
 
-	cl.packetSent(&pk, n, buf.Bytes())
+	atomic.AddInt64(&cl.ops.info.BytesSent, n)
+	atomic.AddInt64(&cl.ops.info.PacketsSent, 1)
+	if pk.FixedHeader.Type == packets.Publish {
+		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
+	}
+
+	cl.ops.hooks.OnPacketSent(cl, pk, buf.Bytes())
 	return nil
 }
 
@@ -822,19 +828,6 @@ func encodePacket(pk *packets.Packet, buf *bytes.Buffer) error {
 		return packets.ErrPacketTooLarge // [MQTT-3.1.2-24] [MQTT-3.1.2-25]
 	}
 	return nil
-}
-
-// packetSent counts pk, encoded as b, as sent (n bytes) and calls the
-// OnPacketSent hooks. quiot: split from WritePacket for Client.writeNow
-// (QUIOT.md, change 17).
-func (cl *Client) packetSent(pk *packets.Packet, n int64, b []byte) {
-	atomic.AddInt64(&cl.ops.info.BytesSent, n)
-	atomic.AddInt64(&cl.ops.info.PacketsSent, 1)
-	if pk.FixedHeader.Type == packets.Publish {
-		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
-	}
-
-	cl.ops.hooks.OnPacketSent(cl, *pk, b)
 }
 
 func (cl *Client) flushOutbuf() (err error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -39,10 +40,13 @@ var errWouldWait = errors.New("socket has no room")
 // packet it cannot write (a QoS 1 or 2 message stays in flight). When it
 // reports false the caller queues pk as before.
 func (cl *Client) writeNow(pk *packets.Packet) bool {
-	if cl.Net.raw == nil || cl.State.outbound.len() != 0 || !cl.State.writing.CompareAndSwap(false, true) {
+	if cl.Net.Conn == nil || cl.State.outbound.len() != 0 || !cl.State.writing.CompareAndSwap(false, true) {
 		return false
 	}
-	took, rest := cl.writeHeld(pk)
+	var took, rest bool
+	if rc := cl.rawConn(); rc != nil {
+		took, rest = cl.writeHeld(pk, rc)
+	}
 	if rest {
 		go cl.writeQueued() // the writer role, still held, passes to it
 		return took
@@ -54,9 +58,22 @@ func (cl *Client) writeNow(pk *packets.Packet) bool {
 	return took
 }
 
-// writeHeld is writeNow's part with the writer role held; rest reports
-// that part of pk was left in the output buffer.
-func (cl *Client) writeHeld(pk *packets.Packet) (took, rest bool) {
+// rawConn returns the socket of the client's connection, or nil if it
+// has none, looked up on first use, with the writer role held (by which
+// raw and rawLooked are guarded). Not in newClient, which runs on the
+// connection's reader: only a client that gets a delivery needs it, and
+// the reader's stack is kept small (QUIOT.md, change 9).
+func (cl *Client) rawConn() syscall.RawConn {
+	if !cl.Net.rawLooked {
+		cl.Net.raw, cl.Net.rawLooked = rawOf(cl.Net.Conn), true
+	}
+	return cl.Net.raw
+}
+
+// writeHeld is writeNow's part with the writer role held, writing to the
+// client's socket rc; rest reports that part of pk was left in the output
+// buffer.
+func (cl *Client) writeHeld(pk *packets.Packet, rc syscall.RawConn) (took, rest bool) {
 	if cl.State.outbound.len() != 0 || !cl.TryLock() {
 		return false, false // queued meanwhile, or a direct write under way
 	}
@@ -74,7 +91,7 @@ func (cl *Client) writeHeld(pk *packets.Packet) (took, rest bool) {
 		return true, false
 	}
 	b := buf.Bytes()
-	n, err := writeNoWait(cl.Net.raw, b)
+	n, err := writeNoWait(rc, b)
 	switch {
 	case err == nil && n == len(b):
 	case err == nil || errors.Is(err, errWouldWait):
@@ -84,8 +101,14 @@ func (cl *Client) writeHeld(pk *packets.Packet) (took, rest bool) {
 		cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
 		return true, false
 	}
-	cl.packetSent(&out, int64(len(b)), b)
+	// Counted as WritePacket counts a packet. Not a function shared with
+	// it: one taking the packet by value would add its 1.6 KB frame to
+	// WritePacket's depth.
+	atomic.AddInt64(&cl.ops.info.BytesSent, int64(len(b)))
+	atomic.AddInt64(&cl.ops.info.PacketsSent, 1)
+	atomic.AddInt64(&cl.ops.info.MessagesSent, 1) // a PUBLISH: publishToClient's
 	atomic.AddInt64(&cl.ops.info.InlineWrites, 1)
+	cl.ops.hooks.OnPacketSent(cl, out, b)
 	return true, rest
 }
 

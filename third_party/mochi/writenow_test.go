@@ -68,7 +68,8 @@ func TestDeliveryWrittenByDeliverer(t *testing.T) {
 	s := newServer()
 	conn, peer := tcpPair(t)
 	cl := newTCPTestClient(s, conn)
-	require.NotNil(t, cl.Net.raw, "a TCP connection hands out its socket")
+	require.NotNil(t, cl.rawConn(), "a TCP connection hands out its socket")
+	cl.Net.raw, cl.Net.rawLooked = nil, false // looked up again by the delivery
 
 	pk := *packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).Packet
 	_, err := s.publishToClient(cl, packets.Subscription{Filter: pk.TopicName}, pk)
@@ -127,7 +128,7 @@ func TestDeliveryWithoutSocketQueued(t *testing.T) {
 	r, w := net.Pipe()
 	defer w.Close()
 	cl := newTCPTestClient(s, w)
-	require.Nil(t, cl.Net.raw)
+	require.Nil(t, cl.rawConn())
 	go func() { _, _ = io.Copy(io.Discard, r) }()
 	pk := *packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).Packet
 	_, err := s.publishToClient(cl, packets.Subscription{Filter: pk.TopicName}, pk)
