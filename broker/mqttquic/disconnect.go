@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -173,6 +174,41 @@ func (c *sizeConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.Conn.Write(p)
+}
+
+// errNoSocket is SyscallConn's answer for a connection with no socket of
+// its own to hand out (TLS, QUIC).
+var errNoSocket = errors.New("connection has no socket of its own")
+
+// SyscallConn returns the socket of a plain TCP connection, for mochi's
+// deliveries written without waiting (third_party/mochi/QUIOT.md, change
+// 17); its writes take the same lock as Write, so the DISCONNECT goes
+// between two of them. Over TLS or QUIC it returns errNoSocket: bytes
+// written to the socket would bypass the encryption.
+func (c *sizeConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errNoSocket
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return lockedRaw{RawConn: rc, mu: &c.mu}, nil
+}
+
+// lockedRaw is a sizeConn's socket whose writes hold the sizeConn's write
+// lock.
+type lockedRaw struct {
+	syscall.RawConn
+	mu *sync.Mutex
+}
+
+// Write runs f on the socket with the sizeConn's write lock held.
+func (r lockedRaw) Write(f func(fd uintptr) bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.RawConn.Write(f)
 }
 
 // sizeTLSConn is a sizeConn over TLS (or QUIC): its ConnectionState gives

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/gorilla/websocket"
@@ -247,4 +249,78 @@ func FuzzSizeWatch(f *testing.F) {
 			t.Fatalf("reported %d times", found)
 		}
 	})
+}
+
+// TestSocketOnlyForPlainTCP: mochi writes a delivery straight to the
+// socket of a connection that hands it out (third_party/mochi/QUIOT.md,
+// change 17); a watched plain TCP connection hands out its socket, under
+// its write lock, and a watched TLS connection none: bytes written there
+// would bypass the encryption.
+func TestSocketOnlyForPlainTCP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+
+	sc, ok := watchPacketSize(dial(), 1024).(syscall.Conn)
+	if !ok {
+		t.Fatal("a watched TCP connection hands out no socket")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		t.Fatalf("watched TCP connection: %v", err)
+	}
+	if _, ok := rc.(lockedRaw); !ok {
+		t.Fatalf("the socket's writes do not take the write lock: %T", rc)
+	}
+
+	tc := tls.Client(dial(), &tls.Config{InsecureSkipVerify: true})
+	if sc, ok := watchPacketSize(tc, 1024).(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); !errors.Is(err, errNoSocket) {
+			t.Fatalf("a watched TLS connection handed out %v, %v; want errNoSocket", rc, err)
+		}
+	}
+}
+
+// TestTCPDeliveryWrittenAtOnce: a delivery to an MQTT/TCP subscriber with
+// room is written by the goroutine delivering it (mochi's
+// Info.InlineWrites), and over QUIC by the writer goroutine.
+func TestTCPDeliveryWrittenAtOnce(t *testing.T) {
+	b := startBridged(t, nil)
+	for _, tc := range []struct {
+		transport string
+		inline    bool
+	}{{"tcp", true}, {"quic", false}} {
+		t.Run(tc.transport, func(t *testing.T) {
+			sub := dialTransport(t, b, tc.transport, 5)
+			sub.connect("at-once-sub-"+tc.transport, true, nil)
+			sub.subscribe(1, 0, "at-once/"+tc.transport)
+			pub := dialTransport(t, b, "tcp", 5)
+			pub.connect("at-once-pub-"+tc.transport, true, nil)
+			before := atomic.LoadInt64(&b.mqtt.mq.Info.InlineWrites)
+			pub.publish(0, 0, "at-once/"+tc.transport, []byte("x"), nil)
+			awaitTopic(t, sub, "at-once/"+tc.transport)
+			if got := atomic.LoadInt64(&b.mqtt.mq.Info.InlineWrites) - before; (got == 1) != tc.inline {
+				t.Fatalf("%d deliveries written at once, want inline=%v", got, tc.inline)
+			}
+		})
+	}
 }

@@ -105,12 +105,18 @@ func TestSendQuotaLostWakeup(t *testing.T) {
 			return func() { close(release) }
 		}
 		t.Cleanup(func() { testHookTooLarge = nil })
-		pub := dialTransport(t, b, "tcp", 5)
-		pub.connect("lw-pub-size", true, nil)
-		pub.publish(1, 1, "lw/size/big", bytes.Repeat([]byte("x"), 300), nil)
-		checkAck(t, pub.read(), 1, 1, 0)
-		pub.publish(2, 1, "lw/size/small", []byte("s"), nil)
-		checkAck(t, pub.read(), 1, 2, 0)
+		// Two publishers: the big delivery may be encoded on its
+		// publisher's own goroutine (mochi writes a delivery at once when
+		// the client has room, third_party/mochi/QUIOT.md change 17), and
+		// it waits there for the small one.
+		big := dialTransport(t, b, "tcp", 5)
+		big.connect("lw-pub-size-big", true, nil)
+		small := dialTransport(t, b, "tcp", 5)
+		small.connect("lw-pub-size-small", true, nil)
+		big.publish(1, 1, "lw/size/big", bytes.Repeat([]byte("x"), 300), nil)
+		small.publish(1, 1, "lw/size/small", []byte("s"), nil)
+		checkAck(t, big.read(), 1, 1, 0)
+		checkAck(t, small.read(), 1, 1, 0)
 		awaitTopic(t, sub, "lw/size/small")
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/xid"
@@ -137,12 +138,14 @@ type Client struct {
 
 // ClientConnection contains the connection transport and metadata for the client.
 type ClientConnection struct {
-	Conn     net.Conn      // the net.Conn used to establish the connection
-	bconn    *connReader   // a buffered net.Conn for reading packets (quiot: connReader, was a bufio.Reader)
-	outbuf   *bytes.Buffer // a buffer for writing packets
-	Remote   string        // the remote address of the client
-	Listener string        // listener id of the client
-	Inline   bool          // if true, the client is the built-in 'inline' embedded client
+	Conn      net.Conn        // the net.Conn used to establish the connection
+	bconn     *connReader     // a buffered net.Conn for reading packets (quiot: connReader, was a bufio.Reader)
+	outbuf    *bytes.Buffer   // a buffer for writing packets
+	raw       syscall.RawConn // quiot: Conn's socket, for deliveries written at once (Client.rawConn); nil if it has none
+	rawLooked bool            // quiot: raw was looked up
+	Remote    string          // the remote address of the client
+	Listener  string          // listener id of the client
+	Inline    bool            // if true, the client is the built-in 'inline' embedded client
 }
 
 // ClientProperties contains the properties which define the client behaviour.
@@ -244,6 +247,7 @@ func (cl *Client) startWriter() {
 func (cl *Client) writeQueued() {
 	for {
 		cl.drainOutbound()
+		cl.flushPending() // quiot: what a write that did not wait left (writenow.go)
 		cl.State.writing.Store(false)
 		if cl.State.outbound.len() == 0 || cl.Closed() || !cl.State.writing.CompareAndSwap(false, true) {
 			return
@@ -699,6 +703,62 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 		return nil
 	}
 
+	buf := encodeBufs.Get() // written out or copied below; OnPacketSent's bytes are valid during the call
+	defer encodeBufs.Put(buf)
+	cl.preparePacket(&pk)
+	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
+	if err := encodePacket(&pk, buf); err != nil {
+		return err
+	}
+
+	n, err := func() (int64, error) {
+		cl.Lock()
+		defer cl.Unlock()
+		if cl.State.outbound.len() == 0 {
+			if cl.Net.outbuf == nil {
+				return buf.WriteTo(cl.Net.Conn)
+			}
+
+			// first write to buffer, then flush buffer
+			n, _ := cl.Net.outbuf.Write(buf.Bytes()) // will always be successful
+			return int64(n), cl.flushOutbuf()
+		}
+
+		// there are more writes in the queue
+		if cl.Net.outbuf == nil {
+			if buf.Len() >= cl.ops.options.ClientNetWriteBufferSize {
+				return buf.WriteTo(cl.Net.Conn)
+			}
+			cl.Net.outbuf = new(bytes.Buffer)
+		}
+
+		n, _ := cl.Net.outbuf.Write(buf.Bytes()) // will always be successful
+		if cl.Net.outbuf.Len() < cl.ops.options.ClientNetWriteBufferSize {
+			return int64(n), nil
+		}
+
+		return int64(n), cl.flushOutbuf()
+	}()
+	if err != nil {
+		return err
+	}
+
+	atomic.AddInt64(&cl.ops.info.BytesSent, n)
+	atomic.AddInt64(&cl.ops.info.PacketsSent, 1)
+	if pk.FixedHeader.Type == packets.Publish {
+		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
+	}
+
+	cl.ops.hooks.OnPacketSent(cl, pk, buf.Bytes())
+	return nil
+}
+
+// preparePacket prepares pk for the client: its protocol version, size
+// limit and expiry. The OnPacketEncode hooks come next, then
+// encodePacket. quiot: split from WritePacket for Client.writeNow
+// (QUIOT.md, change 17); the hooks are called by the caller, on its own
+// copy of the packet, so that no frame holds two more copies of it.
+func (cl *Client) preparePacket(pk *packets.Packet) {
 	if pk.Expiry > 0 {
 		expiry := pk.Expiry - time.Now().Unix()
 		if expiry < 1 {
@@ -720,11 +780,12 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 		pk.Mods.AllowResponseInfo = true // [MQTT-3.1.2-28] we need to know which properties we can encode
 	}
 
-	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
+}
 
+// encodePacket encodes pk, prepared (preparePacket and the OnPacketEncode
+// hooks), into buf, unless it is larger than its size limit.
+func encodePacket(pk *packets.Packet, buf *bytes.Buffer) error {
 	var err error
-	buf := encodeBufs.Get() // written out or copied below; OnPacketSent's bytes are valid during the call
-	defer encodeBufs.Put(buf)
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectEncode(buf)
@@ -766,50 +827,7 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	if pk.Mods.MaxSize > 0 && uint32(buf.Len()) > pk.Mods.MaxSize {
 		return packets.ErrPacketTooLarge // [MQTT-3.1.2-24] [MQTT-3.1.2-25]
 	}
-
-	n, err := func() (int64, error) {
-		cl.Lock()
-		defer cl.Unlock()
-		if cl.State.outbound.len() == 0 {
-			if cl.Net.outbuf == nil {
-				return buf.WriteTo(cl.Net.Conn)
-			}
-
-			// first write to buffer, then flush buffer
-			n, _ := cl.Net.outbuf.Write(buf.Bytes()) // will always be successful
-			err = cl.flushOutbuf()
-			return int64(n), err
-		}
-
-		// there are more writes in the queue
-		if cl.Net.outbuf == nil {
-			if buf.Len() >= cl.ops.options.ClientNetWriteBufferSize {
-				return buf.WriteTo(cl.Net.Conn)
-			}
-			cl.Net.outbuf = new(bytes.Buffer)
-		}
-
-		n, _ := cl.Net.outbuf.Write(buf.Bytes()) // will always be successful
-		if cl.Net.outbuf.Len() < cl.ops.options.ClientNetWriteBufferSize {
-			return int64(n), nil
-		}
-
-		err = cl.flushOutbuf()
-		return int64(n), err
-	}()
-	if err != nil {
-		return err
-	}
-
-	atomic.AddInt64(&cl.ops.info.BytesSent, n)
-	atomic.AddInt64(&cl.ops.info.PacketsSent, 1)
-	if pk.FixedHeader.Type == packets.Publish {
-		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
-	}
-
-	cl.ops.hooks.OnPacketSent(cl, pk, buf.Bytes())
-
-	return err
+	return nil
 }
 
 func (cl *Client) flushOutbuf() (err error) {

@@ -1215,6 +1215,10 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 	if shared == nil {
 		shared = &out
 	}
+	if cl.writeNow(shared) { // quiot: written at once if the client has room (writenow.go)
+		cl.releaseQueued(queued)
+		return out, nil
+	}
 	if cl.State.outbound.push(shared) {
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 		cl.startWriter() // quiot: a writer while packets are queued

@@ -36,6 +36,9 @@ type Info struct {
 	// and the QoS 0 deliveries dropped for the queues' byte bounds.
 	PendingWriteBytes   int64 `json:"-"`
 	PendingBytesDropped int64 `json:"-"`
+	// quiot: packets written by the goroutine delivering them, not by a
+	// writer goroutine (QUIOT.md, change 17).
+	InlineWrites int64 `json:"-"`
 }
 
 // Clone makes a copy of Info using atomic operation
