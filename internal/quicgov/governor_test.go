@@ -183,6 +183,28 @@ func TestGovernor(t *testing.T) {
 			{1500 * ms, "fire", nil, nil, false},
 			{1600 * ms, "send", srvInitial(cid2), peer1b, true}, // after the hold
 		}, want: Stats{Held: 2, Released: 2}, wrote: 4},
+		{name: "the client's Initial probe after the answer time releases the held probes", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b, true},
+			{200 * ms, "send", srvInitial(cid2), peer1b, false},
+			{400 * ms, "send", srvHandshake(cid2), peer1b, false},
+			{1000 * ms, "recv", cliInitial0RTT, peer1b, false}, // both held go out
+			{1100 * ms, "send", srvHandshake(cid2), peer1b, true},
+			{1500 * ms, "fire", nil, nil, false},
+		}, want: Stats{Held: 2, Released: 2, ReleasedOnProbe: 2}, wrote: 4},
+		{name: "the client's Initial before the answer time releases nothing", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b, true},
+			{200 * ms, "send", srvInitial(cid2), peer1b, false},
+			{999 * ms, "recv", cliInitial0RTT, peer1b, false},
+			{1020 * ms, "send", srvHandshake(cid2), peer1b, false},
+			{1500 * ms, "fire", nil, nil, false},
+		}, want: Stats{Held: 2, Released: 2}, wrote: 3},
+		{name: "the client's 0-RTT datagram after the answer time releases nothing", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b, true},
+			{200 * ms, "send", srvInitial(cid2), peer1b, false},
+			{1000 * ms, "recv", zeroRTT1, peer1b, false},
+			{1020 * ms, "send", srvHandshake(cid2), peer1b, false},
+			{1500 * ms, "fire", nil, nil, false},
+		}, want: Stats{Held: 2, Released: 2}, wrote: 3},
 		{name: "at most maxHeld held, oldest dropped", learned: true, steps: []step{
 			{0, "send", srvInitial(cid2), peer1b, true},
 			{200 * ms, "send", srvInitial(cid2), peer1b, false},
