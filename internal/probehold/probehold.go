@@ -14,7 +14,8 @@
 // hold of it, unless a datagram from the peer arrived in between: an
 // answer opens the next flight at once (the client's Finished after the
 // broker's first flight) and drops what is held, and when the hold ends
-// without an answer the newest datagram held goes out at once, opening
+// without an answer the newest probe held (a datagram that does not begin
+// with a 0-RTT packet) goes out at once, opening
 // the next flight and hold (a flight really lost goes again then, not at
 // quic-go's next probe, up to 2 x the hold later; quic-go's own probe
 // then falls inside the new hold, so this costs no datagram). This applies to every handshake flight, not
@@ -26,6 +27,7 @@
 package probehold
 
 import (
+	"encoding/binary"
 	"net"
 	"sync"
 	"time"
@@ -111,6 +113,9 @@ func (c *Conn) pass(p []byte, addr net.Addr) bool {
 		return true
 	case !c.answered && now.Before(c.next):
 		c.held++
+		if zeroRTT(p) {
+			return false // not a probe: quic-go probes with Initial and Handshake packets
+		}
 		c.last = append(c.last[:0], p...)
 		c.lastTo = addr
 		if c.stop == nil {
@@ -143,6 +148,21 @@ func (c *Conn) release(end time.Time) {
 	c.released++
 	c.mu.Unlock()
 	_, _ = c.PacketConn.WriteTo(p, to) // as quic-go's own write would, unreported
+}
+
+// zeroRTT reports whether long-header datagram p begins with a 0-RTT
+// packet (QUIC version 1 or 2, RFC 9369).
+func zeroRTT(p []byte) bool {
+	if len(p) < 5 {
+		return false
+	}
+	switch binary.BigEndian.Uint32(p[1:5]) {
+	case 1:
+		return p[0]&0x30 == 0x10
+	case 0x6b3343cf:
+		return p[0]&0x30 == 0x20
+	}
+	return false
 }
 
 // dropLast forgets the datagram held and stops its timer; c.mu is held.

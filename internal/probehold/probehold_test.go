@@ -163,6 +163,12 @@ func TestReleaseWhenHoldEnds(t *testing.T) {
 			{3000 * ms, "send", dg(7), false}, // quic-go's next probe: in the new hold
 			{4000 * ms, "fire", nil, true},    // unanswered again: dg(7) goes
 		}, wrote: 4, last: dg(7), released: 2},
+		{name: "a 0-RTT datagram held is no probe: the newest probe goes", steps: []step{
+			{0, "send", dg(1), true},
+			{200 * ms, "send", dg(2), false},
+			{300 * ms, "send", []byte{0xd0, 0, 0, 0, 1, 9}, false}, // 0-RTT, QUIC v1
+			{2000 * ms, "fire", nil, true},
+		}, wrote: 2, last: dg(2), released: 1},
 		{name: "an answer within the hold drops what is held", steps: []step{
 			{0, "send", dg(1), true},
 			{200 * ms, "send", dg(2), false},
