@@ -2,9 +2,11 @@ package quicgov
 
 import (
 	"bytes"
+	"cmp"
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -369,6 +371,14 @@ func (c *Conn) release(ap netip.AddrPort, h *handshake, onProbe bool) {
 	if len(held) > 0 {
 		c.log.Debug("quicgov: held probes released", "peer", ap, "n", len(held), "why", why)
 	}
+	// Datagrams without an Initial packet go first: a client that lacks
+	// the server's Initial keeps the Handshake packets until it has it
+	// (so this order costs nothing then), and one that already has it
+	// (the server's Initial probe passed on the client's own, reactGap)
+	// gets the Handshake data without a padded Initial ahead of it.
+	slices.SortStableFunc(held, func(a, b heldDatagram) int {
+		return cmp.Compare(hasInitial(a.p), hasInitial(b.p))
+	})
 	for _, d := range held {
 		var err error
 		if c.send != nil {
@@ -380,6 +390,15 @@ func (c *Conn) release(ap netip.AddrPort, h *handshake, onProbe bool) {
 			c.log.Debug("quicgov: releasing a held probe", "peer", ap, "err", err)
 		}
 	}
+}
+
+// hasInitial is 1 for a datagram with an Initial packet, else 0 (the
+// order in which release sends them).
+func hasInitial(p []byte) int {
+	if k, _ := Parse(p); k&Initial != 0 {
+		return 1
+	}
+	return 0
 }
 
 // dropHeld forgets what h holds; c.mu is held.

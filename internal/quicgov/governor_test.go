@@ -389,3 +389,38 @@ func TestWrap(t *testing.T) {
 		t.Fatal("on a socket without a descriptor: SyscallConn")
 	}
 }
+
+// TestReleaseOrder: released datagrams without an Initial packet go
+// before the Initial ones, whichever ends the hold (the timer, the
+// client's Initial probe).
+func TestReleaseOrder(t *testing.T) {
+	ms := time.Millisecond
+	cid := []byte{0xb2, 0xb2, 0xb2, 0xb2}
+	for _, tc := range []struct {
+		name string
+		end  func(h *harness)
+	}{
+		{"the hold ends", func(h *harness) { h.at(1500 * ms); h.fire() }},
+		{"the client's Initial probe", func(h *harness) { h.at(1000 * ms); h.recv(cliInitial0RTT, peer1b) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Options{})
+			h.learn(peer1, []byte{0xa1, 0xa1, 0xa1, 0xa1}, time.Second)
+			h.t0 = h.now.Add(time.Second)
+			h.at(0)
+			h.send(srvInitial(cid), peer1b)
+			h.at(200 * ms)
+			h.send(srvInitial(cid), peer1b)
+			h.at(400 * ms)
+			h.send(srvHandshake(cid), peer1b)
+			w0 := h.fc.nWritten()
+			tc.end(h)
+			h.fc.mu.Lock()
+			got := h.fc.written[w0:]
+			h.fc.mu.Unlock()
+			if len(got) != 2 || string(got[0]) != string(srvHandshake(cid)) || string(got[1]) != string(srvInitial(cid)) {
+				t.Fatalf("released %d datagrams; want the Handshake one, then the Initial one", len(got))
+			}
+		})
+	}
+}
