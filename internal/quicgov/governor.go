@@ -105,8 +105,9 @@ type Stats struct {
 // 1-RTT packet) arrives from the peer at least the answer time after the
 // first flight: the client is still probing with its Initial when the
 // first flight should have reached it, so it evidently lacks it, and the
-// held probes carry what it needs. Short-header datagrams, and everything to peers without an answer
-// time (a first connection), pass unchanged.
+// held probes carry what it needs. Released datagrams without an Initial
+// packet go before those with one. Short-header datagrams, and everything
+// to peers without an answer time (a first connection), pass unchanged.
 //
 // A Conn from New is not an OOBCapablePacketConn: quic-go reads and
 // writes it one datagram at a time, without GSO, ECN, batched reads or the
