@@ -13,8 +13,12 @@
 // (reports as sent) the long-header datagrams quic-go makes within the
 // hold of it, unless a datagram from the peer arrived in between: an
 // answer opens the next flight at once (the client's Finished after the
-// broker's first flight), and a flight really lost goes again at the
-// first probe after the hold. This applies to every handshake flight, not
+// broker's first flight) and drops what is held, and when the hold ends
+// without an answer the newest probe held (a datagram that does not begin
+// with a 0-RTT packet) goes out at once, opening
+// the next flight and hold (a flight really lost goes again then, not at
+// quic-go's next probe, up to 2 x the hold later; quic-go's own probe
+// then falls inside the new hold, so this costs no datagram). This applies to every handshake flight, not
 // only the first: quic-go declares a packet lost when it probes
 // (QueueProbePacket in its internal/ackhandler), so when the broker
 // acknowledges the first flight, the one that went out, quic-go takes no
@@ -23,6 +27,7 @@
 package probehold
 
 import (
+	"encoding/binary"
 	"net"
 	"sync"
 	"time"
@@ -36,12 +41,19 @@ type Conn struct {
 	sockbuf.Conn // passes quic-go's buffer sizing through
 	hold         time.Duration
 	now          func() time.Time // nil: time.Now (tests set it)
+	// afterFunc runs f after d and returns what stops it; nil:
+	// time.AfterFunc (tests set it).
+	afterFunc func(d time.Duration, f func()) (stop func())
 
 	mu        sync.Mutex
 	answered  bool      // a peer datagram arrived since the current flight began
 	flightEnd time.Time // datagrams until then belong to the current flight
 	next      time.Time // unanswered probes before then are held back
 	held      int       // datagrams held back
+	released  int       // held datagrams sent when their hold ended
+	last      []byte    // the newest datagram held in the current hold
+	lastTo    net.Addr  // ... and its destination
+	stop      func()    // stops the timer that sends last when the hold ends
 }
 
 // flightGap is how long after a flight's first datagram the rest of that
@@ -63,6 +75,14 @@ func (c *Conn) Held() int {
 	return c.held
 }
 
+// Released is the number of held datagrams sent when their hold ended
+// without an answer.
+func (c *Conn) Released() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.released
+}
+
 func (c *Conn) clock() time.Time {
 	if c.now != nil {
 		return c.now()
@@ -70,8 +90,18 @@ func (c *Conn) clock() time.Time {
 	return time.Now()
 }
 
-// pass reports whether datagram p may go out now.
-func (c *Conn) pass(p []byte) bool {
+// after runs f after d (afterFunc, or time.AfterFunc).
+func (c *Conn) after(d time.Duration, f func()) func() {
+	if c.afterFunc != nil {
+		return c.afterFunc(d, f)
+	}
+	t := time.AfterFunc(d, f)
+	return func() { t.Stop() }
+}
+
+// pass reports whether datagram p to addr may go out now; a datagram
+// held becomes the one sent when the hold ends unanswered.
+func (c *Conn) pass(p []byte, addr net.Addr) bool {
 	if len(p) == 0 || p[0]&0x80 == 0 { // short header: 1-RTT data
 		return true
 	}
@@ -83,30 +113,92 @@ func (c *Conn) pass(p []byte) bool {
 		return true
 	case !c.answered && now.Before(c.next):
 		c.held++
+		if zeroRTT(p) {
+			return false // not a probe: quic-go probes with Initial and Handshake packets
+		}
+		c.last = append(c.last[:0], p...)
+		c.lastTo = addr
+		if c.stop == nil {
+			end := c.next
+			c.stop = c.after(end.Sub(now), func() { c.release(end) })
+		}
 		return false
 	}
+	c.dropLast() // a probe of quic-go's own after the hold takes its place
 	c.answered = false
 	c.flightEnd = now.Add(flightGap)
 	c.next = now.Add(c.hold)
 	return true
 }
 
+// release sends the newest datagram held when the hold that ended at end
+// ended without an answer; it opens the next flight and hold (the
+// datagram is that flight, alone).
+func (c *Conn) release(end time.Time) {
+	c.mu.Lock()
+	if c.last == nil || c.answered || !c.next.Equal(end) {
+		c.mu.Unlock()
+		return
+	}
+	p, to := c.last, c.lastTo
+	c.last, c.lastTo, c.stop = nil, nil, nil
+	now := c.clock()
+	c.flightEnd = now
+	c.next = now.Add(c.hold)
+	c.released++
+	c.mu.Unlock()
+	_, _ = c.PacketConn.WriteTo(p, to) // as quic-go's own write would, unreported
+}
+
+// zeroRTT reports whether long-header datagram p begins with a 0-RTT
+// packet (QUIC version 1 or 2, RFC 9369).
+func zeroRTT(p []byte) bool {
+	if len(p) < 5 {
+		return false
+	}
+	switch binary.BigEndian.Uint32(p[1:5]) {
+	case 1:
+		return p[0]&0x30 == 0x10
+	case 0x6b3343cf:
+		return p[0]&0x30 == 0x20
+	}
+	return false
+}
+
+// dropLast forgets the datagram held and stops its timer; c.mu is held.
+func (c *Conn) dropLast() {
+	if c.stop != nil {
+		c.stop()
+		c.stop = nil
+	}
+	c.last, c.lastTo = nil, nil
+}
+
 // WriteTo implements net.PacketConn: a held datagram is reported as sent.
 func (c *Conn) WriteTo(p []byte, addr net.Addr) (int, error) {
-	if !c.pass(p) {
+	if !c.pass(p, addr) {
 		return len(p), nil
 	}
 	return c.PacketConn.WriteTo(p, addr)
 }
 
 // ReadFrom implements net.PacketConn; a datagram read is the peer's
-// answer.
+// answer, and drops what is held.
 func (c *Conn) ReadFrom(p []byte) (int, net.Addr, error) {
 	n, a, err := c.PacketConn.ReadFrom(p)
 	if err == nil {
 		c.mu.Lock()
 		c.answered = true
+		c.dropLast()
 		c.mu.Unlock()
 	}
 	return n, a, err
+}
+
+// Close drops what is held and closes the socket.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	c.dropLast()
+	c.mu.Unlock()
+	return c.PacketConn.Close()
 }

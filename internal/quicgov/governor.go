@@ -2,9 +2,11 @@ package quicgov
 
 import (
 	"bytes"
+	"cmp"
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -69,8 +71,13 @@ type Stats struct {
 	// a later probe took their place.
 	Dropped int64
 	// Released counts held datagrams sent when the hold ended without
-	// progress (a lost flight or answer: real loss is still repaired).
+	// progress (a lost flight or answer: real loss is still repaired),
+	// or earlier, on the peer's Initial probe (ReleasedOnProbe).
 	Released int64
+	// ReleasedOnProbe counts the held datagrams of Released sent because
+	// an Initial packet came from the peer at least its answer time after
+	// the first flight: the peer evidently lacks the first flight.
+	ReleasedOnProbe int64
 	// Samples counts answer times learned.
 	Samples int64
 }
@@ -94,8 +101,13 @@ type Stats struct {
 // HoldFactor x the answer time after the first flight: they are dropped
 // once a Handshake or 1-RTT packet arrives from the peer (the handshake
 // progressed; quic-go stops probing), and sent if the hold ends without
-// it. Short-header datagrams, and everything to peers without an answer
-// time (a first connection), pass unchanged.
+// it, or as soon as a datagram with an Initial packet (and no Handshake or
+// 1-RTT packet) arrives from the peer at least the answer time after the
+// first flight: the client is still probing with its Initial when the
+// first flight should have reached it, so it evidently lacks it, and the
+// held probes carry what it needs. Released datagrams without an Initial
+// packet go before those with one. Short-header datagrams, and everything
+// to peers without an answer time (a first connection), pass unchanged.
 //
 // A Conn from New is not an OOBCapablePacketConn: quic-go reads and
 // writes it one datagram at a time, without GSO, ECN, batched reads or the
@@ -125,6 +137,7 @@ type handshake struct {
 	dcid       []byte    // destination connection ID of the server's packets
 	start      time.Time // the first long-header datagram to the address
 	hold       time.Duration
+	answer     time.Duration // the peer IP's answer time when the handshake began
 	lastRecv   time.Time
 	progressed bool
 	released   bool
@@ -249,7 +262,7 @@ func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
 		}
 		rtt, _ := c.rtts.get(ap.Addr())
 		hold := time.Duration(float64(rtt) * c.opts.HoldFactor)
-		c.hs.put(ap, &handshake{dcid: bytes.Clone(dcid), start: now, hold: min(hold, c.opts.MaxHold)})
+		c.hs.put(ap, &handshake{dcid: bytes.Clone(dcid), start: now, hold: min(hold, c.opts.MaxHold), answer: rtt})
 		return false
 	}
 	since := now.Sub(h.start)
@@ -269,7 +282,7 @@ func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
 		c.stats.Dropped++
 	}
 	if h.stop == nil {
-		h.stop = c.afterFunc(h.hold-since, func() { c.release(ap, h) })
+		h.stop = c.afterFunc(h.hold-since, func() { c.release(ap, h, false) })
 	}
 	c.log.Debug("quicgov: probe held", "peer", ap, "after", since, "hold", h.hold)
 	return true
@@ -281,21 +294,31 @@ func (c *Conn) received(p []byte, addr net.Addr) {
 	if !ok {
 		return
 	}
-	var progress bool
+	var progress, initial bool
 	if p[0]&0x80 == 0 {
 		progress = p[0]&0x40 != 0
 	} else {
 		k, _ := Parse(p)
 		progress = k&(Handshake|Short) != 0
+		initial = k&Initial != 0
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	h, ok := c.hs.peek(ap)
 	if !ok {
+		c.mu.Unlock()
 		return
 	}
 	now := c.now()
 	h.lastRecv = now
+	if !progress && initial && h.answer > 0 && !h.progressed && !h.released &&
+		now.Sub(h.start) >= h.answer {
+		// The client's Initial probe when the first flight should long
+		// have reached it: it lacks it, and the held probes are its repair.
+		c.mu.Unlock()
+		c.release(ap, h, true)
+		return
+	}
+	defer c.mu.Unlock()
 	if !progress || h.progressed {
 		return
 	}
@@ -322,12 +345,17 @@ func (c *Conn) learn(ip netip.Addr, d time.Duration) {
 	c.stats.Samples++
 }
 
-// release sends what h holds when its hold ends without progress.
-func (c *Conn) release(ap netip.AddrPort, h *handshake) {
+// release sends what h holds when its hold ends without progress, or
+// (onProbe) when the peer's Initial probe shows it lacks the first
+// flight; what the server sends to ap after it passes.
+func (c *Conn) release(ap netip.AddrPort, h *handshake, onProbe bool) {
 	c.mu.Lock()
 	if cur, ok := c.hs.peek(ap); !ok || cur != h || h.progressed || h.released {
 		c.mu.Unlock()
 		return
+	}
+	if onProbe && h.stop != nil {
+		h.stop()
 	}
 	held, dst := h.held, h.dst
 	h.held, h.stop, h.released = nil, nil, true
@@ -335,8 +363,23 @@ func (c *Conn) release(ap netip.AddrPort, h *handshake) {
 		c.heldBytes -= len(d.p)
 	}
 	c.stats.Released += int64(len(held))
+	why := "no progress within the hold"
+	if onProbe {
+		c.stats.ReleasedOnProbe += int64(len(held))
+		why = "the peer's Initial probe came after its answer time"
+	}
 	c.mu.Unlock()
-	c.log.Debug("quicgov: held probes released, no progress within the hold", "peer", ap, "n", len(held))
+	if len(held) > 0 {
+		c.log.Debug("quicgov: held probes released", "peer", ap, "n", len(held), "why", why)
+	}
+	// Datagrams without an Initial packet go first: a client that lacks
+	// the server's Initial keeps the Handshake packets until it has it
+	// (so this order costs nothing then), and one that already has it
+	// (the server's Initial probe passed on the client's own, reactGap)
+	// gets the Handshake data without a padded Initial ahead of it.
+	slices.SortStableFunc(held, func(a, b heldDatagram) int {
+		return cmp.Compare(hasInitial(a.p), hasInitial(b.p))
+	})
 	for _, d := range held {
 		var err error
 		if c.send != nil {
@@ -348,6 +391,15 @@ func (c *Conn) release(ap netip.AddrPort, h *handshake) {
 			c.log.Debug("quicgov: releasing a held probe", "peer", ap, "err", err)
 		}
 	}
+}
+
+// hasInitial is 1 for a datagram with an Initial packet, else 0 (the
+// order in which release sends them).
+func hasInitial(p []byte) int {
+	if k, _ := Parse(p); k&Initial != 0 {
+		return 1
+	}
+	return 0
 }
 
 // dropHeld forgets what h holds; c.mu is held.

@@ -183,6 +183,28 @@ func TestGovernor(t *testing.T) {
 			{1500 * ms, "fire", nil, nil, false},
 			{1600 * ms, "send", srvInitial(cid2), peer1b, true}, // after the hold
 		}, want: Stats{Held: 2, Released: 2}, wrote: 4},
+		{name: "the client's Initial probe after the answer time releases the held probes", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b, true},
+			{200 * ms, "send", srvInitial(cid2), peer1b, false},
+			{400 * ms, "send", srvHandshake(cid2), peer1b, false},
+			{1000 * ms, "recv", cliInitial0RTT, peer1b, false}, // both held go out
+			{1100 * ms, "send", srvHandshake(cid2), peer1b, true},
+			{1500 * ms, "fire", nil, nil, false},
+		}, want: Stats{Held: 2, Released: 2, ReleasedOnProbe: 2}, wrote: 4},
+		{name: "the client's Initial before the answer time releases nothing", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b, true},
+			{200 * ms, "send", srvInitial(cid2), peer1b, false},
+			{999 * ms, "recv", cliInitial0RTT, peer1b, false},
+			{1020 * ms, "send", srvHandshake(cid2), peer1b, false},
+			{1500 * ms, "fire", nil, nil, false},
+		}, want: Stats{Held: 2, Released: 2}, wrote: 3},
+		{name: "the client's 0-RTT datagram after the answer time releases nothing", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b, true},
+			{200 * ms, "send", srvInitial(cid2), peer1b, false},
+			{1000 * ms, "recv", zeroRTT1, peer1b, false},
+			{1020 * ms, "send", srvHandshake(cid2), peer1b, false},
+			{1500 * ms, "fire", nil, nil, false},
+		}, want: Stats{Held: 2, Released: 2}, wrote: 3},
 		{name: "at most maxHeld held, oldest dropped", learned: true, steps: []step{
 			{0, "send", srvInitial(cid2), peer1b, true},
 			{200 * ms, "send", srvInitial(cid2), peer1b, false},
@@ -365,5 +387,40 @@ func TestWrap(t *testing.T) {
 	}
 	if _, ok := Wrap(&fakeConn{}, true, nil).(syscall.Conn); ok {
 		t.Fatal("on a socket without a descriptor: SyscallConn")
+	}
+}
+
+// TestReleaseOrder: released datagrams without an Initial packet go
+// before the Initial ones, whichever ends the hold (the timer, the
+// client's Initial probe).
+func TestReleaseOrder(t *testing.T) {
+	ms := time.Millisecond
+	cid := []byte{0xb2, 0xb2, 0xb2, 0xb2}
+	for _, tc := range []struct {
+		name string
+		end  func(h *harness)
+	}{
+		{"the hold ends", func(h *harness) { h.at(1500 * ms); h.fire() }},
+		{"the client's Initial probe", func(h *harness) { h.at(1000 * ms); h.recv(cliInitial0RTT, peer1b) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Options{})
+			h.learn(peer1, []byte{0xa1, 0xa1, 0xa1, 0xa1}, time.Second)
+			h.t0 = h.now.Add(time.Second)
+			h.at(0)
+			h.send(srvInitial(cid), peer1b)
+			h.at(200 * ms)
+			h.send(srvInitial(cid), peer1b)
+			h.at(400 * ms)
+			h.send(srvHandshake(cid), peer1b)
+			w0 := h.fc.nWritten()
+			tc.end(h)
+			h.fc.mu.Lock()
+			got := h.fc.written[w0:]
+			h.fc.mu.Unlock()
+			if len(got) != 2 || string(got[0]) != string(srvHandshake(cid)) || string(got[1]) != string(srvInitial(cid)) {
+				t.Fatalf("released %d datagrams; want the Handshake one, then the Initial one", len(got))
+			}
+		})
 	}
 }
