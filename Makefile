@@ -16,7 +16,7 @@ MOCHI_RACE_TESTS ?= TestNextImmediateBesideSet|TestPublishToClientQoS0Bytes|Test
 # TestFaultStreamWindowResend run the same publisher, spool and relay under
 # -race). broker/bridge's TestQuiotUpstreamNBIoTBlackout skips itself there.
 RACE_SKIP ?= ^TestFaultBlackout$$
-RACE_PKGS ?= ./broker/... ./device/bench/... ./device/client/... ./internal/spool/... ./internal/netimpair/... ./internal/wire/... ./probe/capture/... ./probe/measure/... ./probe/watch/... ./internal/qmetrics/... ./internal/sysstat/... ./internal/streamconn/... ./probe/ovs/...
+RACE_PKGS ?= ./broker/... ./device/bench/... ./device/client/... ./internal/spool/... ./internal/netimpair/... ./internal/wire/... ./probe/capture/... ./probe/measure/... ./probe/watch/... ./internal/qmetrics/... ./internal/sysstat/... ./internal/streamconn/... ./probe/ovs/... ./internal/probehold/... ./internal/quicgov/...
 
 .PHONY: all build quiot pi arm64 test test-go test-fork unit race lint fuzz demo deps deb lab bench clean
 
