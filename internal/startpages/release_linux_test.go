@@ -4,7 +4,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -12,11 +11,10 @@ import (
 // own executable, from /proc/self/smaps.
 func residentExeKB(t *testing.T) int {
 	t.Helper()
-	fi, err := os.Stat("/proc/self/exe")
+	ino, err := exeInode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ino := fi.Sys().(*syscall.Stat_t).Ino
 	b, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		t.Fatal(err)
