@@ -61,3 +61,13 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkRelease: one give-back, and the minor faults of the pages the
+// benchmark's loop then maps back (the cost AfterGC adds per collection).
+func BenchmarkRelease(b *testing.B) {
+	for b.Loop() {
+		if _, err := Release(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
