@@ -226,3 +226,26 @@ func TestConfigExampleDocumentsEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestBrokerGivesBackStartPages: once the broker serves, it gives back the
+// binary's pages that start-up touched (internal/startpages; its own tests
+// check that pages go and when a collection is followed by a give-back).
+func TestBrokerGivesBackStartPages(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errOut := newSyncBuffer(`msg="binary pages released" after=start-up`)
+	done := make(chan error, 1)
+	go func() {
+		done <- runBroker(ctx, []string{"--config", "", "--dev", "--dev-cert-out=", "--listen", "127.0.0.1:0", "--mqtt-quic", "",
+			"--metrics-listen", "", "--log-level", "debug"}, io.Discard, errOut)
+	}()
+	select {
+	case <-errOut.seen:
+	case err := <-done:
+		t.Fatalf("broker ended: %v; %s", err, errOut)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

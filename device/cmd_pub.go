@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quiot/quiot/device/client"
@@ -419,7 +420,16 @@ func runPub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		rate: *rate, count: *count, inflight: *inflight,
 	}
 	if *count != 1 {
-		plan.afterFirst = func() { pubSteadyState(log) }
+		var stopAfterGC atomic.Pointer[func()]
+		plan.afterFirst = func() {
+			stop := pubSteadyState(log)
+			stopAfterGC.Store(&stop)
+		}
+		defer func() {
+			if stop := stopAfterGC.Load(); stop != nil {
+				(*stop)()
+			}
+		}()
 	}
 	closeSensor, err := startPub(ctx, fs, *sensor, &plan, log)
 	if err != nil {
@@ -568,14 +578,29 @@ func (r *roleMeter) close() {
 const pubGCPercent = 50
 
 // pubSteadyState readies a publisher for a long run after its first
-// publish: the start-up pages go back (releaseStartPages) and the heap
-// target shrinks (pubGCPercent).
-func pubSteadyState(log *slog.Logger) {
+// publish: the start-up pages go back (releaseStartPages), the heap target
+// shrinks (pubGCPercent), and from then on the pages each garbage
+// collection maps back go back after it (startpages.AfterGC, at most once
+// per pubGiveBackEvery). It returns the function that stops the latter.
+func pubSteadyState(log *slog.Logger) (stop func()) {
 	releaseStartPages(log)
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(pubGCPercent)
 	}
+	return startpages.AfterGC(pubGiveBackEvery, func(n int64, err error) {
+		if err != nil {
+			log.Debug("pages kept after a collection", "error", err)
+			return
+		}
+		log.Debug("pages released after a collection", "bytes", n)
+	})
 }
+
+// pubGiveBackEvery bounds how often a publisher gives back the binary's
+// pages after a collection: at 1 msg/s it collects about once a minute, so
+// each collection is followed by one; a fast publisher that collects
+// several times a second gives back at most twice a minute.
+const pubGiveBackEvery = 30 * time.Second
 
 // releaseStartPages gives back the pages of the binary that only start-up
 // and the connection set-up touched (internal/startpages): a publisher or

@@ -18,17 +18,13 @@ func Release() (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("startpages: /proc/self/maps: %w", err)
 	}
-	fi, err := os.Stat("/proc/self/exe")
+	ino, err := exeInode()
 	if err != nil {
-		return 0, fmt.Errorf("startpages: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, fmt.Errorf("startpages: no inode for /proc/self/exe")
+		return 0, err
 	}
 	var n int64
 	for _, m := range maps {
-		if m.Inode != uint64(st.Ino) || !m.ReadOnlyFile() {
+		if m.Inode != ino || !m.ReadOnlyFile() {
 			continue
 		}
 		// syscall.Madvise takes a []byte and this memory is not Go's, so
@@ -39,4 +35,26 @@ func Release() (int64, error) {
 		n += int64(m.End - m.Start)
 	}
 	return n, nil
+}
+
+// exeInode returns the inode of this process's executable. It opens
+// /proc/self/exe and asks the open file, rather than stat the link: under
+// a user-mode emulator (qemu-arm-static, how the Pi build is measured,
+// docs/BENCH.md) a stat of /proc/self/exe gives the emulator's own binary,
+// while an open of it gives the guest's, as on a real kernel.
+func exeInode() (uint64, error) {
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return 0, fmt.Errorf("startpages: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("startpages: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, fmt.Errorf("startpages: no inode for /proc/self/exe")
+	}
+	return uint64(st.Ino), nil
 }
