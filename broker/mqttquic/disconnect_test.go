@@ -302,7 +302,12 @@ func TestSocketOnlyForPlainTCP(t *testing.T) {
 
 // TestTCPDeliveryWrittenAtOnce: a delivery to an MQTT/TCP subscriber with
 // room is written by the goroutine delivering it (mochi's
-// Info.InlineWrites), and over QUIC by the writer goroutine.
+// Info.InlineWrites), and over QUIC by the writer goroutine. A delivery
+// that finds the subscriber's writer still running (it wrote the SUBACK
+// or a PINGRESP and has not yet given its role back) is queued for it, as
+// it should be, so over TCP the test publishes until one delivery is
+// written at once, each after the one before has arrived; it fails if
+// none of them is.
 func TestTCPDeliveryWrittenAtOnce(t *testing.T) {
 	b := startBridged(t, nil)
 	for _, tc := range []struct {
@@ -315,11 +320,19 @@ func TestTCPDeliveryWrittenAtOnce(t *testing.T) {
 			sub.subscribe(1, 0, "at-once/"+tc.transport)
 			pub := dialTransport(t, b, "tcp", 5)
 			pub.connect("at-once-pub-"+tc.transport, true, nil)
-			before := atomic.LoadInt64(&b.mqtt.mq.Info.InlineWrites)
-			pub.publish(0, 0, "at-once/"+tc.transport, []byte("x"), nil)
-			awaitTopic(t, sub, "at-once/"+tc.transport)
-			if got := atomic.LoadInt64(&b.mqtt.mq.Info.InlineWrites) - before; (got == 1) != tc.inline {
-				t.Fatalf("%d deliveries written at once, want inline=%v", got, tc.inline)
+			const tries = 50
+			var inline int64
+			for i := 0; i < tries && (inline == 0 || !tc.inline); i++ {
+				before := atomic.LoadInt64(&b.mqtt.mq.Info.InlineWrites)
+				pub.publish(0, 0, "at-once/"+tc.transport, []byte("x"), nil)
+				awaitTopic(t, sub, "at-once/"+tc.transport)
+				inline += atomic.LoadInt64(&b.mqtt.mq.Info.InlineWrites) - before
+				if !tc.inline && i == 2 {
+					break
+				}
+			}
+			if (inline > 0) != tc.inline {
+				t.Fatalf("%d deliveries written at once, want inline=%v", inline, tc.inline)
 			}
 		})
 	}
