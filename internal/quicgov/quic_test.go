@@ -154,8 +154,14 @@ func testQUICThroughGovernor(t *testing.T, wrap func(*net.UDPConn) (net.PacketCo
 	}
 	st := gov.Stats()
 	t.Logf("governor: %+v", st)
-	if st.Samples < 2 {
-		t.Fatalf("%d answer times learned, want 2", st.Samples)
+	// The first connection learns the answer time (nothing is held for
+	// it). The second learns another unless what was held for it was
+	// released: the client's own Initial probe, sent when the host is
+	// slow to answer, shows it lacks the first flight (a loaded
+	// fresh-clone make test: Held 2, Released 2 on the probe, 1 sample),
+	// and a released handshake teaches nothing.
+	if st.Samples < 1 || st.Samples < 2 && st.Released == 0 {
+		t.Fatalf("%d answer times learned with %d held datagrams released, want 2 (or 1 and a release)", st.Samples, st.Released)
 	}
 	if st.Held != st.Dropped+st.Released {
 		t.Fatalf("held %d != dropped %d + released %d", st.Held, st.Dropped, st.Released)
