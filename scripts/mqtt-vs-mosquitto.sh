@@ -38,7 +38,9 @@
 # the client at ws://127.0.0.1:PORT/mqtt (the path quiot serves it at);
 # mosquitto with a "protocol websockets" listener (and an unused plain one:
 # 2.0.11 does not start with websockets listeners alone), the client at
-# ws://127.0.0.1:PORT (mosquitto serves any path).
+# ws://127.0.0.1:PORT (mosquitto serves any path). mosquitto 2.0.11's
+# websockets listener ignores the bind address: it listens on every address
+# (anonymous) while its step runs.
 #
 # Environment: PROTO (tcp, tls or ws), STEPS ("1000"), RATE (100), DURATION (30 seconds), SIZE (110),
 # PER_ADDR (4), SPREAD (1), QUIOT_ARGS, QUIOT_ENV (e.g. GOGC=100),

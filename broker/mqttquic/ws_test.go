@@ -669,6 +669,8 @@ func BenchmarkWebSocketVersusTCP(b *testing.B) {
 		o.TCPAddr = "127.0.0.1:0"
 		o.WSAddr = "127.0.0.1:0"
 	})
+	// mosquitto 2.0.11's websockets listener ignores the bind address and
+	// listens on every address (ss -ltn: *:PORT) while the benchmark runs.
 	tcpLine, mosqTCP := mosquittoListener(b)
 	wsLine, mosqWS := mosquittoListener(b)
 	startMosquitto(b, tcpLine+wsLine+"protocol websockets\n", mosqTCP, mosqWS)
