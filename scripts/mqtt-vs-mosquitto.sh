@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # mqtt-vs-mosquitto.sh: quiot broker and Debian's mosquitto side by side
-# under the same MQTT/TCP load from the same third-party client (MQTT.js 5
-# in Node, scripts/mqttload.mjs), one broker after the other on loopback
-# (docs/BENCH.md, "quiot beside mosquitto").
+# under the same MQTT/TCP (or TLS, or WebSocket: PROTO) load from the same
+# third-party client (MQTT.js 5 in Node, scripts/mqttload.mjs), one broker
+# after the other on loopback (docs/BENCH.md, "quiot beside mosquitto").
 #
 #   scripts/mqtt-vs-mosquitto.sh [BIN]        # BIN default dist/quiot
 #   STEPS="1000 10000" RATE=100 DURATION=30 scripts/mqtt-vs-mosquitto.sh dist/quiot
@@ -34,7 +34,15 @@
 # certificate; mosquitto with a throwaway self-signed P-256 certificate;
 # the client does not verify either).
 #
-# Environment: PROTO (tcp), STEPS ("1000"), RATE (100), DURATION (30 seconds), SIZE (110),
+# PROTO=ws runs MQTT over WebSocket (no TLS) instead: quiot with --mqtt-ws,
+# the client at ws://127.0.0.1:PORT/mqtt (the path quiot serves it at);
+# mosquitto with a "protocol websockets" listener (and an unused plain one:
+# 2.0.11 does not start with websockets listeners alone), the client at
+# ws://127.0.0.1:PORT (mosquitto serves any path). mosquitto 2.0.11's
+# websockets listener ignores the bind address: it listens on every address
+# (anonymous) while its step runs.
+#
+# Environment: PROTO (tcp, tls or ws), STEPS ("1000"), RATE (100), DURATION (30 seconds), SIZE (110),
 # PER_ADDR (4), SPREAD (1), QUIOT_ARGS, QUIOT_ENV (e.g. GOGC=100),
 # BROKERS ("quiot mosquitto"), MOSQUITTO (/usr/sbin/mosquitto),
 # QUIOT_NPM_DIR (MQTT.js prefix, as scripts/deps.sh installs it),
@@ -50,10 +58,11 @@ QUIOT_ENV=${QUIOT_ENV:-}
 npm_dir=${QUIOT_NPM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/quiot/npm}
 here=$(cd "$(dirname "$0")" && pwd)
 export PROTO=${PROTO:-tcp}
-[ "$PROTO" = tcp ] || [ "$PROTO" = tls ] || { echo "mqtt-vs-mosquitto: PROTO is tcp or tls" >&2; exit 1; }
-TLS=0
+case $PROTO in tcp | tls | ws) ;; *) echo "mqtt-vs-mosquitto: PROTO is tcp, tls or ws" >&2; exit 1 ;; esac
+TLS=0 WS=0
 [ "$PROTO" = tls ] && TLS=1
-export TLS
+[ "$PROTO" = ws ] && WS=1
+export TLS WS
 export RATE=${RATE:-100} DURATION=${DURATION:-30} SIZE=${SIZE:-110} PER_ADDR=${PER_ADDR:-4} SPREAD=${SPREAD:-1}
 
 case " $BROKERS " in *" quiot "*) [ -x "$BIN" ] || { echo "mqtt-vs-mosquitto: no executable $BIN (make quiot)" >&2; exit 1; } ;; esac
@@ -76,7 +85,7 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# start_quiot N [BIN]: starts the broker, sets broker_pid and port.
+# start_quiot N [BIN]: starts the broker, sets broker_pid, port and ws_path.
 start_quiot() {
 	local n=$1 bin=${2:-$BIN} extra=$QUIOT_ARGS
 	if [ "$n" -gt 1000 ]; then
@@ -86,6 +95,8 @@ start_quiot() {
 	# shellcheck disable=SC2086
 	local l="--mqtt-tcp 127.0.0.1:0" scheme=mqtt
 	if [ "$PROTO" = tls ]; then l="--mqtt-tls 127.0.0.1:0" scheme=mqtts; fi
+	if [ "$PROTO" = ws ]; then l="--mqtt-ws 127.0.0.1:0" scheme=ws; fi
+	ws_path=/mqtt
 	# shellcheck disable=SC2086
 	env $QUIOT_ENV "$bin" broker --config "" --dev --dev-cert-out "" --listen 127.0.0.1:0 $l \
 		--mqtt-quic 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level warn $extra \
@@ -107,6 +118,7 @@ start_base() { start_quiot "$1" "$BASE"; }
 start_mosquitto() {
 	local n=$1
 	port=$(free_port)
+	ws_path=/
 	printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\nlog_type error\nlog_type warning\n' "$port" >"$out/mosquitto-$n.conf"
 	if [ "$PROTO" = tls ]; then
 		# mosquitto started as root reads them as user mosquitto: a
@@ -118,6 +130,12 @@ start_mosquitto() {
 			chmod 644 "$tmp/key.pem" "$tmp/cert.pem"
 		fi
 		printf 'certfile %s\nkeyfile %s\ntls_version tlsv1.3\n' "$tmp/cert.pem" "$tmp/key.pem" >>"$out/mosquitto-$n.conf"
+	fi
+	if [ "$PROTO" = ws ]; then
+		# Debian's 2.0.11 exits ("Unable to start any listening sockets")
+		# when all its listeners are websockets ones: a plain one beside,
+		# unused.
+		printf 'protocol websockets\nlistener %s 127.0.0.1\n' "$(free_port)" >>"$out/mosquitto-$n.conf"
 	fi
 	"$MOSQUITTO" -c "$out/mosquitto-$n.conf" >"$out/mosquitto-$n.out" 2>"$out/mosquitto-$n.err" &
 	broker_pid=$!
@@ -163,7 +181,7 @@ for n in $STEPS; do
 	for b in $BROKERS; do
 		"start_$b" "$n"
 		sleep 1
-		res[$b]=$(MQTTJS_DIR=$npm_dir HOST=127.0.0.1 PORT=$port BROKER_PID=$broker_pid N=$n \
+		res[$b]=$(MQTTJS_DIR=$npm_dir HOST=127.0.0.1 PORT=$port WS_PATH=$ws_path BROKER_PID=$broker_pid N=$n \
 			node "$here/mqttload.mjs" 2>"$out/load-$b-$n.err")
 		echo "${res[$b]}" >"$out/$b-$n.json"
 		stop_broker

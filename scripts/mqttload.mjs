@@ -1,5 +1,6 @@
 // mqttload.mjs: the load of scripts/mqtt-vs-mosquitto.sh (docs/BENCH.md,
-// "quiot beside mosquitto"). One Node process, MQTT.js 5 over MQTT/TCP:
+// "quiot beside mosquitto"). One Node process, MQTT.js 5 over MQTT/TCP (or
+// TLS, or WebSocket):
 // N subscribers in G topic groups (bench/g0 .. bench/g<G-1>, QoS 1), then
 // one publisher sending R messages/s of SIZE bytes for T s at QoS 1, each to
 // the next group in turn; every message carries its send time, so latency is
@@ -13,7 +14,8 @@
 // PORT, BROKER_PID, N, GROUPS, RATE, DURATION (seconds), SIZE, SPREAD (1: subscriber i
 // connects from source address 127.0.x.y, 4 subscribers an address, as
 // devices behind distinct addresses do; 0: all from 127.0.0.1), TLS (1: MQTT
-// over TLS 1.3, the server's certificate not verified), DRAIN_MS.
+// over TLS 1.3, the server's certificate not verified), WS (1: MQTT over
+// WebSocket, ws://HOST:PORT + WS_PATH, e.g. /mqtt for quiot), DRAIN_MS.
 import { createRequire } from 'node:module'
 import { readFileSync } from 'node:fs'
 import net from 'node:net'
@@ -35,6 +37,8 @@ const seconds = Number(env('DURATION', '30'))
 const size = Number(env('SIZE', '110'))
 const spread = env('SPREAD', '1') === '1'
 const useTLS = env('TLS', '0') === '1'
+const useWS = env('WS', '0') === '1'
+const wsPath = env('WS_PATH', '/')
 const perAddr = Number(env('PER_ADDR', '4'))
 const settleMs = Number(env('SETTLE_MS', '2000'))
 const drainMs = Number(env('DRAIN_MS', '15000'))
@@ -65,9 +69,12 @@ function connect (id, local) {
     const dial = useTLS
       ? () => tls.connect({ host, port, localAddress: local, servername: 'localhost', rejectUnauthorized: false, minVersion: 'TLSv1.3' })
       : () => net.createConnection({ host, port, localAddress: local })
-    const c = new mqtt.MqttClient(dial, {
+    const opts = {
       protocolVersion: 4, clientId: id, clean: true, reconnectPeriod: 0, keepalive: 60, connectTimeout: 60000
-    })
+    }
+    const c = useWS
+      ? mqtt.connect(`ws://${host}:${port}${wsPath}`, { ...opts, wsOptions: { localAddress: local } })
+      : new mqtt.MqttClient(dial, opts)
     c.once('connect', () => resolve(c))
     c.once('error', (e) => { c.end(true); reject(new Error(`${id}: ${e.message}`)) })
     c.once('close', () => reject(new Error(`${id}: closed before CONNACK`)))

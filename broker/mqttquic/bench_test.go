@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/quiot/quiot/device/client"
+	"github.com/quiot/quiot/internal/testenv"
 )
 
 // cpuTime is this process's user+system CPU time.
@@ -251,25 +252,33 @@ func startProc(b testing.TB, cmd *exec.Cmd, stop func()) procfs.Proc {
 	return p
 }
 
-func startMosquitto(b testing.TB) *brokerProc {
-	bin := "/usr/sbin/mosquitto"
-	if _, err := os.Stat(bin); err != nil {
-		p, lerr := exec.LookPath("mosquitto")
-		if lerr != nil {
-			b.Skip("mosquitto not installed (Debian package mosquitto)")
-		}
-		bin = p
-	}
-	port := freePort(b)
-	conf := filepath.Join(b.TempDir(), "mosquitto.conf")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\nlog_type error\n", port)), 0o600); err != nil {
+// startMosquitto starts Debian's mosquitto on loopback with conf (its
+// listener lines and their options, e.g. "listener PORT 127.0.0.1\n")
+// ahead of the common lines (anonymous clients, no persistence, errors on
+// stderr), waits until each of addrs accepts TCP connections, and kills
+// it at cleanup. The returned process's addr is addrs[0]. Without
+// mosquitto the benchmark skips, saying why (fails under CI=true).
+func startMosquitto(b testing.TB, conf string, addrs ...string) *brokerProc {
+	b.Helper()
+	bin := testenv.RequireTool(b, "mosquitto")
+	file := filepath.Join(b.TempDir(), "mosquitto.conf")
+	if err := os.WriteFile(file, []byte(conf+"allow_anonymous true\npersistence false\nlog_dest stderr\nlog_type error\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-c", conf)
-	bp := &brokerProc{cmd: cmd, addr: "127.0.0.1:" + port}
+	cmd := exec.Command(bin, "-c", file)
+	bp := &brokerProc{cmd: cmd, addr: addrs[0]}
 	bp.proc = startProc(b, cmd, nil)
-	waitTCP(b, bp.addr)
+	for _, a := range addrs {
+		waitTCP(b, a)
+	}
 	return bp
+}
+
+// mosquittoListener is a mosquitto listener line on a free loopback port,
+// and its address.
+func mosquittoListener(b testing.TB) (line, addr string) {
+	port := freePort(b)
+	return fmt.Sprintf("listener %s 127.0.0.1\n", port), "127.0.0.1:" + port
 }
 
 func startOurs(b testing.TB) *brokerProc {
@@ -340,7 +349,8 @@ func BenchmarkTCPVersusMosquitto(b *testing.B) {
 		d := float64(b.N) * nsubs
 		return result{rate: d / el.Seconds(), cpuNs: float64(cpu.Nanoseconds()) / d, writes: float64(w) / d, hwm: bp.hwm(b)}
 	}
-	mosq := startMosquitto(b)
+	l, addr := mosquittoListener(b)
+	mosq := startMosquitto(b, l, addr)
 	ours := startOurs(b)
 	b.ResetTimer()
 	rm := run(mosq)

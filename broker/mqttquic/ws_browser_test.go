@@ -3,6 +3,8 @@ package mqttquic
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -11,11 +13,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go/http3"
 
 	"github.com/quiot/quiot/broker/brokertest"
 	"github.com/quiot/quiot/device/client"
 	"github.com/quiot/quiot/internal/chromium"
 	"github.com/quiot/quiot/internal/testenv"
+	"github.com/quiot/quiot/internal/testutil"
+	"github.com/quiot/quiot/internal/wire"
 )
 
 // mqttJSPage is docs/browser.md's MQTT.js page, made observable: the
@@ -41,8 +48,10 @@ const mqttJSPage = `<!doctype html>
 // TestWebSocketBrowser: MQTT.js's browser bundle (dist/mqtt.min.js) in
 // headless Chromium, on a page of a listed origin, over wss:// on the
 // broker's port and on --mqtt-wss: it receives a message published over
-// HTTP/3 and its own publish reaches an HTTP/3 subscriber. The same page
-// from an unlisted origin gets no connection.
+// HTTP/3, and its own publish reaches an HTTP/3 subscriber (quiot's client,
+// binary frames) and an HTTP/3 EventSource subscriber (Server-Sent Events,
+// the UTF-8 payload as "text"). The same page from an unlisted origin gets
+// no connection.
 func TestWebSocketBrowser(t *testing.T) {
 	npm := mqttJSDir(t)
 	bundle, err := os.ReadFile(filepath.Join(npm, "node_modules", "mqtt", "dist", "mqtt.min.js"))
@@ -86,6 +95,9 @@ func TestWebSocketBrowser(t *testing.T) {
 	h3Sub := newClient(t, b.pki, b.h3URL(), nil)
 	fromPage := subscribe(t, h3Sub, "browser/from-page")
 	waitSubscribed(t, pub, fromPage, "browser/from-page")
+	// Subscribed once the response header is in: the broker registers a
+	// subscriber before it answers.
+	sse := subscribeSSE(t, b.pki, b.h3URL(), "browser/from-page")
 
 	for _, u := range []struct{ name, url string }{{"broker", b.brokerURL()}, {"wss", b.wssURL()}} {
 		t.Run(u.name, func(t *testing.T) {
@@ -104,6 +116,9 @@ func TestWebSocketBrowser(t *testing.T) {
 			}
 			if m := recv(t, fromPage, "the page's publish over HTTP/3"); string(m.Payload) != "hello from "+listed.URL {
 				t.Fatalf("HTTP/3 subscriber got %q", m.Payload)
+			}
+			if ev := recvSSE(t, sse, "the page's publish as an HTTP/3 Server-Sent Event"); ev.Topic != "browser/from-page" || ev.Text == nil || *ev.Text != "hello from "+listed.URL {
+				t.Fatalf("HTTP/3 EventSource subscriber got %s, want topic browser/from-page, text %q", ev.raw, "hello from "+listed.URL)
 			}
 			if _, err := pub.Publish(context.Background(), "browser/h3", []byte("from h3 "+u.name), client.PublishOptions{QoS: 1}); err != nil {
 				t.Fatal(err)
@@ -146,4 +161,86 @@ func TestWebSocketBrowser(t *testing.T) {
 			t.Fatalf("the page's MQTT.js subscribed (%v)", err)
 		}
 	})
+}
+
+// sseMessage is the data of an SSE "message" event (docs/pubsub.md).
+type sseMessage struct {
+	Topic   string  `json:"topic"`
+	Text    *string `json:"text"`
+	Payload *string `json:"payload"`
+	raw     string  // the event's data as sent
+}
+
+// subscribeSSE subscribes to topic on the HTTP/3 broker at base as an
+// EventSource does (GET of the topic's path, Accept: text/event-stream)
+// with an HTTP/3 client trusting p, and returns its events as they are
+// read; it ends the subscription at the end of the test.
+func subscribeSSE(t *testing.T, p *testPKI, base, topic string) <-chan wire.SSEEvent {
+	t.Helper()
+	bu, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testutil.H3Client(p.Pool(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, wire.TopicURL(bu, topic, nil).String(), nil)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", wire.ContentTypeSSE)
+	resp, err := c.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("SSE subscription to %s: %v", topic, err)
+	}
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != wire.ContentTypeSSE {
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		cancel()
+		t.Fatalf("SSE subscription to %s: %d %s %q", topic, resp.StatusCode, ct, body)
+	}
+	events := make(chan wire.SSEEvent, 16)
+	go func() {
+		r := wire.NewSSEReader(resp.Body)
+		for {
+			ev, err := r.Next()
+			if err != nil {
+				close(events)
+				return
+			}
+			events <- ev
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		_ = resp.Body.Close()
+		for range events { // unblocks the reader until it ends
+		}
+		_ = c.Transport.(*http3.Transport).Close()
+	})
+	return events
+}
+
+// recvSSE waits for the next "message" event of events (rawTimeout at
+// most: a hang, not a timing) and returns its data.
+func recvSSE(t *testing.T, events <-chan wire.SSEEvent, what string) sseMessage {
+	t.Helper()
+	select {
+	case ev, ok := <-events:
+		if !ok {
+			t.Fatalf("no %s: the event stream ended", what)
+		}
+		if ev.Event != "message" {
+			t.Fatalf("waiting for %s: event %q (%s)", what, ev.Event, ev.Data)
+		}
+		m := sseMessage{raw: ev.Data}
+		if err := json.Unmarshal([]byte(ev.Data), &m); err != nil {
+			t.Fatalf("%s: data %q: %v", what, ev.Data, err)
+		}
+		return m
+	case <-time.After(rawTimeout):
+		t.Fatalf("no %s within %v", what, rawTimeout)
+	}
+	return sseMessage{}
 }

@@ -649,11 +649,16 @@ func TestWebSocketConnectDue(t *testing.T) {
 }
 
 // BenchmarkWebSocketVersusTCP: MQTT.js (the same client library and
-// payload on both) against the bridged broker over MQTT/TCP and over MQTT
-// over WebSocket: fan-out 1 -> 100 (QoS 0, 128 bytes, b.N messages) and
-// publish -> delivery latency at 100 msg/s (QoS 1, b.N messages), client
-// and broker on one host. Run with a fixed count, e.g.
-// go test -run '^$' -bench WebSocketVersusTCP -benchtime 500x ./broker/mqttquic/
+// payload on all) against the bridged broker over MQTT/TCP and over MQTT
+// over WebSocket, and, as the anchor of the same run, against Debian's
+// mosquitto over both (its plain listener and a "protocol websockets" one):
+// fan-out 1 -> 100 (QoS 0, 128 bytes, b.N messages) and publish ->
+// delivery latency at 100 msg/s (QoS 1, b.N messages), client and brokers
+// on one host. Sub-benchmarks are named fanout100/BROKER-PROTO and
+// latency/BROKER-PROTO (quiot-tcp, quiot-ws, mosquitto-tcp, mosquitto-ws).
+// Without mosquitto it skips, saying why (fails under CI=true). Run with a
+// fixed count, e.g.
+// go test -run '^$' -bench WebSocketVersusTCP -benchtime 1000x -count 3 ./broker/mqttquic/
 func BenchmarkWebSocketVersusTCP(b *testing.B) {
 	npm := mqttJSDir(b)
 	p := newPKI(b)
@@ -664,6 +669,11 @@ func BenchmarkWebSocketVersusTCP(b *testing.B) {
 		o.TCPAddr = "127.0.0.1:0"
 		o.WSAddr = "127.0.0.1:0"
 	})
+	// mosquitto 2.0.11's websockets listener ignores the bind address and
+	// listens on every address (ss -ltn: *:PORT) while the benchmark runs.
+	tcpLine, mosqTCP := mosquittoListener(b)
+	wsLine, mosqWS := mosquittoListener(b)
+	startMosquitto(b, tcpLine+wsLine+"protocol websockets\n", mosqTCP, mosqWS)
 	run := func(b *testing.B, env []string, args ...string) map[string]float64 {
 		b.Helper()
 		cmd := exec.Command("node", append([]string{filepath.Join("testdata", "mqttjs.mjs")}, args...)...)
@@ -680,7 +690,12 @@ func BenchmarkWebSocketVersusTCP(b *testing.B) {
 		}
 		return m
 	}
-	for _, u := range []struct{ name, url string }{{"tcp", "mqtt://" + s.TCPAddr()}, {"ws", "ws://" + s.WSAddr() + WSPath}} {
+	for _, u := range []struct{ name, url string }{
+		{"quiot-tcp", "mqtt://" + s.TCPAddr()},
+		{"quiot-ws", "ws://" + s.WSAddr() + WSPath},
+		{"mosquitto-tcp", "mqtt://" + mosqTCP},
+		{"mosquitto-ws", "ws://" + mosqWS}, // mosquitto serves any path
+	} {
 		b.Run("fanout100/"+u.name, func(b *testing.B) {
 			m := run(b, []string{fmt.Sprint("BENCH_MSGS=", b.N)}, "fanout", u.url, "5", "100")
 			b.ReportMetric(m["deliveriesPerSec"], "deliveries/s")
