@@ -109,9 +109,9 @@ type connTrack struct {
 	conn     net.Conn      // the connection as mochi reads it (watchPacketSize)
 	cl       *mqtt.Client  // set when its session is established (the connection's own goroutine)
 	done     chan struct{} // closed once mochi is done with the connection
-	// pre releases the connection's place among those without CONNECT
-	// (preConnect); reports whether it still held one.
-	pre func() bool
+	// pre is the connection's place among those without CONNECT
+	// (preConnect); pre.release ends it.
+	pre *pending
 }
 
 // sessionEndWait bounds awaitSessionEnd; it only guards against a clean-up
@@ -271,7 +271,7 @@ func (h *compatHook) track(id string, c net.Conn) (*connTrack, error) {
 //
 //go:noinline
 func (h *compatHook) untrack(t *connTrack) {
-	t.pre()
+	t.pre.release()
 	h.conns.Delete(t.conn)
 	if t.cl != nil {
 		h.completeTakeover(t.cl) // if its CONNACK never went out
@@ -307,7 +307,7 @@ func (h *compatHook) Provides(b byte) bool {
 // is written to it).
 func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 	if v, ok := h.conns.Load(cl.Net.Conn); ok {
-		v.(*connTrack).pre() // CONNECT read: mochi's keepalive deadline follows
+		v.(*connTrack).pre.release() // CONNECT read: mochi's keepalive deadline follows
 	}
 	// A CONNECT from 0-RTT data takes over a live session only once the
 	// handshake has shown it is no replay (early.go).
