@@ -587,7 +587,7 @@ func TestClientStop(t *testing.T) {
 	cl, _, _ := newTestClient()
 	require.Equal(t, int64(0), cl.StopTime())
 	cl.Stop(nil)
-	require.Equal(t, nil, cl.State.stopCause.Load())
+	require.Nil(t, cl.State.stopCause.Load()) // quiot: an atomic.Pointer[error] (QUIOT.md, change 20)
 	require.InDelta(t, time.Now().Unix(), cl.State.disconnected, 1.0)
 	require.Equal(t, cl.State.disconnected, cl.StopTime())
 	require.True(t, cl.Closed())
