@@ -86,9 +86,14 @@ type compatHook struct {
 	ending     sync.Map     // *mqtt.Client -> struct{}: sent DISCONNECT, its session ends with the connection
 	ids        sync.Map     // *mqtt.Client -> *idState: packet identifiers used by both sides
 	idClients  atomic.Int32 // entries in ids
-	conns      sync.Map     // net.Conn -> *connTrack: connections mochi is handling (sessionEnds)
-	pre        *preConnect  // connections without CONNECT yet (sessionEnds)
-	latest     sync.Map     // client id -> *connTrack: its latest connection with a session
+	// conns are the connections mochi is handling (sessionEnds), under
+	// connsMu. A map under a lock holds an entry in about 40 bytes, a
+	// sync.Map in about 100 (docs/BENCH.md, "Heap per idle client, site
+	// by site"); each is touched about twice per connection.
+	connsMu sync.Mutex
+	conns   map[net.Conn]*connTrack
+	pre     *preConnect // connections without CONNECT yet (sessionEnds)
+	latest  sync.Map    // client id -> *connTrack: its latest connection with a session
 
 	// gate orders connections being established against Server.Close
 	// (enter, shut).
@@ -146,12 +151,9 @@ func (l sessionEnds) Close(listeners.CloseFn) {
 		return
 	}
 	id := l.ID()
-	l.h.conns.Range(func(k, v any) bool {
-		if v.(*connTrack).listener == id {
-			_ = k.(net.Conn).Close()
-		}
-		return true
-	})
+	for _, c := range l.h.connsOf(id) {
+		_ = c.Close()
+	}
 	if testHookSwept != nil {
 		testHookSwept()
 	}
@@ -207,9 +209,30 @@ func (h *compatHook) isClosing() bool {
 
 // handling is the number of connections mochi is handling.
 func (h *compatHook) handling() int {
-	n := 0
-	h.conns.Range(func(any, any) bool { n++; return true })
-	return n
+	h.connsMu.Lock()
+	defer h.connsMu.Unlock()
+	return len(h.conns)
+}
+
+// connsOf returns the connections of listener id mochi is handling.
+func (h *compatHook) connsOf(id string) []net.Conn {
+	h.connsMu.Lock()
+	defer h.connsMu.Unlock()
+	var cs []net.Conn
+	for c, t := range h.conns {
+		if t.listener == id {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+// trackOf returns the tracking of connection c, or nil if mochi is not
+// handling it.
+func (h *compatHook) trackOf(c net.Conn) *connTrack {
+	h.connsMu.Lock()
+	defer h.connsMu.Unlock()
+	return h.conns[c]
 }
 
 // errClosing refuses a connection accepted while the server closes.
@@ -255,7 +278,12 @@ func (h *compatHook) track(id string, c net.Conn) (*connTrack, error) {
 	if testHookTrack != nil {
 		testHookTrack()
 	}
-	h.conns.Store(c, t)
+	h.connsMu.Lock()
+	if h.conns == nil {
+		h.conns = make(map[net.Conn]*connTrack)
+	}
+	h.conns[c] = t
+	h.connsMu.Unlock()
 	// Close may have begun after enter and swept the connections before
 	// this one was stored (sessionEnds.Close): close it here, or mochi's
 	// Close waits for it until the client leaves or its keep-alive runs
@@ -272,7 +300,9 @@ func (h *compatHook) track(id string, c net.Conn) (*connTrack, error) {
 //go:noinline
 func (h *compatHook) untrack(t *connTrack) {
 	t.pre.release()
-	h.conns.Delete(t.conn)
+	h.connsMu.Lock()
+	delete(h.conns, t.conn)
+	h.connsMu.Unlock()
 	if t.cl != nil {
 		h.completeTakeover(t.cl) // if its CONNACK never went out
 		h.latest.CompareAndDelete(t.cl.ID, t)
@@ -306,8 +336,8 @@ func (h *compatHook) Provides(b byte) bool {
 // sent-message hook when it announces a Receive Maximum (before anything
 // is written to it).
 func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
-	if v, ok := h.conns.Load(cl.Net.Conn); ok {
-		v.(*connTrack).pre.release() // CONNECT read: mochi's keepalive deadline follows
+	if t := h.trackOf(cl.Net.Conn); t != nil {
+		t.pre.release() // CONNECT read: mochi's keepalive deadline follows
 	}
 	// A CONNECT from 0-RTT data takes over a live session only once the
 	// handshake has shown it is no replay (early.go).
@@ -396,9 +426,8 @@ func (h *compatHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 // then forgot (no longer held, subscriptions gone). The wait is for the
 // event (sessionEnds), bounded only in case the clean-up hangs.
 func (h *compatHook) awaitSessionEnd(cl *mqtt.Client) {
-	var cur *connTrack
-	if v, ok := h.conns.Load(cl.Net.Conn); ok {
-		cur = v.(*connTrack)
+	cur := h.trackOf(cl.Net.Conn)
+	if cur != nil {
 		cur.cl = cl
 	}
 	if v, ok := h.latest.Load(cl.ID); ok {
