@@ -86,14 +86,15 @@ type compatHook struct {
 	ending     sync.Map     // *mqtt.Client -> struct{}: sent DISCONNECT, its session ends with the connection
 	ids        sync.Map     // *mqtt.Client -> *idState: packet identifiers used by both sides
 	idClients  atomic.Int32 // entries in ids
-	// conns are the connections mochi is handling (sessionEnds), under
-	// connsMu. A map under a lock holds an entry in about 40 bytes, a
-	// sync.Map in about 100 (docs/BENCH.md, "Heap per idle client, site
+	// conns are the connections mochi is handling (sessionEnds) and
+	// latest each client id's latest connection with a session, both
+	// under connsMu. A map under a lock holds an entry in about 55 bytes,
+	// a sync.Map in about 100 (docs/BENCH.md, "Heap per idle client, site
 	// by site"); each is touched about twice per connection.
 	connsMu sync.Mutex
 	conns   map[net.Conn]*connTrack
+	latest  map[string]*connTrack
 	pre     *preConnect // connections without CONNECT yet (sessionEnds)
-	latest  sync.Map    // client id -> *connTrack: its latest connection with a session
 
 	// gate orders connections being established against Server.Close
 	// (enter, shut).
@@ -110,13 +111,46 @@ type compatHook struct {
 
 // connTrack follows one connection through mochi's handling of it.
 type connTrack struct {
-	listener string        // the id of the listener that accepted it
-	conn     net.Conn      // the connection as mochi reads it (watchPacketSize)
-	cl       *mqtt.Client  // set when its session is established (the connection's own goroutine)
-	done     chan struct{} // closed once mochi is done with the connection
+	listener string       // the id of the listener that accepted it
+	conn     net.Conn     // the connection as mochi reads it (watchPacketSize)
+	cl       *mqtt.Client // set when its session is established (the connection's own goroutine)
+	// done holds the channel closed once mochi is done with the
+	// connection (ended), made only when a takeover waits for it; it
+	// holds &closedDone once the connection has ended. A channel made
+	// with every connection took 96 bytes (docs/BENCH.md, "Heap per idle
+	// client, site by site").
+	done atomic.Pointer[chan struct{}]
 	// pre is the connection's place among those without CONNECT
 	// (preConnect); pre.release ends it.
 	pre *pending
+}
+
+// closedDone is the closed channel of every connection that has ended
+// (connTrack.done).
+var closedDone = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// ended returns a channel closed once mochi is done with the connection.
+func (t *connTrack) ended() <-chan struct{} {
+	if p := t.done.Load(); p != nil {
+		return *p
+	}
+	ch := make(chan struct{})
+	if t.done.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *t.done.Load()
+}
+
+// end closes the channel ended returned, if any, and makes later calls
+// of ended return a closed one.
+func (t *connTrack) end() {
+	if p := t.done.Swap(&closedDone); p != nil && p != &closedDone {
+		close(*p)
+	}
 }
 
 // sessionEndWait bounds awaitSessionEnd; it only guards against a clean-up
@@ -274,7 +308,7 @@ func (h *compatHook) track(id string, c net.Conn) (*connTrack, error) {
 		h.leave()
 		return nil, err
 	}
-	t := &connTrack{listener: id, conn: c, done: make(chan struct{}), pre: release}
+	t := &connTrack{listener: id, conn: c, pre: release}
 	if testHookTrack != nil {
 		testHookTrack()
 	}
@@ -305,9 +339,13 @@ func (h *compatHook) untrack(t *connTrack) {
 	h.connsMu.Unlock()
 	if t.cl != nil {
 		h.completeTakeover(t.cl) // if its CONNACK never went out
-		h.latest.CompareAndDelete(t.cl.ID, t)
+		h.connsMu.Lock()
+		if h.latest[t.cl.ID] == t {
+			delete(h.latest, t.cl.ID)
+		}
+		h.connsMu.Unlock()
 	}
-	close(t.done)
+	t.end()
 	h.leave()
 }
 
@@ -430,20 +468,27 @@ func (h *compatHook) awaitSessionEnd(cl *mqtt.Client) {
 	if cur != nil {
 		cur.cl = cl
 	}
-	if v, ok := h.latest.Load(cl.ID); ok {
-		prev := v.(*connTrack)
+	h.connsMu.Lock()
+	prev := h.latest[cl.ID]
+	h.connsMu.Unlock()
+	if prev != nil {
 		old := prev.cl
 		if _, disconnecting := h.ending.Load(old); disconnecting || old.Closed() && endsWithConnection(old) {
 			t := time.NewTimer(sessionEndWait)
 			select {
-			case <-prev.done:
+			case <-prev.ended():
 			case <-t.C:
 			}
 			t.Stop()
 		}
 	}
 	if cur != nil {
-		h.latest.Store(cl.ID, cur)
+		h.connsMu.Lock()
+		if h.latest == nil {
+			h.latest = make(map[string]*connTrack)
+		}
+		h.latest[cl.ID] = cur
+		h.connsMu.Unlock()
 	}
 }
 
