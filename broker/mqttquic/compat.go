@@ -86,9 +86,15 @@ type compatHook struct {
 	ending     sync.Map     // *mqtt.Client -> struct{}: sent DISCONNECT, its session ends with the connection
 	ids        sync.Map     // *mqtt.Client -> *idState: packet identifiers used by both sides
 	idClients  atomic.Int32 // entries in ids
-	conns      sync.Map     // net.Conn -> *connTrack: connections mochi is handling (sessionEnds)
-	pre        *preConnect  // connections without CONNECT yet (sessionEnds)
-	latest     sync.Map     // client id -> *connTrack: its latest connection with a session
+	// conns are the connections mochi is handling (sessionEnds) and
+	// latest each client id's latest connection with a session, both
+	// under connsMu. A map under a lock holds an entry in about 55 bytes,
+	// a sync.Map in about 100 (docs/BENCH.md, "Heap per idle client, site
+	// by site"); each is touched about twice per connection.
+	connsMu sync.Mutex
+	conns   map[net.Conn]*connTrack
+	latest  map[string]*connTrack
+	pre     *preConnect // connections without CONNECT yet (sessionEnds)
 
 	// gate orders connections being established against Server.Close
 	// (enter, shut).
@@ -105,13 +111,46 @@ type compatHook struct {
 
 // connTrack follows one connection through mochi's handling of it.
 type connTrack struct {
-	listener string        // the id of the listener that accepted it
-	conn     net.Conn      // the connection as mochi reads it (watchPacketSize)
-	cl       *mqtt.Client  // set when its session is established (the connection's own goroutine)
-	done     chan struct{} // closed once mochi is done with the connection
-	// pre releases the connection's place among those without CONNECT
-	// (preConnect); reports whether it still held one.
-	pre func() bool
+	listener string       // the id of the listener that accepted it
+	conn     net.Conn     // the connection as mochi reads it (watchPacketSize)
+	cl       *mqtt.Client // set when its session is established (the connection's own goroutine)
+	// done holds the channel closed once mochi is done with the
+	// connection (ended), made only when a takeover waits for it; it
+	// holds &closedDone once the connection has ended. A channel made
+	// with every connection took 96 bytes (docs/BENCH.md, "Heap per idle
+	// client, site by site").
+	done atomic.Pointer[chan struct{}]
+	// pre is the connection's place among those without CONNECT
+	// (preConnect); pre.release ends it.
+	pre *pending
+}
+
+// closedDone is the closed channel of every connection that has ended
+// (connTrack.done).
+var closedDone = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// ended returns a channel closed once mochi is done with the connection.
+func (t *connTrack) ended() <-chan struct{} {
+	if p := t.done.Load(); p != nil {
+		return *p
+	}
+	ch := make(chan struct{})
+	if t.done.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *t.done.Load()
+}
+
+// end closes the channel ended returned, if any, and makes later calls
+// of ended return a closed one.
+func (t *connTrack) end() {
+	if p := t.done.Swap(&closedDone); p != nil && p != &closedDone {
+		close(*p)
+	}
 }
 
 // sessionEndWait bounds awaitSessionEnd; it only guards against a clean-up
@@ -146,12 +185,9 @@ func (l sessionEnds) Close(listeners.CloseFn) {
 		return
 	}
 	id := l.ID()
-	l.h.conns.Range(func(k, v any) bool {
-		if v.(*connTrack).listener == id {
-			_ = k.(net.Conn).Close()
-		}
-		return true
-	})
+	for _, c := range l.h.connsOf(id) {
+		_ = c.Close()
+	}
 	if testHookSwept != nil {
 		testHookSwept()
 	}
@@ -207,9 +243,30 @@ func (h *compatHook) isClosing() bool {
 
 // handling is the number of connections mochi is handling.
 func (h *compatHook) handling() int {
-	n := 0
-	h.conns.Range(func(any, any) bool { n++; return true })
-	return n
+	h.connsMu.Lock()
+	defer h.connsMu.Unlock()
+	return len(h.conns)
+}
+
+// connsOf returns the connections of listener id mochi is handling.
+func (h *compatHook) connsOf(id string) []net.Conn {
+	h.connsMu.Lock()
+	defer h.connsMu.Unlock()
+	var cs []net.Conn
+	for c, t := range h.conns {
+		if t.listener == id {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+// trackOf returns the tracking of connection c, or nil if mochi is not
+// handling it.
+func (h *compatHook) trackOf(c net.Conn) *connTrack {
+	h.connsMu.Lock()
+	defer h.connsMu.Unlock()
+	return h.conns[c]
 }
 
 // errClosing refuses a connection accepted while the server closes.
@@ -251,11 +308,16 @@ func (h *compatHook) track(id string, c net.Conn) (*connTrack, error) {
 		h.leave()
 		return nil, err
 	}
-	t := &connTrack{listener: id, conn: c, done: make(chan struct{}), pre: release}
+	t := &connTrack{listener: id, conn: c, pre: release}
 	if testHookTrack != nil {
 		testHookTrack()
 	}
-	h.conns.Store(c, t)
+	h.connsMu.Lock()
+	if h.conns == nil {
+		h.conns = make(map[net.Conn]*connTrack)
+	}
+	h.conns[c] = t
+	h.connsMu.Unlock()
 	// Close may have begun after enter and swept the connections before
 	// this one was stored (sessionEnds.Close): close it here, or mochi's
 	// Close waits for it until the client leaves or its keep-alive runs
@@ -271,13 +333,19 @@ func (h *compatHook) track(id string, c net.Conn) (*connTrack, error) {
 //
 //go:noinline
 func (h *compatHook) untrack(t *connTrack) {
-	t.pre()
-	h.conns.Delete(t.conn)
+	t.pre.release()
+	h.connsMu.Lock()
+	delete(h.conns, t.conn)
+	h.connsMu.Unlock()
 	if t.cl != nil {
 		h.completeTakeover(t.cl) // if its CONNACK never went out
-		h.latest.CompareAndDelete(t.cl.ID, t)
+		h.connsMu.Lock()
+		if h.latest[t.cl.ID] == t {
+			delete(h.latest, t.cl.ID)
+		}
+		h.connsMu.Unlock()
 	}
-	close(t.done)
+	t.end()
 	h.leave()
 }
 
@@ -306,8 +374,8 @@ func (h *compatHook) Provides(b byte) bool {
 // sent-message hook when it announces a Receive Maximum (before anything
 // is written to it).
 func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
-	if v, ok := h.conns.Load(cl.Net.Conn); ok {
-		v.(*connTrack).pre() // CONNECT read: mochi's keepalive deadline follows
+	if t := h.trackOf(cl.Net.Conn); t != nil {
+		t.pre.release() // CONNECT read: mochi's keepalive deadline follows
 	}
 	// A CONNECT from 0-RTT data takes over a live session only once the
 	// handshake has shown it is no replay (early.go).
@@ -396,25 +464,31 @@ func (h *compatHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 // then forgot (no longer held, subscriptions gone). The wait is for the
 // event (sessionEnds), bounded only in case the clean-up hangs.
 func (h *compatHook) awaitSessionEnd(cl *mqtt.Client) {
-	var cur *connTrack
-	if v, ok := h.conns.Load(cl.Net.Conn); ok {
-		cur = v.(*connTrack)
+	cur := h.trackOf(cl.Net.Conn)
+	if cur != nil {
 		cur.cl = cl
 	}
-	if v, ok := h.latest.Load(cl.ID); ok {
-		prev := v.(*connTrack)
+	h.connsMu.Lock()
+	prev := h.latest[cl.ID]
+	h.connsMu.Unlock()
+	if prev != nil {
 		old := prev.cl
 		if _, disconnecting := h.ending.Load(old); disconnecting || old.Closed() && endsWithConnection(old) {
 			t := time.NewTimer(sessionEndWait)
 			select {
-			case <-prev.done:
+			case <-prev.ended():
 			case <-t.C:
 			}
 			t.Stop()
 		}
 	}
 	if cur != nil {
-		h.latest.Store(cl.ID, cur)
+		h.connsMu.Lock()
+		if h.latest == nil {
+			h.latest = make(map[string]*connTrack)
+		}
+		h.latest[cl.ID] = cur
+		h.connsMu.Unlock()
 	}
 }
 

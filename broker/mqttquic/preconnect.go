@@ -54,51 +54,98 @@ func addrOf(c net.Conn) netip.Addr {
 }
 
 // admit counts c as waiting for its CONNECT and sets its deadline; it
-// returns the release function (idempotent, reports whether it released),
-// or an error when c's address is at its bound.
-func (p *preConnect) admit(c net.Conn) (release func() bool, err error) {
-	free, err := p.charge(addrOf(c))
-	if err != nil {
+// returns c's place (release ends it), or an error when c's address is at
+// its bound.
+func (p *preConnect) admit(c net.Conn) (*pending, error) {
+	a := addrOf(c)
+	if err := p.take(a); err != nil {
 		return nil, err
 	}
+	w := &pending{p: p, a: a, c: c}
 	// The timer closes the connection (a read deadline would leave the
 	// counting to whoever sees the error, after the peer saw the close).
-	timer := time.AfterFunc(p.timeout, func() {
-		if free() {
-			p.timedOut.Add(1)
-			countRefused(p.core, broker.ReasonTooMany)
-			_ = c.Close()
-		}
-	})
-	return func() bool {
-		timer.Stop()
-		return free()
-	}, nil
+	w.timer.Store(time.AfterFunc(p.timeout, w.expire))
+	return w, nil
+}
+
+// pending is a TCP, TLS or WebSocket connection's place among those
+// without CONNECT (admit). It is one allocation that the connection's
+// tracking keeps for its life, the timer dropped once released: three
+// closures and the stopped timer were kept instead, about 250 bytes per
+// connected client (docs/BENCH.md, "Heap per idle client, site by site").
+type pending struct {
+	p     *preConnect
+	a     netip.Addr
+	c     net.Conn
+	freed atomic.Bool
+	timer atomic.Pointer[time.Timer] // nil once released
+}
+
+// expire closes the connection when it is still without CONNECT at its
+// deadline.
+func (w *pending) expire() {
+	if w.free() {
+		w.p.timedOut.Add(1)
+		countRefused(w.p.core, broker.ReasonTooMany)
+		_ = w.c.Close()
+	}
+}
+
+// release frees the connection's place and stops its deadline
+// (idempotent); it reports whether it freed the place.
+func (w *pending) release() bool {
+	if t := w.timer.Swap(nil); t != nil {
+		t.Stop()
+	}
+	return w.free()
+}
+
+// free frees the connection's place once; it reports whether this call
+// freed it.
+func (w *pending) free() bool {
+	if !w.freed.CompareAndSwap(false, true) {
+		return false
+	}
+	w.p.put(w.a)
+	return true
+}
+
+// take counts one connection without CONNECT from a, or returns an error,
+// counted as a refusal, when a is at its bound.
+func (p *preConnect) take(a netip.Addr) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n[a] >= p.perAddr {
+		p.refused.Add(1)
+		countRefused(p.core, broker.ReasonTooMany)
+		return fmt.Errorf("%w (%s: %d, Limits.MaxPreConnectPerAddr)", errPreConnectLimit, a, p.perAddr)
+	}
+	p.n[a]++
+	return nil
+}
+
+// put frees what take counted.
+func (p *preConnect) put(a netip.Addr) {
+	p.mu.Lock()
+	if p.n[a]--; p.n[a] <= 0 {
+		delete(p.n, a)
+	}
+	p.mu.Unlock()
 }
 
 // charge counts one connection without CONNECT from a; it returns the
 // function that frees it (idempotent, reports whether it freed), or an
 // error, counted as a refusal, when a is at its bound.
 func (p *preConnect) charge(a netip.Addr) (free func() bool, err error) {
-	p.mu.Lock()
-	if p.n[a] >= p.perAddr {
-		p.mu.Unlock()
-		p.refused.Add(1)
-		countRefused(p.core, broker.ReasonTooMany)
-		return nil, fmt.Errorf("%w (%s: %d, Limits.MaxPreConnectPerAddr)", errPreConnectLimit, a, p.perAddr)
+	if err := p.take(a); err != nil {
+		return nil, err
 	}
-	p.n[a]++
-	p.mu.Unlock()
 	var once atomic.Bool
 	return func() bool {
 		if !once.CompareAndSwap(false, true) {
 			return false
 		}
-		p.mu.Lock()
-		if p.n[a]--; p.n[a] <= 0 {
-			delete(p.n, a)
-		}
-		p.mu.Unlock()
+		p.put(a)
 		return true
 	}, nil
 }

@@ -3,6 +3,7 @@ package mqttquic
 import (
 	"crypto/tls"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -130,4 +131,50 @@ func (p *preConnect) held() int {
 		n += v
 	}
 	return n
+}
+
+// TestPreConnectHeldAfterConnect bounds what a connection's place among
+// those without CONNECT keeps once released (its CONNECT read): the
+// connection's tracking holds it for the connection's life. admit made
+// three closures and a timer, all kept after release: 247 bytes per
+// connection. A pending drops its stopped timer: 75 bytes (docs/BENCH.md,
+// "Heap per idle client, site by site"). It also checks that release
+// frees the place and stops the deadline.
+func TestPreConnectHeldAfterConnect(t *testing.T) {
+	const n = 500
+	p := newPreConnect(Limits{ConnectTimeout: time.Minute, MaxPreConnectPerAddr: n})
+	conns := make([]net.Conn, 0, 2*n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	for range n {
+		a, b := net.Pipe()
+		conns = append(conns, a, b)
+	}
+	held := make([]*pending, 0, n)
+	before := heapAlloc()
+	for i := range n {
+		w, err := p.admit(conns[2*i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !w.release() || w.release() {
+			t.Fatal("release: want true once, then false")
+		}
+		held = append(held, w)
+	}
+	per := (int64(heapAlloc()) - int64(before)) / n
+	t.Logf("heap per released connection: %d bytes", per)
+	if limit := int64(128); per > limit {
+		t.Errorf("heap per released connection %d bytes, want at most %d", per, limit)
+	}
+	p.mu.Lock()
+	left := len(p.n)
+	p.mu.Unlock()
+	if left != 0 || p.timedOut.Load() != 0 {
+		t.Errorf("after release: %d addresses counted, %d timed out; want 0, 0", left, p.timedOut.Load())
+	}
+	runtime.KeepAlive(held)
 }

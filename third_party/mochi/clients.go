@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -142,10 +143,10 @@ type ClientConnection struct {
 	bconn     *connReader     // a buffered net.Conn for reading packets (quiot: connReader, was a bufio.Reader)
 	outbuf    *bytes.Buffer   // a buffer for writing packets
 	raw       syscall.RawConn // quiot: Conn's socket, for deliveries written at once (Client.rawConn); nil if it has none
-	rawLooked bool            // quiot: raw was looked up
 	Remote    string          // the remote address of the client
 	Listener  string          // listener id of the client
 	Inline    bool            // if true, the client is the built-in 'inline' embedded client
+	rawLooked bool            // quiot: raw was looked up (beside Inline: QUIOT.md, change 20)
 }
 
 // ClientProperties contains the properties which define the client behaviour.
@@ -170,24 +171,24 @@ type Will struct {
 
 // ClientState tracks the state of the client.
 type ClientState struct {
-	TopicAliases    TopicAliases       // a map of topic aliases
-	stopCause       atomic.Value       // reason for stopping
-	Inflight        *Inflight          // a map of in-flight qos messages
-	Subscriptions   *Subscriptions     // a map of the subscription filters a client maintains
-	disconnected    int64              // the time the client disconnected in unix time, for calculating expiry
-	outbound        writeQueue         // queue for pending outbound packets (quiot: writeQueue, was a channel)
-	endOnce         sync.Once          // only end once
-	isTakenOver     atomic.Bool        // used to identify orphaned clients
-	packetID        uint32             // the current highest packetID
-	open            context.Context    // indicate that the client is open for packet exchange
-	cancelOpen      context.CancelFunc // cancel function for open context
-	outboundQty     int32              // number of messages currently in the outbound queue
-	writing         atomic.Bool        // quiot: a goroutine is writing the outbound queue (startWriter)
-	outboundBytes   atomic.Int64       // quiot: bytes of the QoS 0 messages in the outbound queue (queuedSize)
-	idMu            sync.Mutex         // quiot: serialises NextPacketID (not the client's write lock)
-	room            chan struct{}      // quiot: the writer took a packet from the queue (the retained replay waits on it: retained.go)
-	Keepalive       uint16             // the number of seconds the connection can wait
-	ServerKeepalive bool               // keepalive was set by the server
+	TopicAliases    TopicAliases                  // a map of topic aliases
+	stopCause       atomic.Pointer[error]         // reason for stopping (quiot: was an atomic.Value, 8 bytes more: QUIOT.md, change 20)
+	Inflight        *Inflight                     // a map of in-flight qos messages
+	Subscriptions   *Subscriptions                // a map of the subscription filters a client maintains
+	disconnected    int64                         // the time the client disconnected in unix time, for calculating expiry
+	outbound        writeQueue                    // queue for pending outbound packets (quiot: writeQueue, was a channel)
+	endOnce         sync.Once                     // only end once
+	isTakenOver     atomic.Bool                   // used to identify orphaned clients
+	Keepalive       uint16                        // the number of seconds the connection can wait (quiot: beside isTakenOver, QUIOT.md, change 20)
+	ServerKeepalive bool                          // keepalive was set by the server
+	packetID        uint32                        // the current highest packetID
+	open            context.Context               // indicate that the client is open for packet exchange
+	cancelOpen      context.CancelFunc            // cancel function for open context
+	outboundQty     int32                         // number of messages currently in the outbound queue
+	writing         atomic.Bool                   // quiot: a goroutine is writing the outbound queue (startWriter)
+	outboundBytes   atomic.Int64                  // quiot: bytes of the QoS 0 messages in the outbound queue (queuedSize)
+	idMu            sync.Mutex                    // quiot: serialises NextPacketID (not the client's write lock)
+	room            atomic.Pointer[chan struct{}] // quiot: the writer took a packet from the queue (the retained replay waits on it: retained.go); made by roomChan
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -208,8 +209,7 @@ func newClient(c net.Conn, o *ops) *Client {
 			// MaximumClientWritesPending+1 packets pending; a writer started on
 			// demand holds none until it runs, and the extra slot keeps that
 			// bound (QUIOT.md).
-			outbound: writeQueue{max: int(o.options.Capabilities.MaximumClientWritesPending) + 1},
-			room:     make(chan struct{}, 1),
+			outbound: writeQueue{max: queueMax(o.options.Capabilities.MaximumClientWritesPending)},
 		},
 		Properties: ClientProperties{
 			ProtocolVersion: defaultClientProtocolVersion, // default protocol version
@@ -226,6 +226,15 @@ func newClient(c net.Conn, o *ops) *Client {
 	}
 
 	return cl
+}
+
+// queueMax is the bound of a client's write queue: one slot more than
+// MaximumClientWritesPending (newClient), at most math.MaxInt32.
+func queueMax(pending int32) int32 {
+	if pending == math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return pending + 1
 }
 
 // startWriter starts a goroutine writing the client's outbound queue
@@ -272,11 +281,30 @@ func (cl *Client) drainOutbound() {
 		}
 		atomic.AddInt32(&cl.State.outboundQty, -1)
 		cl.releaseQueued(queuedSize(pk))
-		select { // quiot: wakes a retained replay waiting for room (retained.go)
-		case cl.State.room <- struct{}{}:
-		default:
+		if room := cl.State.room.Load(); room != nil { // quiot: wakes a retained replay waiting for room (retained.go)
+			select {
+			case *room <- struct{}{}:
+			default:
+			}
 		}
 	}
+}
+
+// roomChan returns the channel the client's writer signals on each
+// time it takes a packet from the queue, making it on first use. quiot:
+// only a retained replay that waits for room listens on it, so it is made
+// by the first such replay rather than with every client (QUIOT.md,
+// change 20); the replay makes it before it looks for room, so a packet
+// taken after that look signals it.
+func (cl *Client) roomChan() chan struct{} {
+	if room := cl.State.room.Load(); room != nil {
+		return *room
+	}
+	room := make(chan struct{}, 1)
+	if !cl.State.room.CompareAndSwap(nil, &room) {
+		return *cl.State.room.Load()
+	}
+	return room
 }
 
 // queuedSize is what a packet in the outbound queue counts against the
@@ -568,7 +596,7 @@ func (cl *Client) Stop(err error) {
 		}
 
 		if err != nil {
-			cl.State.stopCause.Store(err)
+			cl.State.stopCause.Store(&err)
 		}
 
 		if cl.State.cancelOpen != nil {
@@ -582,10 +610,10 @@ func (cl *Client) Stop(err error) {
 
 // StopCause returns the reason the client connection was stopped, if any.
 func (cl *Client) StopCause() error {
-	if cl.State.stopCause.Load() == nil {
-		return nil
+	if p := cl.State.stopCause.Load(); p != nil {
+		return *p
 	}
-	return cl.State.stopCause.Load().(error)
+	return nil
 }
 
 // StopTime returns the the time the client disconnected in unix time, else zero.

@@ -68,6 +68,7 @@ func benchmarkFanoutWrite(b *testing.B, clients int) {
 	cls := make([]*Client, clients)
 	for i := range cls {
 		cls[i] = newWriteClient(func([]byte) { wg.Done() })
+		cls[i].roomChan() // made before the first push, so no wake-up is lost
 	}
 	defer func() {
 		for _, cl := range cls {
@@ -81,7 +82,7 @@ func benchmarkFanoutWrite(b *testing.B, clients int) {
 		wg.Add(clients)
 		for _, cl := range cls {
 			for !queue(cl, pk) {
-				<-cl.State.room
+				<-cl.roomChan()
 			}
 		}
 		wg.Wait()

@@ -30,9 +30,9 @@ type Inflight struct {
 
 // NewInflights returns a new instance of an Inflight packets map.
 func NewInflights() *Inflight {
-	return &Inflight{
-		internal: map[uint16]*packets.Packet{},
-	}
+	// quiot: the map is made by the first Set (QUIOT.md, change 20): most
+	// clients of a broker have nothing in flight most of the time.
+	return &Inflight{}
 }
 
 // Set adds or updates an inflight packet by packet id.
@@ -47,6 +47,9 @@ func (i *Inflight) setShared(pk *packets.Packet) bool {
 	i.Lock()
 	defer i.Unlock()
 
+	if i.internal == nil { // quiot: made on first use (QUIOT.md, change 20)
+		i.internal = map[uint16]*packets.Packet{}
+	}
 	_, ok := i.internal[pk.PacketID]
 	i.internal[pk.PacketID] = pk
 	return !ok
@@ -77,6 +80,9 @@ func (i *Inflight) Clone() *Inflight {
 	c := NewInflights()
 	i.RLock()
 	defer i.RUnlock()
+	if len(i.internal) > 0 { // quiot: c's map is made only if it holds any (QUIOT.md, change 20)
+		c.internal = make(map[uint16]*packets.Packet, len(i.internal))
+	}
 	for k, v := range i.internal {
 		c.internal[k] = v
 	}

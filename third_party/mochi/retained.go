@@ -487,6 +487,7 @@ func (s *Server) runReplays(rp *replayer) {
 		r := rp.queue[0]
 		s.replays.mu.Unlock()
 
+		room := cl.roomChan() // quiot: before the step looks for room (QUIOT.md, change 20)
 		wait := replayWait
 		switch r.step(s, cl, true) {
 		case replayDone:
@@ -504,7 +505,7 @@ func (s *Server) runReplays(rp *replayer) {
 		t := time.NewTimer(wait)
 		select {
 		case <-rp.wake:
-		case <-cl.State.room:
+		case <-room:
 		case <-cl.State.open.Done():
 		case <-t.C:
 		}

@@ -33,9 +33,9 @@ func NewTopicAliases(topicAliasMaximum uint16) TopicAliases {
 
 // NewInboundTopicAliases returns a pointer to InboundTopicAliases.
 func NewInboundTopicAliases(topicAliasMaximum uint16) *InboundTopicAliases {
+	// quiot: the map is made by the first Set (QUIOT.md, change 20).
 	return &InboundTopicAliases{
-		maximum:  topicAliasMaximum,
-		internal: map[uint16]string{},
+		maximum: topicAliasMaximum,
 	}
 }
 
@@ -59,6 +59,9 @@ func (a *InboundTopicAliases) Set(id uint16, topic string) string {
 		return existing
 	}
 
+	if a.internal == nil { // quiot: made on first use (QUIOT.md, change 20)
+		a.internal = map[uint16]string{}
+	}
 	a.internal[id] = topic
 	return topic
 }
@@ -73,9 +76,9 @@ type OutboundTopicAliases struct {
 
 // NewOutboundTopicAliases returns a pointer to OutboundTopicAliases.
 func NewOutboundTopicAliases(topicAliasMaximum uint16) *OutboundTopicAliases {
+	// quiot: the map is made by the first Set (QUIOT.md, change 20).
 	return &OutboundTopicAliases{
-		maximum:  topicAliasMaximum,
-		internal: map[string]uint16{},
+		maximum: topicAliasMaximum,
 	}
 }
 
@@ -99,6 +102,9 @@ func (a *OutboundTopicAliases) Set(topic string) (uint16, bool) {
 		return 0, false
 	}
 
+	if a.internal == nil { // quiot: made on first use (QUIOT.md, change 20)
+		a.internal = map[string]uint16{}
+	}
 	a.internal[topic] = uint16(i) + 1
 	atomic.StoreUint32(&a.cursor, i+1)
 	return uint16(i) + 1, false
