@@ -23,7 +23,7 @@ import (
 // connections maps under a lock instead of sync.Maps, a connection's end
 // channel made only when a takeover waits for it, and the fork's Client
 // without maps it has no use for yet, in a smaller size class (QUIOT.md,
-// change 20): 8.40-8.46 KB -> 7.67-7.73 KB (docs/BENCH.md, "Heap per idle
+// change 19): 8.40-8.46 KB -> 7.67-7.73 KB (docs/BENCH.md, "Heap per idle
 // client, site by site").
 func TestPerClientHeap(t *testing.T) {
 	const n = 200

@@ -146,7 +146,7 @@ type ClientConnection struct {
 	Remote    string          // the remote address of the client
 	Listener  string          // listener id of the client
 	Inline    bool            // if true, the client is the built-in 'inline' embedded client
-	rawLooked bool            // quiot: raw was looked up (beside Inline: QUIOT.md, change 20)
+	rawLooked bool            // quiot: raw was looked up (beside Inline: QUIOT.md, change 19)
 }
 
 // ClientProperties contains the properties which define the client behaviour.
@@ -172,14 +172,14 @@ type Will struct {
 // ClientState tracks the state of the client.
 type ClientState struct {
 	TopicAliases    TopicAliases                  // a map of topic aliases
-	stopCause       atomic.Pointer[error]         // reason for stopping (quiot: was an atomic.Value, 8 bytes more: QUIOT.md, change 20)
+	stopCause       atomic.Pointer[error]         // reason for stopping (quiot: was an atomic.Value, 8 bytes more: QUIOT.md, change 19)
 	Inflight        *Inflight                     // a map of in-flight qos messages
 	Subscriptions   *Subscriptions                // a map of the subscription filters a client maintains
 	disconnected    int64                         // the time the client disconnected in unix time, for calculating expiry
 	outbound        writeQueue                    // queue for pending outbound packets (quiot: writeQueue, was a channel)
 	endOnce         sync.Once                     // only end once
 	isTakenOver     atomic.Bool                   // used to identify orphaned clients
-	Keepalive       uint16                        // the number of seconds the connection can wait (quiot: beside isTakenOver, QUIOT.md, change 20)
+	Keepalive       uint16                        // the number of seconds the connection can wait (quiot: beside isTakenOver, QUIOT.md, change 19)
 	ServerKeepalive bool                          // keepalive was set by the server
 	packetID        uint32                        // the current highest packetID
 	open            context.Context               // indicate that the client is open for packet exchange
@@ -294,7 +294,7 @@ func (cl *Client) drainOutbound() {
 // time it takes a packet from the queue, making it on first use. quiot:
 // only a retained replay that waits for room listens on it, so it is made
 // by the first such replay rather than with every client (QUIOT.md,
-// change 20); the replay makes it before it looks for room, so a packet
+// change 19); the replay makes it before it looks for room, so a packet
 // taken after that look signals it.
 func (cl *Client) roomChan() chan struct{} {
 	if room := cl.State.room.Load(); room != nil {

@@ -59,7 +59,7 @@ func newTestClient() (cl *Client, r net.Conn, w net.Conn) {
 
 func TestNewInflights(t *testing.T) {
 	require.NotNil(t, NewInflights())
-	require.Nil(t, NewInflights().internal) // quiot: made by the first Set (QUIOT.md, change 20)
+	require.Nil(t, NewInflights().internal) // quiot: made by the first Set (QUIOT.md, change 19)
 }
 
 func TestNewClients(t *testing.T) {
@@ -135,7 +135,7 @@ func TestNewClient(t *testing.T) {
 	cl, _, _ := newTestClient()
 
 	require.NotNil(t, cl)
-	require.NotNil(t, cl.State.Inflight) // quiot: its map is made by the first Set (QUIOT.md, change 20)
+	require.NotNil(t, cl.State.Inflight) // quiot: its map is made by the first Set (QUIOT.md, change 19)
 	require.NotNil(t, cl.State.Subscriptions)
 	require.NotNil(t, cl.State.TopicAliases)
 	require.Equal(t, defaultKeepalive, cl.State.Keepalive)
@@ -312,7 +312,7 @@ func TestClientNextPacketIDInUse(t *testing.T) {
 
 func TestClientNextPacketIDExhausted(t *testing.T) {
 	cl, _, _ := newTestClient()
-	cl.State.Inflight.internal = map[uint16]*packets.Packet{} // quiot: made by the first Set (QUIOT.md, change 20)
+	cl.State.Inflight.internal = map[uint16]*packets.Packet{} // quiot: made by the first Set (QUIOT.md, change 19)
 	for i := uint32(1); i <= cl.ops.options.Capabilities.maximumPacketID; i++ {
 		cl.State.Inflight.internal[uint16(i)] = &packets.Packet{PacketID: uint16(i)}
 	}
@@ -325,7 +325,7 @@ func TestClientNextPacketIDExhausted(t *testing.T) {
 
 func TestClientNextPacketIDOverflow(t *testing.T) {
 	cl, _, _ := newTestClient()
-	cl.State.Inflight.internal = map[uint16]*packets.Packet{} // quiot: made by the first Set (QUIOT.md, change 20)
+	cl.State.Inflight.internal = map[uint16]*packets.Packet{} // quiot: made by the first Set (QUIOT.md, change 19)
 	for i := uint32(0); i < cl.ops.options.Capabilities.maximumPacketID; i++ {
 		cl.State.Inflight.internal[uint16(i)] = &packets.Packet{}
 	}
@@ -587,7 +587,7 @@ func TestClientStop(t *testing.T) {
 	cl, _, _ := newTestClient()
 	require.Equal(t, int64(0), cl.StopTime())
 	cl.Stop(nil)
-	require.Nil(t, cl.State.stopCause.Load()) // quiot: an atomic.Pointer[error] (QUIOT.md, change 20)
+	require.Nil(t, cl.State.stopCause.Load()) // quiot: an atomic.Pointer[error] (QUIOT.md, change 19)
 	require.InDelta(t, time.Now().Unix(), cl.State.disconnected, 1.0)
 	require.Equal(t, cl.State.disconnected, cl.StopTime())
 	require.True(t, cl.Closed())

@@ -365,7 +365,7 @@ func TestWritePacketEncodeBufferPooled(t *testing.T) {
 // retained replay's wake-ups, with every client: 4 allocations, about
 // 290 bytes, that an MQTT 3.1.1 client (no topic aliases) or one that is
 // sent nothing keeps for its life. They are now made on first use
-// (QUIOT.md, change 20). The Client struct itself was 728 bytes; with
+// (QUIOT.md, change 19). The Client struct itself was 728 bytes; with
 // the 8-byte header the allocator puts before an object of more than 512
 // bytes with pointers it took a 768-byte slot. Four fields moved and two
 // narrowed make it 696 bytes, in a 704-byte slot. Measured: 1392 bytes

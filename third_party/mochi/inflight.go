@@ -30,7 +30,7 @@ type Inflight struct {
 
 // NewInflights returns a new instance of an Inflight packets map.
 func NewInflights() *Inflight {
-	// quiot: the map is made by the first Set (QUIOT.md, change 20): most
+	// quiot: the map is made by the first Set (QUIOT.md, change 19): most
 	// clients of a broker have nothing in flight most of the time.
 	return &Inflight{}
 }
@@ -47,7 +47,7 @@ func (i *Inflight) setShared(pk *packets.Packet) bool {
 	i.Lock()
 	defer i.Unlock()
 
-	if i.internal == nil { // quiot: made on first use (QUIOT.md, change 20)
+	if i.internal == nil { // quiot: made on first use (QUIOT.md, change 19)
 		i.internal = map[uint16]*packets.Packet{}
 	}
 	_, ok := i.internal[pk.PacketID]
@@ -80,7 +80,7 @@ func (i *Inflight) Clone() *Inflight {
 	c := NewInflights()
 	i.RLock()
 	defer i.RUnlock()
-	if len(i.internal) > 0 { // quiot: c's map is made only if it holds any (QUIOT.md, change 20)
+	if len(i.internal) > 0 { // quiot: c's map is made only if it holds any (QUIOT.md, change 19)
 		c.internal = make(map[uint16]*packets.Packet, len(i.internal))
 	}
 	for k, v := range i.internal {

@@ -487,7 +487,7 @@ func (s *Server) runReplays(rp *replayer) {
 		r := rp.queue[0]
 		s.replays.mu.Unlock()
 
-		room := cl.roomChan() // quiot: before the step looks for room (QUIOT.md, change 20)
+		room := cl.roomChan() // quiot: before the step looks for room (QUIOT.md, change 19)
 		wait := replayWait
 		switch r.step(s, cl, true) {
 		case replayDone:

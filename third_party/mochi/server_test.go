@@ -176,7 +176,7 @@ func TestServerNewClient(t *testing.T) {
 	require.Equal(t, "test", cl.ID)
 	require.Equal(t, "testing", cl.Net.Listener)
 	require.False(t, cl.Net.Inline)
-	require.NotNil(t, cl.State.Inflight) // quiot: its map is made by the first Set (QUIOT.md, change 20)
+	require.NotNil(t, cl.State.Inflight) // quiot: its map is made by the first Set (QUIOT.md, change 19)
 	require.NotNil(t, cl.State.Subscriptions)
 	require.NotNil(t, cl.State.TopicAliases)
 	require.Equal(t, defaultKeepalive, cl.State.Keepalive)

@@ -33,7 +33,7 @@ func NewTopicAliases(topicAliasMaximum uint16) TopicAliases {
 
 // NewInboundTopicAliases returns a pointer to InboundTopicAliases.
 func NewInboundTopicAliases(topicAliasMaximum uint16) *InboundTopicAliases {
-	// quiot: the map is made by the first Set (QUIOT.md, change 20).
+	// quiot: the map is made by the first Set (QUIOT.md, change 19).
 	return &InboundTopicAliases{
 		maximum: topicAliasMaximum,
 	}
@@ -59,7 +59,7 @@ func (a *InboundTopicAliases) Set(id uint16, topic string) string {
 		return existing
 	}
 
-	if a.internal == nil { // quiot: made on first use (QUIOT.md, change 20)
+	if a.internal == nil { // quiot: made on first use (QUIOT.md, change 19)
 		a.internal = map[uint16]string{}
 	}
 	a.internal[id] = topic
@@ -76,7 +76,7 @@ type OutboundTopicAliases struct {
 
 // NewOutboundTopicAliases returns a pointer to OutboundTopicAliases.
 func NewOutboundTopicAliases(topicAliasMaximum uint16) *OutboundTopicAliases {
-	// quiot: the map is made by the first Set (QUIOT.md, change 20).
+	// quiot: the map is made by the first Set (QUIOT.md, change 19).
 	return &OutboundTopicAliases{
 		maximum: topicAliasMaximum,
 	}
@@ -102,7 +102,7 @@ func (a *OutboundTopicAliases) Set(topic string) (uint16, bool) {
 		return 0, false
 	}
 
-	if a.internal == nil { // quiot: made on first use (QUIOT.md, change 20)
+	if a.internal == nil { // quiot: made on first use (QUIOT.md, change 19)
 		a.internal = map[string]uint16{}
 	}
 	a.internal[topic] = uint16(i) + 1

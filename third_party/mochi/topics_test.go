@@ -849,7 +849,7 @@ func TestIsSharedFilter(t *testing.T) {
 func TestNewInboundAliases(t *testing.T) {
 	a := NewInboundTopicAliases(5)
 	require.NotNil(t, a)
-	require.Nil(t, a.internal) // quiot: made by the first Set (QUIOT.md, change 20)
+	require.Nil(t, a.internal) // quiot: made by the first Set (QUIOT.md, change 19)
 	require.Equal(t, uint16(5), a.maximum)
 }
 
@@ -875,7 +875,7 @@ func TestInboundAliasesSetMaxZero(t *testing.T) {
 func TestNewOutboundAliases(t *testing.T) {
 	a := NewOutboundTopicAliases(5)
 	require.NotNil(t, a)
-	require.Nil(t, a.internal) // quiot: made by the first Set (QUIOT.md, change 20)
+	require.Nil(t, a.internal) // quiot: made by the first Set (QUIOT.md, change 19)
 	require.Equal(t, uint16(5), a.maximum)
 	require.Equal(t, uint32(0), a.cursor)
 }

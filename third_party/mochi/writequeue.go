@@ -22,7 +22,7 @@ type writeQueue struct {
 	items []*packets.Packet // items[head:] are queued, oldest first
 	head  int
 	n     atomic.Int32 // len(items) - head, read without the lock
-	max   int32        // an int32 beside n, so the Client fits a smaller size class (QUIOT.md, change 20)
+	max   int32        // an int32 beside n, so the Client fits a smaller size class (QUIOT.md, change 19)
 }
 
 // push queues pk, or reports false if the queue is full.
