@@ -86,7 +86,7 @@ func TestARMv6RoundTripMQTT(t *testing.T) {
 		t.Logf("%s subscriber under qemu, latency ms: %s", s.name, fmtMS(lat))
 	}
 	if err := broker.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\nbroker stdout:\n%s\nstderr:\n%s", err, broker.stdout, broker.stderr)
 	}
 	broker.exit(t, ctx)
 }

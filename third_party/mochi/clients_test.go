@@ -588,8 +588,8 @@ func TestClientStop(t *testing.T) {
 	require.Equal(t, int64(0), cl.StopTime())
 	cl.Stop(nil)
 	require.Nil(t, cl.State.stopCause.Load()) // quiot: an atomic.Pointer[error] (QUIOT.md, change 19)
-	require.InDelta(t, time.Now().Unix(), cl.State.disconnected, 1.0)
-	require.Equal(t, cl.State.disconnected, cl.StopTime())
+	require.InDelta(t, time.Now().Unix(), cl.State.disconnected.Load(), 1.0)
+	require.Equal(t, cl.State.disconnected.Load(), cl.StopTime())
 	require.True(t, cl.Closed())
 	require.Equal(t, nil, cl.StopCause())
 }

@@ -3129,7 +3129,7 @@ func TestServerProcessPacketDisconnect(t *testing.T) {
 
 	require.Equal(t, 0, s.loop.willDelayed.Len())
 	require.True(t, cl.Closed())
-	require.Equal(t, time.Now().Unix(), atomic.LoadInt64(&cl.State.disconnected))
+	require.Equal(t, time.Now().Unix(), cl.State.disconnected.Load())
 }
 
 func TestServerProcessPacketDisconnectNonZeroExpiryViolation(t *testing.T) {
@@ -3567,7 +3567,7 @@ func TestServerClearExpiredClients(t *testing.T) {
 	// No Expiry
 	cl0, _, _ := newTestClient()
 	cl0.ID = "c0"
-	cl0.State.disconnected = n - 10
+	cl0.State.disconnected.Store(n - 10)
 	cl0.State.cancelOpen()
 	cl0.Properties.ProtocolVersion = 5
 	cl0.Properties.Props.SessionExpiryInterval = 12
@@ -3577,7 +3577,7 @@ func TestServerClearExpiredClients(t *testing.T) {
 	// Normal Expiry
 	cl1, _, _ := newTestClient()
 	cl1.ID = "c1"
-	cl1.State.disconnected = n - 10
+	cl1.State.disconnected.Store(n - 10)
 	cl1.State.cancelOpen()
 	cl1.Properties.ProtocolVersion = 5
 	cl1.Properties.Props.SessionExpiryInterval = 8
@@ -3587,7 +3587,7 @@ func TestServerClearExpiredClients(t *testing.T) {
 	// No Expiry, indefinite session
 	cl2, _, _ := newTestClient()
 	cl2.ID = "c2"
-	cl2.State.disconnected = n - 10
+	cl2.State.disconnected.Store(n - 10)
 	cl2.State.cancelOpen()
 	cl2.Properties.ProtocolVersion = 5
 	cl2.Properties.Props.SessionExpiryInterval = 0
