@@ -16,6 +16,9 @@ MOCHI_RACE_TESTS ?= TestNextImmediateBesideSet|TestPublishToClientQoS0Bytes|Test
 # TestFaultStreamWindowResend run the same publisher, spool and relay under
 # -race). broker/bridge's TestQuiotUpstreamNBIoTBlackout skips itself there.
 RACE_SKIP ?= ^TestFaultBlackout$$
+# mochi's tests that also run built for ARMv6 under qemu (test-fork).
+MOCHI_ARM_TESTS ?= ^(TestClient|TestNewClient|TestInflight|TestNewInflights)
+MOCHI_ARM_SKIP ?= ^TestClientWritePacketBuffer$$
 RACE_PKGS ?= ./broker/... ./device/bench/... ./device/client/... ./internal/spool/... ./internal/netimpair/... ./internal/wire/... ./probe/capture/... ./probe/measure/... ./probe/watch/... ./internal/qmetrics/... ./internal/sysstat/... ./internal/streamconn/... ./probe/ovs/... ./internal/probehold/... ./internal/quicgov/...
 
 .PHONY: all build quiot pi arm64 test test-go test-fork unit race lint fuzz demo deps deb lab bench clean
@@ -65,15 +68,19 @@ test-go:
 # beside the module's tests (a loaded fresh-clone run) they met the port
 # still held by the test before and a refused connection.
 #
-# mochi's own package runs once more built for the Pi Zero (ARMv6) under
+# mochi's client tests run once more built for the Pi Zero (ARMv6) under
 # qemu-arm-static: a 64-bit atomic on a field that a layout change left
 # 4-byte aligned panics only on 32-bit ARM (the broker crashed so under
 # qemu when the Client's fields were regrouped; QUIOT.md, change 19).
+# Only the client's own tests (MOCHI_ARM_TESTS), without the one that
+# paces a reader by 100 ms sleeps: upstream's server tests wait on fixed
+# times, which emulation overruns (TestEstablishConnectionInheritExistingTrueTakeover
+# failed so in a fresh-clone run).
 test-fork:
 	cd third_party/mochi && $(GO) test -count=1 -timeout 5m ./... && $(GO) test -count=1 -race -timeout 5m -run '$(MOCHI_RACE_TESTS)' .
 	@if command -v qemu-arm-static >/dev/null; then \
 		mkdir -p $(DIST) && cd third_party/mochi && GOOS=linux GOARCH=arm GOARM=6 CGO_ENABLED=0 $(GO) test -c -o $(CURDIR)/$(DIST)/mochi-armv6.test . && \
-		echo "mochi's tests on ARMv6 (qemu-arm-static -cpu arm1176)" && qemu-arm-static -cpu arm1176 $(CURDIR)/$(DIST)/mochi-armv6.test -test.count=1 -test.timeout=5m; \
+		echo "mochi's tests on ARMv6 (qemu-arm-static -cpu arm1176)" && qemu-arm-static -cpu arm1176 $(CURDIR)/$(DIST)/mochi-armv6.test -test.count=1 -test.timeout=5m -test.run '$(MOCHI_ARM_TESTS)' -test.skip '$(MOCHI_ARM_SKIP)'; \
 	elif [ "$$CI" = true ]; then echo "test-fork: qemu-arm-static is missing (scripts/deps.sh installs qemu-user-static)"; exit 1; \
 	else echo "test-fork: mochi's tests on ARMv6 skipped: no qemu-arm-static (scripts/deps.sh installs qemu-user-static)"; fi
 	cd third_party/paho && $(GO) test -count=1 -timeout 5m ./...
