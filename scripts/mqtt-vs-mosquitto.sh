@@ -12,7 +12,8 @@
 # Per step of N subscribers (10 topic groups, QoS 1) and one publisher at
 # RATE msg/s of SIZE bytes for DURATION s, each broker is started fresh and
 # measured from /proc/PID: CPU s (utime+stime, from before the first
-# connection to the last delivery; "load" = the publishing part only), VmRSS
+# connection to the last delivery; "load" = the publishing part only, with
+# its user and system time in brackets), VmRSS
 # idle, after the connections, at the end, VmHWM (peak), KB per connection
 # ((connected - idle) / N), deliveries and latency p50/p99 (publish call ->
 # delivery, one clock). The last column of each quiot row is quiot /
@@ -160,7 +161,7 @@ const [name, j, r] = process.argv.slice(1)
 const a = JSON.parse(j), b = r ? JSON.parse(r) : null
 const mb = (kb) => (kb / 1024).toFixed(1)
 const x = (k) => (b && b[k] ? " (" + (a[k] / b[k]).toFixed(2) + "x)" : "")
-console.log(`| ${a.n} | ${name} | ${a.cpu_s}${x("cpu_s")} | ${a.cpu_load_s}${x("cpu_load_s")} | ${mb(a.rss_idle_kb)} | ${mb(a.rss_connected_kb)} | ${mb(a.rss_end_kb)}${x("rss_end_kb")} | ${mb(a.rss_peak_kb)}${x("rss_peak_kb")} | ${a.kb_per_conn}${x("kb_per_conn")} | ${a.deliveries}/${a.expected} | ${a.p50_ms} / ${a.p99_ms} | ${a.connected}${a.refused ? " (" + a.refused + " refused: " + a.first_error + ")" : ""} |`)
+console.log(`| ${a.n} | ${name} | ${a.cpu_s}${x("cpu_s")} | ${a.cpu_load_s}${x("cpu_load_s")}${a.user_load_s !== undefined ? ` [user ${a.user_load_s}, sys ${a.sys_load_s}]` : ""} | ${mb(a.rss_idle_kb)} | ${mb(a.rss_connected_kb)} | ${mb(a.rss_end_kb)}${x("rss_end_kb")} | ${mb(a.rss_peak_kb)}${x("rss_peak_kb")} | ${a.kb_per_conn}${x("kb_per_conn")} | ${a.deliveries}/${a.expected} | ${a.p50_ms} / ${a.p99_ms} | ${a.connected}${a.refused ? " (" + a.refused + " refused: " + a.first_error + ")" : ""} |`)
 ' "$@"
 }
 

@@ -6,7 +6,8 @@
 // the next group in turn; every message carries its send time, so latency is
 // measured on one clock (performance.now() of this process).
 //
-// The broker's own cost is read from /proc/BROKER_PID: CPU (utime+stime)
+// The broker's own cost is read from /proc/BROKER_PID: CPU (utime+stime;
+// user_load_s and sys_load_s split the publishing part's)
 // and VmRSS at the phases below, VmHWM (peak) at the end. It prints one JSON
 // line on stdout.
 //
@@ -47,13 +48,15 @@ const workers = Number(env('WORKERS', '2'))
 const clkTck = 100 // USER_HZ on Linux
 
 function proc () {
-  if (!pid) return { cpu: 0, rss: 0, hwm: 0 }
+  if (!pid) return { cpu: 0, user: 0, sys: 0, rss: 0, hwm: 0 }
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  const cpu = (Number(f[11]) + Number(f[12])) / clkTck // utime, stime (fields 14, 15)
+  const user = Number(f[11]) / clkTck // utime (field 14)
+  const sys = Number(f[12]) / clkTck // stime (field 15)
+  const cpu = user + sys
   const st = readFileSync(`/proc/${pid}/status`, 'utf8')
   const kb = (k) => Number((st.match(new RegExp(`^${k}:\\s+(\\d+)`, 'm')) || [0, 0])[1])
-  return { cpu, rss: kb('VmRSS'), hwm: kb('VmHWM') }
+  return { cpu, user, sys, rss: kb('VmRSS'), hwm: kb('VmHWM') }
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -176,6 +179,8 @@ if (!isMainThread) {
     p50_ms: +q(0.5).toFixed(2), p99_ms: +q(0.99).toFixed(2), max_ms: +q(1).toFixed(2),
     cpu_s: +(pEnd.cpu - p0.cpu).toFixed(2),
     cpu_load_s: +(pEnd.cpu - pConn.cpu).toFixed(2),
+    user_load_s: +(pEnd.user - pConn.user).toFixed(2),
+    sys_load_s: +(pEnd.sys - pConn.sys).toFixed(2),
     rss_idle_kb: p0.rss, rss_connected_kb: pConn.rss, rss_end_kb: pEnd.rss, rss_peak_kb: pEnd.hwm,
     kb_per_conn: connected ? +((pConn.rss - p0.rss) / connected).toFixed(2) : NaN
   }
