@@ -382,7 +382,7 @@ func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 	if handshakePending(cl) && liveSession(h.mq, cl) && !awaitHandshake(cl) {
 		return packets.ErrServerUnavailable
 	}
-	if cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval > 0 {
+	if cl.Properties.ProtocolVersion == 5 && cl.Properties.Props().SessionExpiryInterval > 0 {
 		// A session that may outlive its connection gets no topic
 		// aliases from the server: mochi queues a delivery as sent (with
 		// the alias and no topic name) and resends it so on the next
@@ -391,12 +391,12 @@ func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 		// protocol error and meets the same message at every reconnect.
 		// The server need not use aliases at all; sessions that end
 		// with their connection keep them.
-		cl.Properties.Props.TopicAliasMaximum = 0
+		cl.Properties.EditProps().TopicAliasMaximum = 0
 	}
-	if p := cl.Properties.Props; p.RequestProblemInfoFlag && p.RequestProblemInfo == 0 || p.MaximumPacketSize > 0 {
+	if p := cl.Properties.Props(); p.RequestProblemInfoFlag && p.RequestProblemInfo == 0 || p.MaximumPacketSize > 0 {
 		h.needed.Store(true)
 	}
-	if cl.Properties.Props.ReceiveMaximum > 0 {
+	if cl.Properties.Props().ReceiveMaximum > 0 {
 		h.flowed.Store(true)
 	}
 	return nil
@@ -496,7 +496,7 @@ func (h *compatHook) awaitSessionEnd(cl *mqtt.Client) {
 // does (mochi's rule in attachClient).
 func endsWithConnection(cl *mqtt.Client) bool {
 	if cl.Properties.ProtocolVersion == 5 {
-		return cl.Properties.Props.SessionExpiryInterval == 0
+		return cl.Properties.Props().SessionExpiryInterval == 0
 	}
 	return cl.Properties.Clean
 }
@@ -510,7 +510,7 @@ func endsWithConnection(cl *mqtt.Client) bool {
 // meanwhile could go out on the whole Receive Maximum).
 func (h *compatHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	h.unmark(cl)
-	if cl.Properties.Props.ReceiveMaximum == 0 || cl.State.Inflight.Len() == 0 {
+	if cl.Properties.Props().ReceiveMaximum == 0 || cl.State.Inflight.Len() == 0 {
 		return
 	}
 	h.restoreHeld(cl)
@@ -528,7 +528,7 @@ func (h *compatHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 // the next waiting delivery right after it: so the delivery waits at most
 // until the client's next packet (its PINGREQ at the latest).
 func unstall(cl *mqtt.Client) {
-	rm := cl.Properties.Props.ReceiveMaximum
+	rm := cl.Properties.Props().ReceiveMaximum
 	if rm == 0 || cl.State.Inflight.Len() == 0 {
 		return
 	}
@@ -659,7 +659,7 @@ func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 	if h.flowed.Load() {
 		h.restoreHeld(cl) // before this packet (perhaps their PUBACK) is processed
 		unstall(cl)
-		if t := pk.FixedHeader.Type; cl.Properties.Props.ReceiveMaximum > 0 && (t == packets.Puback || t == packets.Pubcomp) {
+		if t := pk.FixedHeader.Type; cl.Properties.Props().ReceiveMaximum > 0 && (t == packets.Puback || t == packets.Pubcomp) {
 			orderInflight(cl, true) // mochi may send the next held message after this one
 		}
 	}
@@ -672,7 +672,7 @@ func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 		// awaitSessionEnd needs to know from the start.
 		ends := cl.Properties.Clean
 		if cl.Properties.ProtocolVersion == 5 {
-			ends = cl.Properties.Props.SessionExpiryInterval == 0
+			ends = cl.Properties.Props().SessionExpiryInterval == 0
 			if pk.Properties.SessionExpiryIntervalFlag {
 				ends = pk.Properties.SessionExpiryInterval == 0
 			}

@@ -151,11 +151,85 @@ type ClientConnection struct {
 
 // ClientProperties contains the properties which define the client behaviour.
 type ClientProperties struct {
-	Props           packets.Properties
+	// props are the client's MQTT 5 properties (from its CONNECT, as the
+	// broker changed them), nil while it has none: an MQTT 3.1.1 client
+	// has none, and a Properties is 256 bytes. Read them with Props, set
+	// them with SetProps or EditProps. quiot: was an inline
+	// packets.Properties named Props (QUIOT.md, change 20).
+	props           atomic.Pointer[packets.Properties]
 	Will            Will
 	Username        []byte
 	ProtocolVersion byte
 	Clean           bool
+}
+
+// noProps are the properties of a client that has none. Nothing writes
+// them: Props returns a copy, and the fork's own readers (propsRef) only
+// read them.
+var noProps packets.Properties
+
+// Props returns a copy of the client's MQTT 5 properties: the zero
+// Properties when it has none. quiot: was the field Props (QUIOT.md,
+// change 20).
+func (p *ClientProperties) Props() packets.Properties {
+	return *p.propsRef()
+}
+
+// propsRef returns the client's properties, or noProps when it has none.
+// The caller must not change what it returns (EditProps does that).
+func (p *ClientProperties) propsRef() *packets.Properties {
+	if pr := p.props.Load(); pr != nil {
+		return pr
+	}
+	return &noProps
+}
+
+// SetProps replaces the client's MQTT 5 properties with a copy of pr;
+// zero properties are held as none (no allocation).
+func (p *ClientProperties) SetProps(pr packets.Properties) {
+	if propsEmpty(&pr) {
+		p.props.Store(nil)
+		return
+	}
+	p.props.Store(&pr)
+}
+
+// EditProps returns the client's MQTT 5 properties to change in place,
+// making them (zero) if the client has none. As with the inline field
+// upstream had, a change made while other goroutines read the client
+// (a delivery reads TopicAliasMaximum and MaximumPacketSize) is the
+// caller's to order.
+func (p *ClientProperties) EditProps() *packets.Properties {
+	for {
+		if pr := p.props.Load(); pr != nil {
+			return pr
+		}
+		if pr := new(packets.Properties); p.props.CompareAndSwap(nil, pr) {
+			return pr
+		}
+	}
+}
+
+// propsEmpty reports whether pr holds no property: every field zero, or
+// an empty slice (TestPropsEmptyEveryField sees every field counted).
+func propsEmpty(pr *packets.Properties) bool {
+	return len(pr.CorrelationData) == 0 && len(pr.SubscriptionIdentifier) == 0 &&
+		len(pr.AuthenticationData) == 0 && len(pr.User) == 0 &&
+		pr.ContentType == "" && pr.ResponseTopic == "" && pr.AssignedClientID == "" &&
+		pr.AuthenticationMethod == "" && pr.ResponseInfo == "" && pr.ServerReference == "" &&
+		pr.ReasonString == "" &&
+		pr.MessageExpiryInterval == 0 && pr.SessionExpiryInterval == 0 &&
+		pr.WillDelayInterval == 0 && pr.MaximumPacketSize == 0 &&
+		pr.ServerKeepAlive == 0 && pr.ReceiveMaximum == 0 && pr.TopicAliasMaximum == 0 &&
+		pr.TopicAlias == 0 && pr.PayloadFormat == 0 && !pr.PayloadFormatFlag &&
+		!pr.SessionExpiryIntervalFlag && !pr.ServerKeepAliveFlag &&
+		pr.RequestProblemInfo == 0 && !pr.RequestProblemInfoFlag &&
+		pr.RequestResponseInfo == 0 && !pr.TopicAliasFlag &&
+		pr.MaximumQos == 0 && !pr.MaximumQosFlag &&
+		pr.RetainAvailable == 0 && !pr.RetainAvailableFlag &&
+		pr.WildcardSubAvailable == 0 && !pr.WildcardSubAvailableFlag &&
+		pr.SubIDAvailable == 0 && !pr.SubIDAvailableFlag &&
+		pr.SharedSubAvailable == 0 && !pr.SharedSubAvailableFlag
 }
 
 // Will contains the last will and testament details for a client connection.
@@ -368,10 +442,10 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 	cl.Properties.ProtocolVersion = pk.ProtocolVersion
 	cl.Properties.Username = pk.Connect.Username
 	cl.Properties.Clean = pk.Connect.Clean
-	cl.Properties.Props = pk.Properties.Copy(false)
+	props := pk.Properties.Copy(false)
 
-	if cl.Properties.Props.ReceiveMaximum > cl.ops.options.Capabilities.MaximumInflight { // 3.3.4 Non-normative
-		cl.Properties.Props.ReceiveMaximum = cl.ops.options.Capabilities.MaximumInflight
+	if props.ReceiveMaximum > cl.ops.options.Capabilities.MaximumInflight { // 3.3.4 Non-normative
+		props.ReceiveMaximum = cl.ops.options.Capabilities.MaximumInflight
 	}
 
 	if pk.Connect.Keepalive <= minimumKeepalive {
@@ -385,14 +459,16 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 
 	cl.State.Keepalive = pk.Connect.Keepalive                                              // [MQTT-3.2.2-22]
 	cl.State.Inflight.ResetReceiveQuota(int32(cl.ops.options.Capabilities.ReceiveMaximum)) // server receive max per client
-	cl.State.Inflight.ResetSendQuota(int32(cl.Properties.Props.ReceiveMaximum))            // client receive max
-	cl.State.TopicAliases.Outbound = NewOutboundTopicAliases(cl.Properties.Props.TopicAliasMaximum)
+	cl.State.Inflight.ResetSendQuota(int32(props.ReceiveMaximum))                          // client receive max
+	cl.State.TopicAliases.Outbound = NewOutboundTopicAliases(props.TopicAliasMaximum)
 
 	cl.ID = pk.Connect.ClientIdentifier
 	if cl.ID == "" {
 		cl.ID = xid.New().String() // [MQTT-3.1.3-6] [MQTT-3.1.3-7]
-		cl.Properties.Props.AssignedClientID = cl.ID
+		props.AssignedClientID = cl.ID
 	}
+	// quiot: held behind a pointer, nil when the client sent none (QUIOT.md, change 20).
+	cl.Properties.SetProps(props)
 
 	if pk.Connect.WillFlag {
 		cl.Properties.Will = Will{
@@ -498,7 +574,7 @@ func (cl *Client) ResendInflightMessages(force bool) error {
 //
 // quiot: added (QUIOT.md, change 16).
 func (cl *Client) takeResendCredit() {
-	rm := int(cl.Properties.Props.ReceiveMaximum)
+	rm := int(cl.Properties.propsRef().ReceiveMaximum)
 	if rm == 0 {
 		return
 	}
@@ -796,15 +872,16 @@ func (cl *Client) preparePacket(pk *packets.Packet) {
 	}
 
 	pk.ProtocolVersion = cl.Properties.ProtocolVersion
+	props := cl.Properties.propsRef()
 	if pk.Mods.MaxSize == 0 { // NB we use this statement to embed client packet sizes in tests
-		pk.Mods.MaxSize = cl.Properties.Props.MaximumPacketSize
+		pk.Mods.MaxSize = props.MaximumPacketSize
 	}
 
-	if cl.Properties.Props.RequestProblemInfoFlag && cl.Properties.Props.RequestProblemInfo == 0x0 {
+	if props.RequestProblemInfoFlag && props.RequestProblemInfo == 0x0 {
 		pk.Mods.DisallowProblemInfo = true // [MQTT-3.1.2-29] strict, no problem info on any packet if set
 	}
 
-	if pk.FixedHeader.Type != packets.Connack || cl.Properties.Props.RequestResponseInfo == 0x1 || cl.ops.options.Capabilities.Compatibilities.AlwaysReturnResponseInfo {
+	if pk.FixedHeader.Type != packets.Connack || props.RequestResponseInfo == 0x1 || cl.ops.options.Capabilities.Compatibilities.AlwaysReturnResponseInfo {
 		pk.Mods.AllowResponseInfo = true // [MQTT-3.1.2-28] we need to know which properties we can encode
 	}
 

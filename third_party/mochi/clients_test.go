@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -51,8 +52,8 @@ func newTestClient() (cl *Client, r net.Conn, w net.Conn) {
 	cl.State.Inflight.sendQuota = 5
 	cl.State.Inflight.maximumReceiveQuota = 10
 	cl.State.Inflight.receiveQuota = 10
-	cl.Properties.Props.TopicAliasMaximum = 0
-	cl.Properties.Props.RequestResponseInfo = 0x1
+	cl.Properties.EditProps().TopicAliasMaximum = 0
+	cl.Properties.EditProps().RequestResponseInfo = 0x1
 
 	return
 }
@@ -782,8 +783,8 @@ func TestClientWritePacketBuffer(t *testing.T) {
 	cl.State.Inflight.sendQuota = 5
 	cl.State.Inflight.maximumReceiveQuota = 10
 	cl.State.Inflight.receiveQuota = 10
-	cl.Properties.Props.TopicAliasMaximum = 0
-	cl.Properties.Props.RequestResponseInfo = 0x1
+	cl.Properties.EditProps().TopicAliasMaximum = 0
+	cl.Properties.EditProps().RequestResponseInfo = 0x1
 
 	cl.ops.options.ClientNetWriteBufferSize = 10
 	defer cl.Stop(errClientStop)
@@ -842,7 +843,7 @@ func TestClientWritePacketBuffer(t *testing.T) {
 
 func TestWriteClientOversizePacket(t *testing.T) {
 	cl, _, _ := newTestClient()
-	cl.Properties.Props.MaximumPacketSize = 2
+	cl.Properties.EditProps().MaximumPacketSize = 2
 	pk := *packets.TPacketData[packets.Publish].Get(packets.TPublishDropOversize).Packet
 	err := cl.WritePacket(pk)
 	require.Error(t, err)
@@ -993,4 +994,81 @@ func TestNextPacketIDBesideBlockedWrite(t *testing.T) {
 		t.Fatal("NextPacketID waited for the blocked write")
 	}
 	cl.Stop(nil)
+}
+
+// quiot: a client holds its MQTT 5 properties only when it has any
+// (QUIOT.md, change 20): an MQTT 3.1.1 CONNECT with a client id leaves
+// none; an MQTT 5 one with properties, or one whose id the server
+// assigns, holds them, and Props reads them either way.
+func TestClientPropsHeldOnlyWhenAny(t *testing.T) {
+	tests := []struct {
+		name string
+		pk   packets.Packet
+		held bool
+	}{
+		{
+			name: "v3 with id",
+			pk:   packets.Packet{ProtocolVersion: 4, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60}},
+		},
+		{
+			name: "v5 without properties",
+			pk:   packets.Packet{ProtocolVersion: 5, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60}},
+		},
+		{
+			name: "v5 with receive maximum",
+			pk: packets.Packet{ProtocolVersion: 5, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60},
+				Properties: packets.Properties{ReceiveMaximum: 3}},
+			held: true,
+		},
+		{
+			name: "v3 assigned id",
+			pk:   packets.Packet{ProtocolVersion: 4, Connect: packets.ConnectParams{Keepalive: 60}},
+			held: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl, _, _ := newTestClient()
+			cl.ParseConnect("tcp1", tt.pk)
+			require.Equal(t, tt.held, cl.Properties.props.Load() != nil)
+			want := tt.pk.Properties.Copy(false)
+			if tt.pk.Connect.ClientIdentifier == "" {
+				want.AssignedClientID = cl.ID
+			}
+			require.Equal(t, want, cl.Properties.Props())
+
+			// A change to a client without properties makes them; the
+			// shared zero Properties stay zero.
+			cl.Properties.EditProps().SessionExpiryInterval = 30
+			require.Equal(t, uint32(30), cl.Properties.Props().SessionExpiryInterval)
+			require.True(t, propsEmpty(&noProps))
+			cl.Properties.SetProps(packets.Properties{})
+			require.Nil(t, cl.Properties.props.Load())
+		})
+	}
+}
+
+// quiot: propsEmpty looks at every field of packets.Properties, so that
+// properties with any field set are kept (change 20).
+func TestPropsEmptyEveryField(t *testing.T) {
+	require.True(t, propsEmpty(&packets.Properties{}))
+	require.True(t, propsEmpty(&packets.Properties{User: []packets.UserProperty{}}))
+	typ := reflect.TypeOf(packets.Properties{})
+	for i := 0; i < typ.NumField(); i++ {
+		var pr packets.Properties
+		f := reflect.ValueOf(&pr).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+			f.SetUint(1)
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+		default:
+			t.Fatalf("field %s: kind %s not covered", typ.Field(i).Name, f.Kind())
+		}
+		require.False(t, propsEmpty(&pr), typ.Field(i).Name)
+	}
 }

@@ -570,7 +570,7 @@ func (s *Server) detachClient(cl *Client, listener string, err error) error {
 	}
 	s.Log.Debug("client disconnected", "error", err, "client", cl.ID, "remote", cl.Net.Remote, "listener", listener)
 
-	expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
+	expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.propsRef().SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
 	s.hooks.OnDisconnect(cl, err, expire)
 
 	if expire && !cl.IsTakenOver() {
@@ -670,7 +670,7 @@ func (s *Server) inheritClientSession(pk packets.Packet, cl *Client) bool {
 			cl.State.Inflight = existing.State.Inflight.Clone() // [MQTT-3.1.2-5]
 			if cl.State.Inflight.maximumReceiveQuota == 0 && cl.ops.options.Capabilities.ReceiveMaximum != 0 {
 				cl.State.Inflight.ResetReceiveQuota(int32(cl.ops.options.Capabilities.ReceiveMaximum)) // server receive max per client
-				cl.State.Inflight.ResetSendQuota(int32(cl.Properties.Props.ReceiveMaximum))            // client receive max
+				cl.State.Inflight.ResetSendQuota(int32(cl.Properties.propsRef().ReceiveMaximum))       // client receive max
 			}
 		}
 
@@ -737,15 +737,16 @@ func (s *Server) SendConnack(cl *Client, reason packets.Code, present bool, prop
 		properties.MaximumQosFlag = true
 	}
 
-	if cl.Properties.Props.AssignedClientID != "" {
-		properties.AssignedClientID = cl.Properties.Props.AssignedClientID // [MQTT-3.1.3-7] [MQTT-3.2.2-16]
+	if cl.Properties.propsRef().AssignedClientID != "" {
+		properties.AssignedClientID = cl.Properties.propsRef().AssignedClientID // [MQTT-3.1.3-7] [MQTT-3.2.2-16]
 	}
 
-	if cl.Properties.Props.SessionExpiryInterval > s.Options.Capabilities.MaximumSessionExpiryInterval {
+	if cl.Properties.propsRef().SessionExpiryInterval > s.Options.Capabilities.MaximumSessionExpiryInterval {
 		properties.SessionExpiryInterval = s.Options.Capabilities.MaximumSessionExpiryInterval
 		properties.SessionExpiryIntervalFlag = true
-		cl.Properties.Props.SessionExpiryInterval = properties.SessionExpiryInterval
-		cl.Properties.Props.SessionExpiryIntervalFlag = true
+		props := cl.Properties.EditProps()
+		props.SessionExpiryInterval = properties.SessionExpiryInterval
+		props.SessionExpiryIntervalFlag = true
 	}
 
 	ack := packets.Packet{
@@ -1149,7 +1150,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		out.FixedHeader.Qos = s.Options.Capabilities.MaximumQos // [MQTT-3.2.2-9]
 	}
 
-	if cl.Properties.Props.TopicAliasMaximum > 0 {
+	if cl.Properties.propsRef().TopicAliasMaximum > 0 {
 		var aliasExists bool
 		out.Properties.TopicAlias, aliasExists = cl.State.TopicAliases.Outbound.Set(pk.TopicName)
 		if out.Properties.TopicAlias > 0 {
@@ -1498,12 +1499,13 @@ func (s *Server) processAuth(cl *Client, pk packets.Packet) error {
 // processDisconnect processes a Disconnect packet.
 func (s *Server) processDisconnect(cl *Client, pk packets.Packet) error {
 	if pk.Properties.SessionExpiryIntervalFlag {
-		if pk.Properties.SessionExpiryInterval > 0 && cl.Properties.Props.SessionExpiryInterval == 0 {
+		if pk.Properties.SessionExpiryInterval > 0 && cl.Properties.propsRef().SessionExpiryInterval == 0 {
 			return packets.ErrProtocolViolationZeroNonZeroExpiry
 		}
 
-		cl.Properties.Props.SessionExpiryInterval = pk.Properties.SessionExpiryInterval
-		cl.Properties.Props.SessionExpiryIntervalFlag = true
+		props := cl.Properties.EditProps()
+		props.SessionExpiryInterval = pk.Properties.SessionExpiryInterval
+		props.SessionExpiryIntervalFlag = true
 	}
 
 	if pk.ReasonCode == packets.CodeDisconnectWillMessage.Code { // [MQTT-3.1.2.5] Non-normative comment
@@ -1753,7 +1755,7 @@ func (s *Server) loadClients(v []storage.Client) {
 		cl.Properties.Username = c.Username
 		cl.Properties.Clean = c.Clean
 		cl.Properties.ProtocolVersion = c.ProtocolVersion
-		cl.Properties.Props = packets.Properties{
+		cl.Properties.SetProps(packets.Properties{
 			SessionExpiryInterval:     c.Properties.SessionExpiryInterval,
 			SessionExpiryIntervalFlag: c.Properties.SessionExpiryIntervalFlag,
 			AuthenticationMethod:      c.Properties.AuthenticationMethod,
@@ -1765,13 +1767,13 @@ func (s *Server) loadClients(v []storage.Client) {
 			TopicAliasMaximum:         c.Properties.TopicAliasMaximum,
 			User:                      c.Properties.User,
 			MaximumPacketSize:         c.Properties.MaximumPacketSize,
-		}
+		})
 		cl.Properties.Will = Will(c.Will)
 
 		// cancel the context, update cl.State such as disconnected time and stopCause.
 		cl.Stop(packets.ErrServerShuttingDown)
 
-		expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
+		expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.propsRef().SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
 		s.hooks.OnDisconnect(cl, packets.ErrServerShuttingDown, expire)
 		if expire {
 			cl.ClearInflights()
@@ -1808,8 +1810,8 @@ func (s *Server) clearExpiredClients(dt int64) {
 		}
 
 		expire := s.Options.Capabilities.MaximumSessionExpiryInterval
-		if client.Properties.ProtocolVersion == 5 && client.Properties.Props.SessionExpiryIntervalFlag {
-			expire = client.Properties.Props.SessionExpiryInterval
+		if client.Properties.ProtocolVersion == 5 && client.Properties.propsRef().SessionExpiryIntervalFlag {
+			expire = client.Properties.propsRef().SessionExpiryInterval
 		}
 
 		if disconnected+int64(expire) < dt {

@@ -1084,9 +1084,9 @@ func TestServerSendConnack(t *testing.T) {
 	cl, r, w := newTestClient()
 	cl.Properties.ProtocolVersion = 5
 	s.Options.Capabilities.MaximumQos = 1
-	cl.Properties.Props = packets.Properties{
+	cl.Properties.SetProps(packets.Properties{
 		AssignedClientID: "mochi",
-	}
+	})
 	go func() {
 		err := s.SendConnack(cl, packets.CodeSuccess, true, nil)
 		require.NoError(t, err)
@@ -1196,7 +1196,7 @@ func TestServerSendConnackAdjustedExpiryInterval(t *testing.T) {
 	s := newServer()
 	cl, r, w := newTestClient()
 	cl.Properties.ProtocolVersion = 5
-	cl.Properties.Props.SessionExpiryInterval = uint32(300)
+	cl.Properties.EditProps().SessionExpiryInterval = uint32(300)
 	s.Options.Capabilities.MaximumSessionExpiryInterval = 120
 	go func() {
 		err := s.SendConnack(cl, packets.CodeSuccess, false, nil)
@@ -2097,8 +2097,8 @@ func TestPublishToClientExceedClientWritesPending(t *testing.T) {
 			},
 		},
 	})
-	cl.Properties.Props.ReceiveMaximum = sendQuota
-	cl.State.Inflight.ResetSendQuota(int32(cl.Properties.Props.ReceiveMaximum))
+	cl.Properties.EditProps().ReceiveMaximum = sendQuota
+	cl.State.Inflight.ResetSendQuota(int32(cl.Properties.Props().ReceiveMaximum))
 
 	s.Clients.Add(cl)
 
@@ -2127,7 +2127,7 @@ func TestPublishToClientServerTopicAlias(t *testing.T) {
 	s := newServer()
 	cl, r, w := newTestClient()
 	cl.Properties.ProtocolVersion = 5
-	cl.Properties.Props.TopicAliasMaximum = 5
+	cl.Properties.EditProps().TopicAliasMaximum = 5
 	s.Clients.Add(cl)
 
 	go func() {
@@ -3084,10 +3084,10 @@ func TestServerReceivePacketError(t *testing.T) {
 func TestServerRecievePacketDisconnectClientZeroNonZero(t *testing.T) {
 	s := newServer()
 	cl, r, w := newTestClient()
-	cl.Properties.Props.SessionExpiryInterval = 0
+	cl.Properties.EditProps().SessionExpiryInterval = 0
 	cl.Properties.ProtocolVersion = 5
-	cl.Properties.Props.RequestProblemInfo = 0
-	cl.Properties.Props.RequestProblemInfoFlag = true
+	cl.Properties.EditProps().RequestProblemInfo = 0
+	cl.Properties.EditProps().RequestProblemInfoFlag = true
 	go func() {
 		err := s.receivePacket(cl, *packets.TPacketData[packets.Disconnect].Get(packets.TDisconnectMqtt5).Packet)
 		require.Error(t, err)
@@ -3118,7 +3118,7 @@ func TestServerRecievePacketDisconnectClient(t *testing.T) {
 func TestServerProcessPacketDisconnect(t *testing.T) {
 	s := newServer()
 	cl, _, _ := newTestClient()
-	cl.Properties.Props.SessionExpiryInterval = 30
+	cl.Properties.EditProps().SessionExpiryInterval = 30
 	cl.Properties.ProtocolVersion = 5
 
 	s.loop.willDelayed.Add(cl.ID, packets.Packet{TopicName: "a/b/c", Payload: []byte("hello")})
@@ -3135,10 +3135,10 @@ func TestServerProcessPacketDisconnect(t *testing.T) {
 func TestServerProcessPacketDisconnectNonZeroExpiryViolation(t *testing.T) {
 	s := newServer()
 	cl, _, _ := newTestClient()
-	cl.Properties.Props.SessionExpiryInterval = 0
+	cl.Properties.EditProps().SessionExpiryInterval = 0
 	cl.Properties.ProtocolVersion = 5
-	cl.Properties.Props.RequestProblemInfo = 0
-	cl.Properties.Props.RequestProblemInfoFlag = true
+	cl.Properties.EditProps().RequestProblemInfo = 0
+	cl.Properties.EditProps().RequestProblemInfoFlag = true
 
 	err := s.processPacket(cl, *packets.TPacketData[packets.Disconnect].Get(packets.TDisconnectMqtt5).Packet)
 	require.Error(t, err)
@@ -3148,7 +3148,7 @@ func TestServerProcessPacketDisconnectNonZeroExpiryViolation(t *testing.T) {
 func TestServerProcessPacketDisconnectDisconnectWithWillMessage(t *testing.T) {
 	s := newServer()
 	cl, _, _ := newTestClient()
-	cl.Properties.Props.SessionExpiryInterval = 30
+	cl.Properties.EditProps().SessionExpiryInterval = 30
 	cl.Properties.ProtocolVersion = 5
 
 	s.loop.willDelayed.Add(cl.ID, packets.Packet{TopicName: "a/b/c", Payload: []byte("hello")})
@@ -3570,8 +3570,8 @@ func TestServerClearExpiredClients(t *testing.T) {
 	cl0.State.disconnected.Store(n - 10)
 	cl0.State.cancelOpen()
 	cl0.Properties.ProtocolVersion = 5
-	cl0.Properties.Props.SessionExpiryInterval = 12
-	cl0.Properties.Props.SessionExpiryIntervalFlag = true
+	cl0.Properties.EditProps().SessionExpiryInterval = 12
+	cl0.Properties.EditProps().SessionExpiryIntervalFlag = true
 	s.Clients.Add(cl0)
 
 	// Normal Expiry
@@ -3580,8 +3580,8 @@ func TestServerClearExpiredClients(t *testing.T) {
 	cl1.State.disconnected.Store(n - 10)
 	cl1.State.cancelOpen()
 	cl1.Properties.ProtocolVersion = 5
-	cl1.Properties.Props.SessionExpiryInterval = 8
-	cl1.Properties.Props.SessionExpiryIntervalFlag = true
+	cl1.Properties.EditProps().SessionExpiryInterval = 8
+	cl1.Properties.EditProps().SessionExpiryIntervalFlag = true
 	s.Clients.Add(cl1)
 
 	// No Expiry, indefinite session
@@ -3590,8 +3590,8 @@ func TestServerClearExpiredClients(t *testing.T) {
 	cl2.State.disconnected.Store(n - 10)
 	cl2.State.cancelOpen()
 	cl2.Properties.ProtocolVersion = 5
-	cl2.Properties.Props.SessionExpiryInterval = 0
-	cl2.Properties.Props.SessionExpiryIntervalFlag = true
+	cl2.Properties.EditProps().SessionExpiryInterval = 0
+	cl2.Properties.EditProps().SessionExpiryIntervalFlag = true
 	s.Clients.Add(cl2)
 
 	require.Equal(t, 4, s.Clients.Len())
