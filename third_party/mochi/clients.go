@@ -460,7 +460,17 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 	cl.State.Keepalive = pk.Connect.Keepalive                                              // [MQTT-3.2.2-22]
 	cl.State.Inflight.ResetReceiveQuota(int32(cl.ops.options.Capabilities.ReceiveMaximum)) // server receive max per client
 	cl.State.Inflight.ResetSendQuota(int32(props.ReceiveMaximum))                          // client receive max
-	cl.State.TopicAliases.Outbound = NewOutboundTopicAliases(props.TopicAliasMaximum)
+	// quiot: no alias table a client cannot use (QUIOT.md, change 21): none
+	// for aliases to a client that takes none (Topic Alias Maximum 0, as
+	// every MQTT 3.1.1 client), none from an MQTT 3.1.1 client (its
+	// PUBLISH has no properties); Set on nil answers as a maximum of zero.
+	cl.State.TopicAliases.Outbound = nil
+	if props.TopicAliasMaximum > 0 {
+		cl.State.TopicAliases.Outbound = NewOutboundTopicAliases(props.TopicAliasMaximum)
+	}
+	if pk.ProtocolVersion < 5 {
+		cl.State.TopicAliases.Inbound = nil
+	}
 
 	cl.ID = pk.Connect.ClientIdentifier
 	if cl.ID == "" {

@@ -1072,3 +1072,40 @@ func TestPropsEmptyEveryField(t *testing.T) {
 		require.False(t, propsEmpty(&pr), typ.Field(i).Name)
 	}
 }
+
+// quiot: a client gets no topic alias table it cannot use (QUIOT.md,
+// change 21): none to an MQTT 3.1.1 client or to one whose Topic Alias
+// Maximum is 0, none from an MQTT 3.1.1 client; Set on the missing table
+// answers as a maximum of zero.
+func TestClientAliasTablesOnlyWhenUsable(t *testing.T) {
+	tests := []struct {
+		name          string
+		pk            packets.Packet
+		inbound, outb bool
+	}{
+		{name: "v3", pk: packets.Packet{ProtocolVersion: 4, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60}}},
+		{name: "v5 no alias maximum", pk: packets.Packet{ProtocolVersion: 5, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60}}, inbound: true},
+		{name: "v5 alias maximum", pk: packets.Packet{ProtocolVersion: 5, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60},
+			Properties: packets.Properties{TopicAliasMaximum: 4}}, inbound: true, outb: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl, _, _ := newTestClient()
+			cl.ParseConnect("tcp1", tt.pk)
+			require.Equal(t, tt.inbound, cl.State.TopicAliases.Inbound != nil)
+			require.Equal(t, tt.outb, cl.State.TopicAliases.Outbound != nil)
+			if !tt.inbound {
+				require.Equal(t, "a/b", cl.State.TopicAliases.Inbound.Set(1, "a/b"))
+				require.Equal(t, "", cl.State.TopicAliases.Inbound.Set(1, ""))
+			}
+			if !tt.outb {
+				n, ok := cl.State.TopicAliases.Outbound.Set("a/b")
+				require.Equal(t, uint16(0), n)
+				require.False(t, ok)
+			} else {
+				n, _ := cl.State.TopicAliases.Outbound.Set("a/b")
+				require.Equal(t, uint16(1), n)
+			}
+		})
+	}
+}
