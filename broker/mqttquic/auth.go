@@ -212,14 +212,14 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 			"why", "client id is the name of another identity")
 		return h.refuse(cl, packets.ErrClientIdentifierNotValid, packets.Err3ClientIdentifierNotValid)
 	}
-	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 && !allow(a, id, auth.Publish, cl.Properties.Will.TopicName) {
+	if cl.Properties.HasWill() && !allow(a, id, auth.Publish, cl.Properties.Will().TopicName) {
 		h.stats.refusedWills.Add(1)
 		h.noteRefusal("mqtt connect refused", broker.ReasonForbidden, "client", cl.ID, "identity", id, "remote", cl.Net.Remote,
-			"topic", cl.Properties.Will.TopicName, "why", "will topic not allowed")
+			"topic", cl.Properties.Will().TopicName, "why", "will topic not allowed")
 		return h.refuse(cl, packets.ErrNotAuthorized, packets.Err3NotAuthorized)
 	}
-	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
-		if err := h.topics.ValidateName(cl.Properties.Will.TopicName); err != nil {
+	if cl.Properties.HasWill() {
+		if err := h.topics.ValidateName(cl.Properties.Will().TopicName); err != nil {
 			h.stats.refusedWills.Add(1)
 			h.noteRefusal("mqtt connect refused", broker.ReasonBadTopic, "client", cl.ID, "identity", id, "remote", cl.Net.Remote,
 				"why", "will topic: "+err.Error())

@@ -301,7 +301,7 @@ func (s *Sessions) writeClient(cl *mqtt.Client) {
 			User:                      props.User,
 			MaximumPacketSize:         props.MaximumPacketSize,
 		},
-		Will: storage.ClientWill(cl.Properties.Will),
+		Will: storage.ClientWill(cl.Properties.Will()),
 	}
 	s.queue(sessOp{key: clientKey(cl.ID), val: marshal(in)})
 }

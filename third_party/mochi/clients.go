@@ -156,8 +156,11 @@ type ClientProperties struct {
 	// has none, and a Properties is 256 bytes. Read them with Props, set
 	// them with SetProps or EditProps. quiot: was an inline
 	// packets.Properties named Props (QUIOT.md, change 20).
-	props           atomic.Pointer[packets.Properties]
-	Will            Will
+	props atomic.Pointer[packets.Properties]
+	// will is the client's last will, nil while it has none (most
+	// clients: a Will is 80 bytes). Read it with Will and HasWill, set it
+	// with SetWill. quiot: was the inline field Will (QUIOT.md, change 22).
+	will            atomic.Pointer[Will]
 	Username        []byte
 	ProtocolVersion byte
 	Clean           bool
@@ -207,6 +210,43 @@ func (p *ClientProperties) EditProps() *packets.Properties {
 		if pr := new(packets.Properties); p.props.CompareAndSwap(nil, pr) {
 			return pr
 		}
+	}
+}
+
+// Will returns a copy of the client's will: the zero Will when it has
+// none. quiot: was the field Will (QUIOT.md, change 22).
+func (p *ClientProperties) Will() Will {
+	if w := p.will.Load(); w != nil {
+		return *w
+	}
+	return Will{}
+}
+
+// HasWill reports whether the client has a will to send (its Flag is 1).
+// quiot: upstream read the field's Flag atomically.
+func (p *ClientProperties) HasWill() bool {
+	w := p.will.Load()
+	return w != nil && w.Flag == 1
+}
+
+// SetWill replaces the client's will with a copy of w; a zero w is held
+// as none (no allocation).
+func (p *ClientProperties) SetWill(w Will) {
+	if w.Flag == 0 && w.Qos == 0 && !w.Retain && w.WillDelayInterval == 0 &&
+		w.TopicName == "" && len(w.Payload) == 0 && len(w.User) == 0 {
+		p.will.Store(nil)
+		return
+	}
+	p.will.Store(&w)
+}
+
+// willSent marks the client's will as sent (its Flag 0), keeping the
+// rest of it, as upstream's atomic store of the Flag did.
+func (p *ClientProperties) willSent() {
+	if w := p.will.Load(); w != nil && w.Flag != 0 {
+		c := *w
+		c.Flag = 0
+		p.will.Store(&c)
 	}
 }
 
@@ -481,7 +521,7 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 	cl.Properties.SetProps(props)
 
 	if pk.Connect.WillFlag {
-		cl.Properties.Will = Will{
+		will := Will{
 			Qos:               pk.Connect.WillQos,
 			Retain:            pk.Connect.WillRetain,
 			Payload:           pk.Connect.WillPayload,
@@ -491,11 +531,12 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 		}
 		if pk.Properties.SessionExpiryIntervalFlag &&
 			pk.Properties.SessionExpiryInterval < pk.Connect.WillProperties.WillDelayInterval {
-			cl.Properties.Will.WillDelayInterval = pk.Properties.SessionExpiryInterval
+			will.WillDelayInterval = pk.Properties.SessionExpiryInterval
 		}
 		if pk.Connect.WillFlag {
-			cl.Properties.Will.Flag = 1 // atomic for checking
+			will.Flag = 1 // atomic for checking
 		}
+		cl.Properties.SetWill(will) // quiot: behind a pointer (QUIOT.md, change 22)
 	}
 }
 

@@ -174,11 +174,11 @@ func TestClientParseConnect(t *testing.T) {
 	require.Equal(t, pk.Connect.Keepalive, cl.State.Keepalive)
 	require.Equal(t, pk.Connect.Clean, cl.Properties.Clean)
 	require.Equal(t, pk.Connect.ClientIdentifier, cl.ID)
-	require.Equal(t, pk.Connect.WillTopic, cl.Properties.Will.TopicName)
-	require.Equal(t, pk.Connect.WillPayload, cl.Properties.Will.Payload)
-	require.Equal(t, pk.Connect.WillQos, cl.Properties.Will.Qos)
-	require.Equal(t, pk.Connect.WillRetain, cl.Properties.Will.Retain)
-	require.Equal(t, uint32(1), cl.Properties.Will.Flag)
+	require.Equal(t, pk.Connect.WillTopic, cl.Properties.Will().TopicName)
+	require.Equal(t, pk.Connect.WillPayload, cl.Properties.Will().Payload)
+	require.Equal(t, pk.Connect.WillQos, cl.Properties.Will().Qos)
+	require.Equal(t, pk.Connect.WillRetain, cl.Properties.Will().Retain)
+	require.Equal(t, uint32(1), cl.Properties.Will().Flag)
 	require.Equal(t, int32(cl.ops.options.Capabilities.ReceiveMaximum), cl.State.Inflight.receiveQuota)
 	require.Equal(t, int32(cl.ops.options.Capabilities.ReceiveMaximum), cl.State.Inflight.maximumReceiveQuota)
 	require.Equal(t, int32(pk.Properties.ReceiveMaximum), cl.State.Inflight.sendQuota)
@@ -213,11 +213,11 @@ func TestClientParseConnectReceiveMaxExceedMaxInflight(t *testing.T) {
 	require.Equal(t, pk.Connect.Keepalive, cl.State.Keepalive)
 	require.Equal(t, pk.Connect.Clean, cl.Properties.Clean)
 	require.Equal(t, pk.Connect.ClientIdentifier, cl.ID)
-	require.Equal(t, pk.Connect.WillTopic, cl.Properties.Will.TopicName)
-	require.Equal(t, pk.Connect.WillPayload, cl.Properties.Will.Payload)
-	require.Equal(t, pk.Connect.WillQos, cl.Properties.Will.Qos)
-	require.Equal(t, pk.Connect.WillRetain, cl.Properties.Will.Retain)
-	require.Equal(t, uint32(1), cl.Properties.Will.Flag)
+	require.Equal(t, pk.Connect.WillTopic, cl.Properties.Will().TopicName)
+	require.Equal(t, pk.Connect.WillPayload, cl.Properties.Will().Payload)
+	require.Equal(t, pk.Connect.WillQos, cl.Properties.Will().Qos)
+	require.Equal(t, pk.Connect.WillRetain, cl.Properties.Will().Retain)
+	require.Equal(t, uint32(1), cl.Properties.Will().Flag)
 	require.Equal(t, int32(cl.ops.options.Capabilities.ReceiveMaximum), cl.State.Inflight.receiveQuota)
 	require.Equal(t, int32(cl.ops.options.Capabilities.ReceiveMaximum), cl.State.Inflight.maximumReceiveQuota)
 	require.Equal(t, int32(MaxInflight), cl.State.Inflight.sendQuota)
@@ -246,7 +246,7 @@ func TestClientParseConnectOverrideWillDelay(t *testing.T) {
 	}
 
 	cl.ParseConnect("tcp1", pk)
-	require.Equal(t, pk.Properties.SessionExpiryInterval, cl.Properties.Will.WillDelayInterval)
+	require.Equal(t, pk.Properties.SessionExpiryInterval, cl.Properties.Will().WillDelayInterval)
 }
 
 func TestClientParseConnectNoID(t *testing.T) {
@@ -1108,4 +1108,30 @@ func TestClientAliasTablesOnlyWhenUsable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// quiot: a client holds a will only when it has one (QUIOT.md, change
+// 22): Will reads it, HasWill reports its Flag, sending it clears the
+// Flag and keeps the rest, and an empty will is held as none.
+func TestClientWillHeldOnlyWhenAny(t *testing.T) {
+	cl, _, _ := newTestClient()
+	cl.ParseConnect("tcp1", packets.Packet{ProtocolVersion: 4, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60}})
+	require.Nil(t, cl.Properties.will.Load())
+	require.False(t, cl.Properties.HasWill())
+	require.Equal(t, Will{}, cl.Properties.Will())
+
+	cl, _, _ = newTestClient()
+	cl.ParseConnect("tcp1", packets.Packet{ProtocolVersion: 4, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60,
+		WillFlag: true, WillTopic: "w/t", WillPayload: []byte("gone"), WillQos: 1}})
+	require.True(t, cl.Properties.HasWill())
+	want := Will{TopicName: "w/t", Payload: []byte("gone"), Qos: 1, Flag: 1}
+	require.Equal(t, want, cl.Properties.Will())
+
+	cl.Properties.willSent()
+	require.False(t, cl.Properties.HasWill())
+	want.Flag = 0
+	require.Equal(t, want, cl.Properties.Will())
+
+	cl.Properties.SetWill(Will{})
+	require.Nil(t, cl.Properties.will.Load())
 }

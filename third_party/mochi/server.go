@@ -566,7 +566,7 @@ func (s *Server) detachClient(cl *Client, listener string, err error) error {
 		s.sendLWT(cl)
 		cl.Stop(err)
 	} else {
-		cl.Properties.Will = Will{} // [MQTT-3.14.4-3] [MQTT-3.1.2-10]
+		cl.Properties.SetWill(Will{}) // [MQTT-3.14.4-3] [MQTT-3.1.2-10]
 	}
 	s.Log.Debug("client disconnected", "error", err, "client", cl.ID, "remote", cl.Net.Remote, "listener", listener)
 
@@ -643,9 +643,9 @@ func (s *Server) validateConnect(cl *Client, pk packets.Packet) packets.Code {
 
 	if cl.Properties.ProtocolVersion < s.Options.Capabilities.MinimumProtocolVersion {
 		return packets.ErrUnsupportedProtocolVersion // [MQTT-3.1.2-2]
-	} else if cl.Properties.Will.Qos > s.Options.Capabilities.MaximumQos {
+	} else if cl.Properties.Will().Qos > s.Options.Capabilities.MaximumQos {
 		return packets.ErrQosNotSupported // [MQTT-3.2.2-12]
-	} else if cl.Properties.Will.Retain && s.Options.Capabilities.RetainAvailable == 0x00 {
+	} else if cl.Properties.Will().Retain && s.Options.Capabilities.RetainAvailable == 0x00 {
 		return packets.ErrRetainNotSupported // [MQTT-3.2.2-13]
 	}
 
@@ -1622,11 +1622,12 @@ func (s *Server) closeListenerClients(listener string) {
 
 // sendLWT issues an LWT message to a topic when a client disconnects.
 func (s *Server) sendLWT(cl *Client) {
-	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 0 {
+	if !cl.Properties.HasWill() {
 		return
 	}
 
-	modifiedLWT := s.hooks.OnWill(cl, cl.Properties.Will)
+	will := cl.Properties.Will()
+	modifiedLWT := s.hooks.OnWill(cl, will)
 
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{
@@ -1643,8 +1644,8 @@ func (s *Server) sendLWT(cl *Client) {
 		Created: time.Now().Unix(),
 	}
 
-	if cl.Properties.Will.WillDelayInterval > 0 {
-		pk.Connect.WillProperties.WillDelayInterval = cl.Properties.Will.WillDelayInterval
+	if will.WillDelayInterval > 0 {
+		pk.Connect.WillProperties.WillDelayInterval = will.WillDelayInterval
 		pk.Expiry = time.Now().Unix() + int64(pk.Connect.WillProperties.WillDelayInterval)
 		s.loop.willDelayed.Add(cl.ID, pk)
 		return
@@ -1654,8 +1655,8 @@ func (s *Server) sendLWT(cl *Client) {
 		s.retainMessage(cl, pk)
 	}
 
-	s.publishToSubscribers(pk)                      // [MQTT-3.1.2-8]
-	atomic.StoreUint32(&cl.Properties.Will.Flag, 0) // [MQTT-3.1.2-10]
+	s.publishToSubscribers(pk) // [MQTT-3.1.2-8]
+	cl.Properties.willSent()   // [MQTT-3.1.2-10]
 	s.hooks.OnWillSent(cl, pk)
 }
 
@@ -1768,7 +1769,7 @@ func (s *Server) loadClients(v []storage.Client) {
 			User:                      c.Properties.User,
 			MaximumPacketSize:         c.Properties.MaximumPacketSize,
 		})
-		cl.Properties.Will = Will(c.Will)
+		cl.Properties.SetWill(Will(c.Will))
 
 		// cancel the context, update cl.State such as disconnected time and stopCause.
 		cl.Stop(packets.ErrServerShuttingDown)
@@ -1858,7 +1859,7 @@ func (s *Server) sendDelayedLWT(dt int64) {
 				if pk.FixedHeader.Retain {
 					s.retainMessage(cl, pk)
 				}
-				cl.Properties.Will = Will{} // [MQTT-3.1.2-10]
+				cl.Properties.SetWill(Will{}) // [MQTT-3.1.2-10]
 				s.hooks.OnWillSent(cl, pk)
 			}
 			s.loop.willDelayed.Delete(id)

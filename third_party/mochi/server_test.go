@@ -1153,21 +1153,21 @@ func TestServerValidateConnect(t *testing.T) {
 		},
 		{
 			desc:         "will qos not supported",
-			client:       &Client{Properties: ClientProperties{Will: Will{Qos: 2}}},
+			client:       clientWithWill(Will{Qos: 2}),
 			capabilities: Capabilities{MaximumQos: 1},
 			packet:       packet,
 			expect:       packets.ErrQosNotSupported,
 		},
 		{
 			desc:         "retain not supported",
-			client:       &Client{Properties: ClientProperties{Will: Will{Retain: true}}},
+			client:       clientWithWill(Will{Retain: true}),
 			capabilities: Capabilities{RetainAvailable: 0},
 			packet:       packet,
 			expect:       packets.ErrRetainNotSupported,
 		},
 		{
 			desc:         "invalid packet validate",
-			client:       &Client{Properties: ClientProperties{Will: Will{Retain: true}}},
+			client:       clientWithWill(Will{Retain: true}),
 			capabilities: Capabilities{RetainAvailable: 0},
 			packet:       invalidBitPacket,
 			expect:       packets.ErrProtocolViolationReservedBit,
@@ -1190,6 +1190,14 @@ func TestServerValidateConnect(t *testing.T) {
 			require.ErrorIs(t, err, tx.expect)
 		})
 	}
+}
+
+// clientWithWill returns a client whose will is w. quiot: the will is
+// behind a pointer (QUIOT.md, change 22).
+func clientWithWill(w Will) *Client {
+	cl := new(Client)
+	cl.Properties.SetWill(w)
+	return cl
 }
 
 func TestServerSendConnackAdjustedExpiryInterval(t *testing.T) {
@@ -3207,11 +3215,11 @@ func TestServerSendLWT(t *testing.T) {
 
 	sender, _, w1 := newTestClient()
 	sender.ID = "sender"
-	sender.Properties.Will = Will{
+	sender.Properties.SetWill(Will{
 		Flag:      1,
 		TopicName: "a/b/c",
 		Payload:   []byte("hello mochi"),
-	}
+	})
 	s.Clients.Add(sender)
 
 	receiver, r2, w2 := newTestClient()
@@ -3246,12 +3254,12 @@ func TestServerSendLWTRetain(t *testing.T) {
 
 	sender, _, w1 := newTestClient()
 	sender.ID = "sender"
-	sender.Properties.Will = Will{
+	sender.Properties.SetWill(Will{
 		Flag:      1,
 		TopicName: "a/b/c",
 		Payload:   []byte("hello mochi"),
 		Retain:    true,
-	}
+	})
 	s.Clients.Add(sender)
 
 	receiver, r2, w2 := newTestClient()
@@ -3283,13 +3291,13 @@ func TestServerSendLWTDelayed(t *testing.T) {
 	s := newServer()
 	cl1, _, _ := newTestClient()
 	cl1.ID = "cl1"
-	cl1.Properties.Will = Will{
+	cl1.Properties.SetWill(Will{
 		Flag:              1,
 		TopicName:         "a/b/c",
 		Payload:           []byte("hello mochi"),
 		Retain:            true,
 		WillDelayInterval: 2,
-	}
+	})
 	s.Clients.Add(cl1)
 
 	cl2, r, w := newTestClient()
