@@ -121,8 +121,18 @@ type connTrack struct {
 	// client, site by site").
 	done atomic.Pointer[chan struct{}]
 	// pre is the connection's place among those without CONNECT
-	// (preConnect); pre.release ends it.
-	pre *pending
+	// (preConnect), until releasePre ends it and drops it: kept for the
+	// connection's life it took 64 bytes (docs/BENCH.md, "Heap per idle
+	// client, the second pass").
+	pre atomic.Pointer[pending]
+}
+
+// releasePre ends the connection's place among those without CONNECT
+// (idempotent) and drops it.
+func (t *connTrack) releasePre() {
+	if w := t.pre.Swap(nil); w != nil {
+		w.release()
+	}
 }
 
 // closedDone is the closed channel of every connection that has ended
@@ -308,7 +318,8 @@ func (h *compatHook) track(id string, c net.Conn) (*connTrack, error) {
 		h.leave()
 		return nil, err
 	}
-	t := &connTrack{listener: id, conn: c, pre: release}
+	t := &connTrack{listener: id, conn: c}
+	t.pre.Store(release)
 	if testHookTrack != nil {
 		testHookTrack()
 	}
@@ -333,7 +344,7 @@ func (h *compatHook) track(id string, c net.Conn) (*connTrack, error) {
 //
 //go:noinline
 func (h *compatHook) untrack(t *connTrack) {
-	t.pre.release()
+	t.releasePre()
 	h.connsMu.Lock()
 	delete(h.conns, t.conn)
 	h.connsMu.Unlock()
@@ -375,7 +386,7 @@ func (h *compatHook) Provides(b byte) bool {
 // is written to it).
 func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 	if t := h.trackOf(cl.Net.Conn); t != nil {
-		t.pre.release() // CONNECT read: mochi's keepalive deadline follows
+		t.releasePre() // CONNECT read: mochi's keepalive deadline follows
 	}
 	// A CONNECT from 0-RTT data takes over a live session only once the
 	// handshake has shown it is no replay (early.go).
