@@ -27,9 +27,10 @@ import (
 // client, site by site"). The Client's MQTT 5 properties and will behind
 // pointers and no topic alias tables for an MQTT 3.1.1 client (QUIOT.md,
 // changes 20-22), a smaller size watch and session identity, the auth
-// hook's sessions in a map under a lock instead of a sync.Map and the
-// anonymous limit key shared: 7.65-7.72 KB -> 7.18-7.28 KB (docs/BENCH.md,
-// "Heap per idle client, the second pass").
+// hook's sessions in a map under a lock instead of a sync.Map, the
+// anonymous limit key shared and a connection's place among those
+// without CONNECT dropped at CONNECT: 7.65-7.72 KB -> 7.15-7.19 KB
+// (docs/BENCH.md, "Heap per idle client, the second pass").
 func TestPerClientHeap(t *testing.T) {
 	const n = 200
 	p := newPKI(t)
