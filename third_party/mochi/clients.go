@@ -6,7 +6,6 @@ package mqtt
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -296,8 +295,7 @@ type ClientState struct {
 	Keepalive       uint16                        // the number of seconds the connection can wait (quiot: beside isTakenOver, QUIOT.md, change 19)
 	ServerKeepalive bool                          // keepalive was set by the server
 	packetID        uint32                        // the current highest packetID
-	open            context.Context               // indicate that the client is open for packet exchange
-	cancelOpen      context.CancelFunc            // cancel function for open context
+	open            openState                     // indicate that the client is open for packet exchange (quiot: was a context.Context and its CancelFunc, 96 bytes of heap: QUIOT.md, change 23)
 	outboundQty     int32                         // number of messages currently in the outbound queue
 	writing         atomic.Bool                   // quiot: a goroutine is writing the outbound queue (startWriter)
 	outboundBytes   atomic.Int64                  // quiot: bytes of the QoS 0 messages in the outbound queue (queuedSize)
@@ -305,17 +303,66 @@ type ClientState struct {
 	room            atomic.Pointer[chan struct{}] // quiot: the writer took a packet from the queue (the retained replay waits on it: retained.go); made by roomChan
 }
 
+// openState says whether a client is open for packet exchange, and gives
+// a channel closed when it stops (done). quiot: upstream held a
+// context.WithCancel and its CancelFunc, 96 bytes of heap with every
+// client for a channel only a waiting retained replay asks for; the
+// channel is made by the first done (QUIOT.md, change 23). The zero
+// openState is not open, as upstream's nil context was not: a Client not
+// made by newClient counts as closed.
+type openState struct {
+	state atomic.Uint32                 // stateNew, stateOpen or stateClosed
+	done  atomic.Pointer[chan struct{}] // made by done; &closedChan once stopped
+}
+
+// The states of openState.
+const (
+	stateNew uint32 = iota
+	stateOpen
+	stateClosed
+)
+
+// closedChan is the closed channel done returns once a client has stopped.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// isOpen reports whether the client is open (newClient opened it and it
+// has not stopped).
+func (o *openState) isOpen() bool { return o.state.Load() == stateOpen }
+
+// doneChan returns a channel closed once the client has stopped (or
+// already closed when it has).
+func (o *openState) doneChan() <-chan struct{} {
+	if p := o.done.Load(); p != nil {
+		return *p
+	}
+	ch := make(chan struct{})
+	if o.done.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *o.done.Load()
+}
+
+// cancelOpen stops the client for packet exchange: isOpen is false from
+// now on and the channel of doneChan, if made, is closed (idempotent).
+func (s *ClientState) cancelOpen() {
+	s.open.state.Store(stateClosed)
+	if p := s.open.done.Swap(&closedChan); p != nil && p != &closedChan {
+		close(*p)
+	}
+}
+
 // newClient returns a new instance of Client. This is almost exclusively used by Server
 // for creating new clients, but it lives here because it's not dependent.
 func newClient(c net.Conn, o *ops) *Client {
-	ctx, cancel := context.WithCancel(context.Background())
 	cl := &Client{
 		State: ClientState{
 			Inflight:      NewInflights(),
 			Subscriptions: NewSubscriptions(),
 			TopicAliases:  NewTopicAliases(o.options.Capabilities.TopicAliasMaximum),
-			open:          ctx,
-			cancelOpen:    cancel,
 			Keepalive:     defaultKeepalive,
 			// quiot: one slot more than MaximumClientWritesPending. Upstream's
 			// WriteLoop, waiting on the queue, took a packet straight from the
@@ -330,6 +377,7 @@ func newClient(c net.Conn, o *ops) *Client {
 		},
 		ops: o,
 	}
+	cl.State.open.state.Store(stateOpen)
 
 	if c != nil {
 		cl.Net = ClientConnection{
@@ -726,9 +774,7 @@ func (cl *Client) Stop(err error) {
 			cl.State.stopCause.Store(&err)
 		}
 
-		if cl.State.cancelOpen != nil {
-			cl.State.cancelOpen()
-		}
+		cl.State.cancelOpen()
 		cl.dropQueued() // quiot: give back the queue's bytes
 
 		cl.State.disconnected.Store(time.Now().Unix())
@@ -750,7 +796,7 @@ func (cl *Client) StopTime() int64 {
 
 // Closed returns true if client connection is closed.
 func (cl *Client) Closed() bool {
-	return cl.State.open == nil || cl.State.open.Err() != nil
+	return !cl.State.open.isOpen()
 }
 
 func (cl *Client) IsTakenOver() bool {

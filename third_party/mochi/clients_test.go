@@ -7,7 +7,6 @@ package mqtt
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -121,8 +120,13 @@ func TestClientsDelete(t *testing.T) {
 
 func TestClientsGetByListener(t *testing.T) {
 	cl := NewClients()
-	cl.Add(&Client{ID: "t1", State: ClientState{open: context.Background()}, Net: ClientConnection{Listener: "tcp1"}})
-	cl.Add(&Client{ID: "t2", State: ClientState{open: context.Background()}, Net: ClientConnection{Listener: "ws1"}})
+	// quiot: open as newClient opens them (QUIOT.md, change 23).
+	t1 := &Client{ID: "t1", Net: ClientConnection{Listener: "tcp1"}}
+	t1.State.open.state.Store(stateOpen)
+	t2 := &Client{ID: "t2", Net: ClientConnection{Listener: "ws1"}}
+	t2.State.open.state.Store(stateOpen)
+	cl.Add(t1)
+	cl.Add(t2)
 	require.Contains(t, cl.internal, "t1")
 	require.Contains(t, cl.internal, "t2")
 
@@ -1134,4 +1138,32 @@ func TestClientWillHeldOnlyWhenAny(t *testing.T) {
 
 	cl.Properties.SetWill(Will{})
 	require.Nil(t, cl.Properties.will.Load())
+}
+
+// quiot: a client's open state without a context (QUIOT.md, change 23):
+// open from newClient until Stop; the channel a retained replay waits on
+// is made on demand, closed by Stop, and already closed when asked for
+// after it; a Client not made by newClient is closed, as upstream's nil
+// context made it.
+func TestClientOpenState(t *testing.T) {
+	require.True(t, new(Client).Closed())
+
+	cl, _, _ := newTestClient()
+	require.False(t, cl.Closed())
+	require.Nil(t, cl.State.open.done.Load())
+	done := cl.State.open.doneChan()
+	require.Equal(t, done, cl.State.open.doneChan())
+	select {
+	case <-done:
+		t.Fatal("done before Stop")
+	default:
+	}
+	cl.Stop(errClientStop)
+	require.True(t, cl.Closed())
+	<-done
+	<-cl.State.open.doneChan()
+
+	cl, _, _ = newTestClient()
+	cl.Stop(errClientStop)
+	<-cl.State.open.doneChan()
 }
