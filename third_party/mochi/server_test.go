@@ -3981,3 +3981,22 @@ func TestPublishToClientQoS0Bytes(t *testing.T) {
 	b.Stop(nil)
 	require.Eventually(t, func() bool { return atomic.LoadInt64(&s.Info.PendingWriteBytes) == 0 }, 10*time.Second, time.Millisecond)
 }
+
+// quiot: the clients of a server share one ops while the server's
+// options, info, hooks and logger stay the same (QUIOT.md, change 24);
+// a replaced logger gives later clients new ops with it.
+func TestNewClientsShareOps(t *testing.T) {
+	s := New(&Options{Logger: logger})
+	a := s.NewClient(nil, "tcp1", "a", false)
+	b := s.NewClient(nil, "tcp1", "b", false)
+	require.Same(t, a.ops, b.ops)
+	require.Same(t, s.Options, a.ops.options)
+	require.Same(t, s.Info, a.ops.info)
+	require.Same(t, s.hooks, a.ops.hooks)
+
+	s.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := s.NewClient(nil, "tcp1", "c", false)
+	require.NotSame(t, a.ops, c.ops)
+	require.Same(t, s.Log, c.ops.log)
+	require.Same(t, logger, a.ops.log)
+}
