@@ -45,8 +45,14 @@ type authHook struct {
 	// ids maps an MQTT client id to its session's identity; it outlives
 	// the network connection as long as the session does, so messages
 	// queued for an offline session pass the ACL check, and a client of
-	// another identity cannot claim the id. Written under mu.
-	ids sync.Map // string -> *identity
+	// another identity cannot claim the id. Written with mu and idsMu
+	// held; read with either (lookup takes idsMu). A delivery finds its
+	// session on the client (sessionOf) and reads ids only when that is
+	// stale. A map under a lock: as a sync.Map it took about 100 bytes
+	// an entry, 55 now (docs/BENCH.md, "Heap per idle client, site by
+	// site").
+	ids   map[string]*identity
+	idsMu sync.RWMutex
 
 	mu       sync.Mutex     // serialises session bookkeeping
 	perID    map[string]int // sessions per identity
@@ -75,7 +81,13 @@ type identity struct {
 	// gone is set when the identity leaves ids (replaced or deleted; it
 	// never returns): a client's HookState that holds it is stale.
 	gone atomic.Bool
-	id   string // "" = anonymous
+	// subscribing is non-zero while a SUBSCRIBE of the session is
+	// processed (its ACL checks are for filters, not deliveries, and do
+	// not count against the queue quota). Beside gone: an identity is
+	// 96 bytes, in the 96-byte size class (112 with each in 8 bytes of
+	// its own).
+	subscribing atomic.Int32
+	id          string // "" = anonymous
 	// key is what Limits.MaxSessionsPerIdentity counts the session
 	// under (limitKey).
 	key string
@@ -84,10 +96,6 @@ type identity struct {
 	// subscriber gets the same topic over and over, and the ACL would
 	// match its patterns again for every message.
 	lastRead, lastWrite atomic.Pointer[aclDecision]
-	// subscribing is non-zero while a SUBSCRIBE of the session is
-	// processed (its ACL checks are for filters, not deliveries, and do
-	// not count against the queue quota).
-	subscribing atomic.Int32
 	// filters are the filters of the SUBSCRIBE being processed (set with
 	// subscribing): an ACL check of one of them is the subscription's, a
 	// refusal to note, not a delivery's.
@@ -212,14 +220,14 @@ func (h *authHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 			"why", "client id is the name of another identity")
 		return h.refuse(cl, packets.ErrClientIdentifierNotValid, packets.Err3ClientIdentifierNotValid)
 	}
-	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 && !allow(a, id, auth.Publish, cl.Properties.Will.TopicName) {
+	if cl.Properties.HasWill() && !allow(a, id, auth.Publish, cl.Properties.Will().TopicName) {
 		h.stats.refusedWills.Add(1)
 		h.noteRefusal("mqtt connect refused", broker.ReasonForbidden, "client", cl.ID, "identity", id, "remote", cl.Net.Remote,
-			"topic", cl.Properties.Will.TopicName, "why", "will topic not allowed")
+			"topic", cl.Properties.Will().TopicName, "why", "will topic not allowed")
 		return h.refuse(cl, packets.ErrNotAuthorized, packets.Err3NotAuthorized)
 	}
-	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 {
-		if err := h.topics.ValidateName(cl.Properties.Will.TopicName); err != nil {
+	if cl.Properties.HasWill() {
+		if err := h.topics.ValidateName(cl.Properties.Will().TopicName); err != nil {
 			h.stats.refusedWills.Add(1)
 			h.noteRefusal("mqtt connect refused", broker.ReasonBadTopic, "client", cl.ID, "identity", id, "remote", cl.Net.Remote,
 				"why", "will topic: "+err.Error())
@@ -242,18 +250,25 @@ func (h *authHook) refuse(cl *mqtt.Client, code, v3 packets.Code) error {
 
 // OnConnectAuthenticate admits the clients OnConnect recorded.
 func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, _ packets.Packet) bool {
-	v, ok := h.ids.Load(cl.ID)
-	return ok && v.(*identity).cl == cl
+	ident := h.lookup(cl.ID)
+	return ident != nil && ident.cl == cl
 }
 
-// identityOf returns the identity of client id cid ("" when anonymous or
-// unknown).
-func (h *authHook) identityOf(cid string) (string, bool) {
-	v, ok := h.ids.Load(cid)
-	if !ok {
+// lookup returns the session state of client id cid (ids[cid]), or nil.
+func (h *authHook) lookup(cid string) *identity {
+	h.idsMu.RLock()
+	defer h.idsMu.RUnlock()
+	return h.ids[cid]
+}
+
+// identityOf returns the identity of cl's client id ("" when anonymous
+// or unknown).
+func (h *authHook) identityOf(cl *mqtt.Client) (string, bool) {
+	ident := h.sessionOf(cl)
+	if ident == nil {
 		return "", false
 	}
-	return v.(*identity).id, true
+	return ident.id, true
 }
 
 // owner returns the session state whose latest connection is cl, or nil
@@ -273,11 +288,10 @@ func (h *authHook) sessionOf(cl *mqtt.Client) *identity {
 	if ident, _ := cl.HookState.Load().(*identity); ident != nil && !ident.gone.Load() {
 		return ident
 	}
-	v, ok := h.ids.Load(cl.ID)
-	if !ok {
+	ident := h.lookup(cl.ID)
+	if ident == nil {
 		return nil
 	}
-	ident := v.(*identity)
 	cl.HookState.Store(ident)
 	return ident
 }
@@ -485,7 +499,7 @@ func (h *authHook) OnSubscribed(cl *mqtt.Client, _ packets.Packet, _ []byte) {
 // replaced by an empty one, which mochi delivers to nobody and the bridge
 // does not forward.
 func (h *authHook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
-	id, known := h.identityOf(cl.ID)
+	id, known := h.identityOf(cl)
 	if known && allow(h.core.Auth(), id, auth.Publish, will.TopicName) {
 		return will, nil
 	}
@@ -548,11 +562,18 @@ func (h *authHook) sweeper() {
 // it connects (claimLocked).
 func (h *authHook) revoke(since uint64) {
 	a := h.core.Auth()
-	h.ids.Range(func(_, v any) bool {
-		ident := v.(*identity)
+	// The sessions are taken first: disconnecting a client may end its
+	// session (OnDisconnect), which changes ids.
+	h.idsMu.RLock()
+	idents := make([]*identity, 0, len(h.ids))
+	for _, ident := range h.ids {
+		idents = append(idents, ident)
+	}
+	h.idsMu.RUnlock()
+	for _, ident := range idents {
 		cl := ident.cl
 		if cl == nil || cl.Net.Inline || cl.Closed() {
-			return true
+			continue
 		}
 		owner, owned := a.ClientIDOwner(cl.ID)
 		switch {
@@ -560,7 +581,7 @@ func (h *authHook) revoke(since uint64) {
 			// The reload named an identity after this client id.
 			h.log.Info("mqtt client disconnected: the reloaded ACL gave its client id to another identity", "client", cl.ID, "identity", ident.id, "owner", owner)
 		case a.StillValid(ident.id, since):
-			return true
+			continue
 		default:
 			h.log.Info("mqtt client disconnected: the reloaded ACL removed its rights", "client", cl.ID, "identity", ident.id)
 		}
@@ -569,8 +590,7 @@ func (h *authHook) revoke(since uint64) {
 		} else {
 			cl.Stop(packets.ErrNotAuthorized)
 		}
-		return true
-	})
+	}
 }
 
 // mqttShareStrip removes a shared-subscription prefix ($share/group/) so

@@ -3,6 +3,7 @@ package mqttquic
 import (
 	"context"
 	"testing"
+	"unsafe"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 
@@ -39,8 +40,8 @@ func TestACLCheckCache(t *testing.T) {
 	h := testAuthHook(a)
 	alice := &mqtt.Client{ID: "c-alice"}
 	anon := &mqtt.Client{ID: "c-anon"}
-	h.ids.Store(alice.ID, &identity{cl: alice, id: "alice"})
-	h.ids.Store(anon.ID, &identity{cl: anon, id: ""})
+	h.putLocked(alice.ID, &identity{cl: alice, id: "alice"})
+	h.putLocked(anon.ID, &identity{cl: anon, id: ""})
 	steps := []struct {
 		cl    *mqtt.Client
 		topic string
@@ -75,8 +76,17 @@ func TestACLCheckCache(t *testing.T) {
 	}
 	// An open broker allows everything (no identity needed).
 	ho := testAuthHook(auth.Open())
-	ho.ids.Store("x", &identity{id: ""})
+	ho.putLocked("x", &identity{id: ""})
 	if !ho.OnACLCheck(&mqtt.Client{ID: "x"}, "any/topic", true) {
 		t.Error("open broker refused")
+	}
+}
+
+// TestIdentityFootprint: a session's identity lives as long as the
+// session, so it stays within the allocator's 96-byte size class (112
+// with gone and subscribing 8 bytes apart).
+func TestIdentityFootprint(t *testing.T) {
+	if got := unsafe.Sizeof(identity{}); got > 96 {
+		t.Errorf("identity is %d bytes, want at most 96", got)
 	}
 }

@@ -146,7 +146,7 @@ func (b *bridge) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, 
 		Origin:  Origin,
 	}
 	m.Time = sendStamp(pk)
-	m.Identity, _ = b.auth.identityOf(cl.ID)
+	m.Identity, _ = b.auth.identityOf(cl)
 	if handshakePending(cl) && !earlySafe(pk, time.Now()) && !awaitHandshake(cl) {
 		return pk, packets.ErrRejectPacket // a 0-RTT replay, or the connection ended (early.go)
 	}
@@ -282,7 +282,7 @@ func (b *bridge) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 		Retain:  pk.FixedHeader.Retain || retain,
 		Origin:  Origin,
 	}
-	m.Identity, _ = b.auth.identityOf(cl.ID)
+	m.Identity, _ = b.auth.identityOf(cl)
 	if _, err := b.core.Publish(context.Background(), m); err != nil {
 		b.Refused.Add(1)
 		if r, ok := broker.RefusalOf(err); ok {

@@ -121,8 +121,18 @@ type connTrack struct {
 	// client, site by site").
 	done atomic.Pointer[chan struct{}]
 	// pre is the connection's place among those without CONNECT
-	// (preConnect); pre.release ends it.
-	pre *pending
+	// (preConnect), until releasePre ends it and drops it: kept for the
+	// connection's life it took 64 bytes (docs/BENCH.md, "Heap per idle
+	// client, the second pass").
+	pre atomic.Pointer[pending]
+}
+
+// releasePre ends the connection's place among those without CONNECT
+// (idempotent) and drops it.
+func (t *connTrack) releasePre() {
+	if w := t.pre.Swap(nil); w != nil {
+		w.release()
+	}
 }
 
 // closedDone is the closed channel of every connection that has ended
@@ -308,7 +318,8 @@ func (h *compatHook) track(id string, c net.Conn) (*connTrack, error) {
 		h.leave()
 		return nil, err
 	}
-	t := &connTrack{listener: id, conn: c, pre: release}
+	t := &connTrack{listener: id, conn: c}
+	t.pre.Store(release)
 	if testHookTrack != nil {
 		testHookTrack()
 	}
@@ -333,7 +344,7 @@ func (h *compatHook) track(id string, c net.Conn) (*connTrack, error) {
 //
 //go:noinline
 func (h *compatHook) untrack(t *connTrack) {
-	t.pre.release()
+	t.releasePre()
 	h.connsMu.Lock()
 	delete(h.conns, t.conn)
 	h.connsMu.Unlock()
@@ -375,14 +386,14 @@ func (h *compatHook) Provides(b byte) bool {
 // is written to it).
 func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 	if t := h.trackOf(cl.Net.Conn); t != nil {
-		t.pre.release() // CONNECT read: mochi's keepalive deadline follows
+		t.releasePre() // CONNECT read: mochi's keepalive deadline follows
 	}
 	// A CONNECT from 0-RTT data takes over a live session only once the
 	// handshake has shown it is no replay (early.go).
 	if handshakePending(cl) && liveSession(h.mq, cl) && !awaitHandshake(cl) {
 		return packets.ErrServerUnavailable
 	}
-	if cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval > 0 {
+	if cl.Properties.ProtocolVersion == 5 && cl.Properties.Props().SessionExpiryInterval > 0 {
 		// A session that may outlive its connection gets no topic
 		// aliases from the server: mochi queues a delivery as sent (with
 		// the alias and no topic name) and resends it so on the next
@@ -391,12 +402,12 @@ func (h *compatHook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
 		// protocol error and meets the same message at every reconnect.
 		// The server need not use aliases at all; sessions that end
 		// with their connection keep them.
-		cl.Properties.Props.TopicAliasMaximum = 0
+		cl.Properties.EditProps().TopicAliasMaximum = 0
 	}
-	if p := cl.Properties.Props; p.RequestProblemInfoFlag && p.RequestProblemInfo == 0 || p.MaximumPacketSize > 0 {
+	if p := cl.Properties.Props(); p.RequestProblemInfoFlag && p.RequestProblemInfo == 0 || p.MaximumPacketSize > 0 {
 		h.needed.Store(true)
 	}
-	if cl.Properties.Props.ReceiveMaximum > 0 {
+	if cl.Properties.Props().ReceiveMaximum > 0 {
 		h.flowed.Store(true)
 	}
 	return nil
@@ -496,7 +507,7 @@ func (h *compatHook) awaitSessionEnd(cl *mqtt.Client) {
 // does (mochi's rule in attachClient).
 func endsWithConnection(cl *mqtt.Client) bool {
 	if cl.Properties.ProtocolVersion == 5 {
-		return cl.Properties.Props.SessionExpiryInterval == 0
+		return cl.Properties.Props().SessionExpiryInterval == 0
 	}
 	return cl.Properties.Clean
 }
@@ -510,7 +521,7 @@ func endsWithConnection(cl *mqtt.Client) bool {
 // meanwhile could go out on the whole Receive Maximum).
 func (h *compatHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	h.unmark(cl)
-	if cl.Properties.Props.ReceiveMaximum == 0 || cl.State.Inflight.Len() == 0 {
+	if cl.Properties.Props().ReceiveMaximum == 0 || cl.State.Inflight.Len() == 0 {
 		return
 	}
 	h.restoreHeld(cl)
@@ -528,7 +539,7 @@ func (h *compatHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 // the next waiting delivery right after it: so the delivery waits at most
 // until the client's next packet (its PINGREQ at the latest).
 func unstall(cl *mqtt.Client) {
-	rm := cl.Properties.Props.ReceiveMaximum
+	rm := cl.Properties.Props().ReceiveMaximum
 	if rm == 0 || cl.State.Inflight.Len() == 0 {
 		return
 	}
@@ -659,7 +670,7 @@ func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 	if h.flowed.Load() {
 		h.restoreHeld(cl) // before this packet (perhaps their PUBACK) is processed
 		unstall(cl)
-		if t := pk.FixedHeader.Type; cl.Properties.Props.ReceiveMaximum > 0 && (t == packets.Puback || t == packets.Pubcomp) {
+		if t := pk.FixedHeader.Type; cl.Properties.Props().ReceiveMaximum > 0 && (t == packets.Puback || t == packets.Pubcomp) {
 			orderInflight(cl, true) // mochi may send the next held message after this one
 		}
 	}
@@ -672,7 +683,7 @@ func (h *compatHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.P
 		// awaitSessionEnd needs to know from the start.
 		ends := cl.Properties.Clean
 		if cl.Properties.ProtocolVersion == 5 {
-			ends = cl.Properties.Props.SessionExpiryInterval == 0
+			ends = cl.Properties.Props().SessionExpiryInterval == 0
 			if pk.Properties.SessionExpiryIntervalFlag {
 				ends = pk.Properties.SessionExpiryInterval == 0
 			}

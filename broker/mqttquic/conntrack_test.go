@@ -1,7 +1,9 @@
 package mqttquic
 
 import (
+	"net"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -58,5 +60,35 @@ func TestConnTrackEnded(t *testing.T) {
 	}
 	if size := unsafe.Sizeof(connTrack{}); size > 64 {
 		t.Errorf("connTrack is %d bytes, want at most 64", size)
+	}
+}
+
+// TestConnTrackDropsPending: a connection's tracking gives back its place
+// among those without CONNECT once (at CONNECT or at its end, whichever
+// comes first) and keeps nothing of it afterwards (it kept the pending
+// struct, 64 bytes, for the connection's life).
+func TestConnTrackDropsPending(t *testing.T) {
+	p := newPreConnect(Limits{ConnectTimeout: time.Minute, MaxPreConnectPerAddr: 4})
+	a, b := net.Pipe()
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	w, err := p.admit(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &connTrack{conn: a}
+	tr.pre.Store(w)
+	if got := p.held(); got != 1 {
+		t.Fatalf("held %d before release, want 1", got)
+	}
+	tr.releasePre()
+	tr.releasePre()
+	if got := p.held(); got != 0 {
+		t.Errorf("held %d after release, want 0", got)
+	}
+	if tr.pre.Load() != nil {
+		t.Error("the released place is still kept")
+	}
+	if w.timer.Load() != nil {
+		t.Error("the deadline was not stopped")
 	}
 }

@@ -48,17 +48,24 @@ const (
 
 // sizeWatch follows an MQTT byte stream from the client: it learns the
 // protocol version from the CONNECT and reports the first packet whose
-// fixed header announces more than max bytes.
+// fixed header announces more than max bytes. It lives as long as the
+// connection, so its fields are as narrow as their values: 32 bytes
+// (it was 80 with int and uint64 fields and the CONNECT's first bytes
+// in a slice; docs/BENCH.md, "Heap per idle client, site by site").
 type sizeWatch struct {
-	max     uint32 // the Maximum Packet Size; zero: watch nothing
-	st      int
-	rem     uint64 // remaining length read so far, then body bytes left
-	mult    uint64
-	nlen    int    // remaining-length bytes read
-	start   int    // where the current packet began in the bytes fed last (-1: before them)
-	packets int    // complete packets seen
-	connect []byte // the CONNECT's first body bytes (protocol name, level)
-	v5      bool   // the CONNECT was MQTT 5
+	max   uint32 // the Maximum Packet Size; zero: watch nothing
+	rem   uint32 // remaining length read so far, then body bytes left (at most 268,435,455)
+	mult  uint32 // the next remaining-length byte's weight (at most 128^4)
+	start int32  // where the current packet began in the bytes fed last (-1: before them)
+	st    uint8
+	nlen  uint8 // remaining-length bytes read
+	// seen says a complete packet (the CONNECT) has been seen.
+	seen bool
+	v5   bool // the CONNECT was MQTT 5
+	// connect holds the CONNECT's first body bytes (protocol name,
+	// level), nconn of them.
+	nconn   uint8
+	connect [connectPrefix]byte
 }
 
 // connectPrefix is how much of the CONNECT body names the version: a
@@ -76,12 +83,12 @@ func (w *sizeWatch) feed(p []byte) (tooLarge bool, at int) {
 	for i := 0; i < len(p) && w.st != swDone; {
 		switch w.st {
 		case swHeader:
-			w.st, w.rem, w.mult, w.nlen, w.start = swLength, 0, 1, 0, i
+			w.st, w.rem, w.mult, w.nlen, w.start = swLength, 0, 1, 0, int32(i)
 			i++
 		case swLength:
 			b := p[i]
 			i++
-			w.rem += uint64(b&0x7f) * w.mult
+			w.rem += uint32(b&0x7f) * w.mult
 			w.mult *= 128
 			w.nlen++
 			if b&0x80 != 0 {
@@ -90,21 +97,21 @@ func (w *sizeWatch) feed(p []byte) (tooLarge bool, at int) {
 				}
 				continue
 			}
-			if w.rem+1 > uint64(w.max) { // mochi's rule (Client.ReadFixedHeader)
+			if uint64(w.rem)+1 > uint64(w.max) { // mochi's rule (Client.ReadFixedHeader)
 				w.st = swDone
-				return true, max(w.start, 0)
+				return true, int(max(w.start, 0))
 			}
 			w.st = swBody
 			if w.rem == 0 {
 				w.ended()
 			}
 		case swBody:
-			n := min(uint64(len(p)-i), w.rem)
-			if w.packets == 0 && len(w.connect) < connectPrefix {
-				w.connect = append(w.connect, p[i:i+int(min(n, uint64(connectPrefix-len(w.connect))))]...)
+			n := min(len(p)-i, int(w.rem))
+			if !w.seen && w.nconn < connectPrefix {
+				w.nconn += uint8(copy(w.connect[w.nconn:], p[i:i+n]))
 			}
-			i += int(n)
-			w.rem -= n
+			i += n
+			w.rem -= uint32(n)
 			if w.rem == 0 {
 				w.ended()
 			}
@@ -127,16 +134,15 @@ func (w *sizeWatch) refuse(p []byte, n int, err error, send func([]byte) (int, e
 
 // ended notes the end of a packet's body.
 func (w *sizeWatch) ended() {
-	if w.packets == 0 {
-		c := w.connect
+	if !w.seen {
+		c := w.connect[:w.nconn]
 		if len(c) >= 2 {
 			if at := 2 + (int(c[0])<<8 | int(c[1])); at < len(c) {
 				w.v5 = c[at] == 5
 			}
 		}
-		w.connect = nil
+		w.seen = true
 	}
-	w.packets++
 	w.st = swHeader
 }
 

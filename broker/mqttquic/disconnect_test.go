@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"github.com/gorilla/websocket"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -335,5 +336,14 @@ func TestTCPDeliveryWrittenAtOnce(t *testing.T) {
 				t.Fatalf("%d deliveries written at once, want inline=%v", inline, tc.inline)
 			}
 		})
+	}
+}
+
+// TestSizeConnFootprint: a sizeConn lives as long as its connection, so it
+// stays within the allocator's 64-byte size class (112 with sizeWatch's
+// int and uint64 fields and its slice of the CONNECT's first bytes).
+func TestSizeConnFootprint(t *testing.T) {
+	if got := unsafe.Sizeof(sizeConn{}); got > 64 {
+		t.Errorf("sizeConn is %d bytes, want at most 64", got)
 	}
 }

@@ -140,7 +140,7 @@ func TestACLRefusalsNotDeliveries(t *testing.T) {
 	core := &countingCore{aclCore: aclCore{a}, n: map[broker.Reason]int{}}
 	h.core = core
 	alice := &mqtt.Client{ID: "c-alice"}
-	h.ids.Store(alice.ID, &identity{cl: alice, id: "alice"})
+	h.putLocked(alice.ID, &identity{cl: alice, id: "alice"})
 	subscribe := packets.Packet{Filters: packets.Subscriptions{{Filter: "b/#"}, {Filter: "a/#"}}}
 	steps := []struct {
 		name        string

@@ -28,6 +28,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -200,9 +201,8 @@ func (h *authHook) claimLocked(cl *mqtt.Client, id string) (code, v3 packets.Cod
 		h.log.Warn("mqtt connect refused: too many clients", "client", cl.ID, "limit", h.limits.MaxClients)
 		return packets.ErrQuotaExceeded, packets.Err3ServerUnavailable, true
 	}
-	var prev *identity
-	if v, ok := h.ids.Load(cl.ID); ok {
-		prev = v.(*identity)
+	prev := h.ids[cl.ID] // h.mu held: no writer
+	if prev != nil {
 		if !h.live(cl.ID, prev) {
 			h.dropLocked(cl.ID, prev)
 			prev = nil
@@ -259,7 +259,10 @@ func (h *authHook) claimLocked(cl *mqtt.Client, id string) (code, v3 packets.Cod
 // without an ACL (--dev, --allow-anonymous, loopback) shared one quota, and
 // the 257th was refused. The NUL byte keeps the key apart from every
 // identity name. A session restored after a restart whose address is not
-// known is counted under the empty address.
+// known is counted under the empty address. An anonymous key is
+// canonicalised (unique.Make): the session keeps it for its life, and
+// the anonymous clients of one address share one copy rather than 24
+// bytes each.
 func limitKey(id string, cl *mqtt.Client) string {
 	if id != "" {
 		return id
@@ -268,7 +271,7 @@ func limitKey(id string, cl *mqtt.Client) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	return "\x00anonymous " + host
+	return unique.Make("\x00anonymous " + host).Value()
 }
 
 // adoptLocked records a session mochi holds that no CONNECT of this
@@ -278,10 +281,10 @@ func limitKey(id string, cl *mqtt.Client) string {
 func (h *authHook) adoptLocked(cl *mqtt.Client) *identity {
 	ident := &identity{cl: cl, id: string(cl.Properties.Username)}
 	ident.key = limitKey(ident.id, cl)
-	if _, loaded := h.ids.LoadOrStore(cl.ID, ident); loaded {
-		v, _ := h.ids.Load(cl.ID)
-		return v.(*identity)
+	if held := h.ids[cl.ID]; held != nil { // h.mu held: no writer
+		return held
 	}
+	h.putLocked(cl.ID, ident)
 	h.queued.Add(ident.q.reset(cl.State.Inflight.GetAll(false)))
 	h.perID[ident.key]++
 	h.sessions++
@@ -301,14 +304,27 @@ func (h *authHook) adopt(cl *mqtt.Client) *identity {
 // putLocked makes ident the session state of client id cid, replacing
 // any (h.mu held).
 func (h *authHook) putLocked(cid string, ident *identity) {
-	if old, loaded := h.ids.Swap(cid, ident); loaded {
-		old.(*identity).gone.Store(true)
+	h.idsMu.Lock()
+	old := h.ids[cid]
+	if h.ids == nil {
+		h.ids = make(map[string]*identity)
+	}
+	h.ids[cid] = ident
+	h.idsMu.Unlock()
+	if old != nil {
+		old.gone.Store(true)
 	}
 }
 
 // dropLocked forgets the session state ident of cid (h.mu held).
 func (h *authHook) dropLocked(cid string, ident *identity) {
-	if !h.ids.CompareAndDelete(cid, ident) {
+	h.idsMu.Lock()
+	held := h.ids[cid] == ident
+	if held {
+		delete(h.ids, cid)
+	}
+	h.idsMu.Unlock()
+	if !held {
 		return
 	}
 	ident.gone.Store(true)
@@ -348,32 +364,32 @@ func (h *authHook) sweep(now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for cid, cl := range h.mq.Clients.GetAll() {
-		if _, ok := h.ids.Load(cid); !ok {
+		if h.ids[cid] == nil {
 			h.adoptLocked(cl)
 		}
 	}
-	h.ids.Range(func(k, v any) bool {
-		cid, ident := k.(string), v.(*identity)
+	// h.mu held: ids changes only here (dropLocked deletes, which a range
+	// allows).
+	for cid, ident := range h.ids {
 		cl, ok := h.mq.Clients.Get(cid)
 		if !ok {
 			if ident.cl.Closed() {
 				h.dropLocked(cid, ident)
 			}
-			return true
+			continue
 		}
 		if ident.id != "" || cl != ident.cl {
-			return true
+			continue
 		}
 		if st := cl.StopTime(); st == 0 || st > limit || !cl.Closed() {
-			return true
+			continue
 		}
 		h.mq.UnsubscribeClient(cl)
 		cl.ClearInflights()
 		h.mq.Clients.Delete(cid)
 		h.dropLocked(cid, ident)
 		h.stats.expiredSessions.Add(1)
-		return true
-	})
+	}
 }
 
 // OnSessionEstablish drops, before mochi hands an existing session to the

@@ -228,7 +228,7 @@ func persistent(cl *mqtt.Client) bool {
 		return false
 	}
 	if cl.Properties.ProtocolVersion == 5 {
-		return cl.Properties.Props.SessionExpiryInterval > 0
+		return cl.Properties.Props().SessionExpiryInterval > 0
 	}
 	return !cl.Properties.Clean
 }
@@ -279,7 +279,7 @@ func (s *Sessions) OnWillSent(cl *mqtt.Client, _ packets.Packet) {
 }
 
 func (s *Sessions) writeClient(cl *mqtt.Client) {
-	props := cl.Properties.Props.Copy(false)
+	props := cl.Properties.Props()
 	in := &storage.Client{
 		ID:              cl.ID,
 		T:               storage.ClientKey,
@@ -301,7 +301,7 @@ func (s *Sessions) writeClient(cl *mqtt.Client) {
 			User:                      props.User,
 			MaximumPacketSize:         props.MaximumPacketSize,
 		},
-		Will: storage.ClientWill(cl.Properties.Will),
+		Will: storage.ClientWill(cl.Properties.Will()),
 	}
 	s.queue(sessOp{key: clientKey(cl.ID), val: marshal(in)})
 }

@@ -6,7 +6,6 @@ package mqtt
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -151,11 +150,125 @@ type ClientConnection struct {
 
 // ClientProperties contains the properties which define the client behaviour.
 type ClientProperties struct {
-	Props           packets.Properties
-	Will            Will
+	// props are the client's MQTT 5 properties (from its CONNECT, as the
+	// broker changed them), nil while it has none: an MQTT 3.1.1 client
+	// has none, and a Properties is 256 bytes. Read them with Props, set
+	// them with SetProps or EditProps. quiot: was an inline
+	// packets.Properties named Props (QUIOT.md, change 20).
+	props atomic.Pointer[packets.Properties]
+	// will is the client's last will, nil while it has none (most
+	// clients: a Will is 80 bytes). Read it with Will and HasWill, set it
+	// with SetWill. quiot: was the inline field Will (QUIOT.md, change 22).
+	will            atomic.Pointer[Will]
 	Username        []byte
 	ProtocolVersion byte
 	Clean           bool
+}
+
+// noProps are the properties of a client that has none. Nothing writes
+// them: Props returns a copy, and the fork's own readers (propsRef) only
+// read them.
+var noProps packets.Properties
+
+// Props returns a copy of the client's MQTT 5 properties: the zero
+// Properties when it has none. quiot: was the field Props (QUIOT.md,
+// change 20).
+func (p *ClientProperties) Props() packets.Properties {
+	return *p.propsRef()
+}
+
+// propsRef returns the client's properties, or noProps when it has none.
+// The caller must not change what it returns (EditProps does that).
+func (p *ClientProperties) propsRef() *packets.Properties {
+	if pr := p.props.Load(); pr != nil {
+		return pr
+	}
+	return &noProps
+}
+
+// SetProps replaces the client's MQTT 5 properties with a copy of pr;
+// zero properties are held as none (no allocation).
+func (p *ClientProperties) SetProps(pr packets.Properties) {
+	if propsEmpty(&pr) {
+		p.props.Store(nil)
+		return
+	}
+	p.props.Store(&pr)
+}
+
+// EditProps returns the client's MQTT 5 properties to change in place,
+// making them (zero) if the client has none. As with the inline field
+// upstream had, a change made while other goroutines read the client
+// (a delivery reads TopicAliasMaximum and MaximumPacketSize) is the
+// caller's to order.
+func (p *ClientProperties) EditProps() *packets.Properties {
+	for {
+		if pr := p.props.Load(); pr != nil {
+			return pr
+		}
+		if pr := new(packets.Properties); p.props.CompareAndSwap(nil, pr) {
+			return pr
+		}
+	}
+}
+
+// Will returns a copy of the client's will: the zero Will when it has
+// none. quiot: was the field Will (QUIOT.md, change 22).
+func (p *ClientProperties) Will() Will {
+	if w := p.will.Load(); w != nil {
+		return *w
+	}
+	return Will{}
+}
+
+// HasWill reports whether the client has a will to send (its Flag is 1).
+// quiot: upstream read the field's Flag atomically.
+func (p *ClientProperties) HasWill() bool {
+	w := p.will.Load()
+	return w != nil && w.Flag == 1
+}
+
+// SetWill replaces the client's will with a copy of w; a zero w is held
+// as none (no allocation).
+func (p *ClientProperties) SetWill(w Will) {
+	if w.Flag == 0 && w.Qos == 0 && !w.Retain && w.WillDelayInterval == 0 &&
+		w.TopicName == "" && len(w.Payload) == 0 && len(w.User) == 0 {
+		p.will.Store(nil)
+		return
+	}
+	p.will.Store(&w)
+}
+
+// willSent marks the client's will as sent (its Flag 0), keeping the
+// rest of it, as upstream's atomic store of the Flag did.
+func (p *ClientProperties) willSent() {
+	if w := p.will.Load(); w != nil && w.Flag != 0 {
+		c := *w
+		c.Flag = 0
+		p.will.Store(&c)
+	}
+}
+
+// propsEmpty reports whether pr holds no property: every field zero, or
+// an empty slice (TestPropsEmptyEveryField sees every field counted).
+func propsEmpty(pr *packets.Properties) bool {
+	return len(pr.CorrelationData) == 0 && len(pr.SubscriptionIdentifier) == 0 &&
+		len(pr.AuthenticationData) == 0 && len(pr.User) == 0 &&
+		pr.ContentType == "" && pr.ResponseTopic == "" && pr.AssignedClientID == "" &&
+		pr.AuthenticationMethod == "" && pr.ResponseInfo == "" && pr.ServerReference == "" &&
+		pr.ReasonString == "" &&
+		pr.MessageExpiryInterval == 0 && pr.SessionExpiryInterval == 0 &&
+		pr.WillDelayInterval == 0 && pr.MaximumPacketSize == 0 &&
+		pr.ServerKeepAlive == 0 && pr.ReceiveMaximum == 0 && pr.TopicAliasMaximum == 0 &&
+		pr.TopicAlias == 0 && pr.PayloadFormat == 0 && !pr.PayloadFormatFlag &&
+		!pr.SessionExpiryIntervalFlag && !pr.ServerKeepAliveFlag &&
+		pr.RequestProblemInfo == 0 && !pr.RequestProblemInfoFlag &&
+		pr.RequestResponseInfo == 0 && !pr.TopicAliasFlag &&
+		pr.MaximumQos == 0 && !pr.MaximumQosFlag &&
+		pr.RetainAvailable == 0 && !pr.RetainAvailableFlag &&
+		pr.WildcardSubAvailable == 0 && !pr.WildcardSubAvailableFlag &&
+		pr.SubIDAvailable == 0 && !pr.SubIDAvailableFlag &&
+		pr.SharedSubAvailable == 0 && !pr.SharedSubAvailableFlag
 }
 
 // Will contains the last will and testament details for a client connection.
@@ -182,8 +295,7 @@ type ClientState struct {
 	Keepalive       uint16                        // the number of seconds the connection can wait (quiot: beside isTakenOver, QUIOT.md, change 19)
 	ServerKeepalive bool                          // keepalive was set by the server
 	packetID        uint32                        // the current highest packetID
-	open            context.Context               // indicate that the client is open for packet exchange
-	cancelOpen      context.CancelFunc            // cancel function for open context
+	open            openState                     // indicate that the client is open for packet exchange (quiot: was a context.Context and its CancelFunc, 96 bytes of heap: QUIOT.md, change 23)
 	outboundQty     int32                         // number of messages currently in the outbound queue
 	writing         atomic.Bool                   // quiot: a goroutine is writing the outbound queue (startWriter)
 	outboundBytes   atomic.Int64                  // quiot: bytes of the QoS 0 messages in the outbound queue (queuedSize)
@@ -191,17 +303,66 @@ type ClientState struct {
 	room            atomic.Pointer[chan struct{}] // quiot: the writer took a packet from the queue (the retained replay waits on it: retained.go); made by roomChan
 }
 
+// openState says whether a client is open for packet exchange, and gives
+// a channel closed when it stops (done). quiot: upstream held a
+// context.WithCancel and its CancelFunc, 96 bytes of heap with every
+// client for a channel only a waiting retained replay asks for; the
+// channel is made by the first done (QUIOT.md, change 23). The zero
+// openState is not open, as upstream's nil context was not: a Client not
+// made by newClient counts as closed.
+type openState struct {
+	state atomic.Uint32                 // stateNew, stateOpen or stateClosed
+	done  atomic.Pointer[chan struct{}] // made by done; &closedChan once stopped
+}
+
+// The states of openState.
+const (
+	stateNew uint32 = iota
+	stateOpen
+	stateClosed
+)
+
+// closedChan is the closed channel done returns once a client has stopped.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// isOpen reports whether the client is open (newClient opened it and it
+// has not stopped).
+func (o *openState) isOpen() bool { return o.state.Load() == stateOpen }
+
+// doneChan returns a channel closed once the client has stopped (or
+// already closed when it has).
+func (o *openState) doneChan() <-chan struct{} {
+	if p := o.done.Load(); p != nil {
+		return *p
+	}
+	ch := make(chan struct{})
+	if o.done.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *o.done.Load()
+}
+
+// cancelOpen stops the client for packet exchange: isOpen is false from
+// now on and the channel of doneChan, if made, is closed (idempotent).
+func (s *ClientState) cancelOpen() {
+	s.open.state.Store(stateClosed)
+	if p := s.open.done.Swap(&closedChan); p != nil && p != &closedChan {
+		close(*p)
+	}
+}
+
 // newClient returns a new instance of Client. This is almost exclusively used by Server
 // for creating new clients, but it lives here because it's not dependent.
 func newClient(c net.Conn, o *ops) *Client {
-	ctx, cancel := context.WithCancel(context.Background())
 	cl := &Client{
 		State: ClientState{
 			Inflight:      NewInflights(),
 			Subscriptions: NewSubscriptions(),
 			TopicAliases:  NewTopicAliases(o.options.Capabilities.TopicAliasMaximum),
-			open:          ctx,
-			cancelOpen:    cancel,
 			Keepalive:     defaultKeepalive,
 			// quiot: one slot more than MaximumClientWritesPending. Upstream's
 			// WriteLoop, waiting on the queue, took a packet straight from the
@@ -216,6 +377,7 @@ func newClient(c net.Conn, o *ops) *Client {
 		},
 		ops: o,
 	}
+	cl.State.open.state.Store(stateOpen)
 
 	if c != nil {
 		cl.Net = ClientConnection{
@@ -368,10 +530,10 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 	cl.Properties.ProtocolVersion = pk.ProtocolVersion
 	cl.Properties.Username = pk.Connect.Username
 	cl.Properties.Clean = pk.Connect.Clean
-	cl.Properties.Props = pk.Properties.Copy(false)
+	props := pk.Properties.Copy(false)
 
-	if cl.Properties.Props.ReceiveMaximum > cl.ops.options.Capabilities.MaximumInflight { // 3.3.4 Non-normative
-		cl.Properties.Props.ReceiveMaximum = cl.ops.options.Capabilities.MaximumInflight
+	if props.ReceiveMaximum > cl.ops.options.Capabilities.MaximumInflight { // 3.3.4 Non-normative
+		props.ReceiveMaximum = cl.ops.options.Capabilities.MaximumInflight
 	}
 
 	if pk.Connect.Keepalive <= minimumKeepalive {
@@ -385,17 +547,29 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 
 	cl.State.Keepalive = pk.Connect.Keepalive                                              // [MQTT-3.2.2-22]
 	cl.State.Inflight.ResetReceiveQuota(int32(cl.ops.options.Capabilities.ReceiveMaximum)) // server receive max per client
-	cl.State.Inflight.ResetSendQuota(int32(cl.Properties.Props.ReceiveMaximum))            // client receive max
-	cl.State.TopicAliases.Outbound = NewOutboundTopicAliases(cl.Properties.Props.TopicAliasMaximum)
+	cl.State.Inflight.ResetSendQuota(int32(props.ReceiveMaximum))                          // client receive max
+	// quiot: no alias table a client cannot use (QUIOT.md, change 21): none
+	// for aliases to a client that takes none (Topic Alias Maximum 0, as
+	// every MQTT 3.1.1 client), none from an MQTT 3.1.1 client (its
+	// PUBLISH has no properties); Set on nil answers as a maximum of zero.
+	cl.State.TopicAliases.Outbound = nil
+	if props.TopicAliasMaximum > 0 {
+		cl.State.TopicAliases.Outbound = NewOutboundTopicAliases(props.TopicAliasMaximum)
+	}
+	if pk.ProtocolVersion < 5 {
+		cl.State.TopicAliases.Inbound = nil
+	}
 
 	cl.ID = pk.Connect.ClientIdentifier
 	if cl.ID == "" {
 		cl.ID = xid.New().String() // [MQTT-3.1.3-6] [MQTT-3.1.3-7]
-		cl.Properties.Props.AssignedClientID = cl.ID
+		props.AssignedClientID = cl.ID
 	}
+	// quiot: held behind a pointer, nil when the client sent none (QUIOT.md, change 20).
+	cl.Properties.SetProps(props)
 
 	if pk.Connect.WillFlag {
-		cl.Properties.Will = Will{
+		will := Will{
 			Qos:               pk.Connect.WillQos,
 			Retain:            pk.Connect.WillRetain,
 			Payload:           pk.Connect.WillPayload,
@@ -405,11 +579,12 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 		}
 		if pk.Properties.SessionExpiryIntervalFlag &&
 			pk.Properties.SessionExpiryInterval < pk.Connect.WillProperties.WillDelayInterval {
-			cl.Properties.Will.WillDelayInterval = pk.Properties.SessionExpiryInterval
+			will.WillDelayInterval = pk.Properties.SessionExpiryInterval
 		}
 		if pk.Connect.WillFlag {
-			cl.Properties.Will.Flag = 1 // atomic for checking
+			will.Flag = 1 // atomic for checking
 		}
+		cl.Properties.SetWill(will) // quiot: behind a pointer (QUIOT.md, change 22)
 	}
 }
 
@@ -498,7 +673,7 @@ func (cl *Client) ResendInflightMessages(force bool) error {
 //
 // quiot: added (QUIOT.md, change 16).
 func (cl *Client) takeResendCredit() {
-	rm := int(cl.Properties.Props.ReceiveMaximum)
+	rm := int(cl.Properties.propsRef().ReceiveMaximum)
 	if rm == 0 {
 		return
 	}
@@ -599,9 +774,7 @@ func (cl *Client) Stop(err error) {
 			cl.State.stopCause.Store(&err)
 		}
 
-		if cl.State.cancelOpen != nil {
-			cl.State.cancelOpen()
-		}
+		cl.State.cancelOpen()
 		cl.dropQueued() // quiot: give back the queue's bytes
 
 		cl.State.disconnected.Store(time.Now().Unix())
@@ -623,7 +796,7 @@ func (cl *Client) StopTime() int64 {
 
 // Closed returns true if client connection is closed.
 func (cl *Client) Closed() bool {
-	return cl.State.open == nil || cl.State.open.Err() != nil
+	return !cl.State.open.isOpen()
 }
 
 func (cl *Client) IsTakenOver() bool {
@@ -796,15 +969,16 @@ func (cl *Client) preparePacket(pk *packets.Packet) {
 	}
 
 	pk.ProtocolVersion = cl.Properties.ProtocolVersion
+	props := cl.Properties.propsRef()
 	if pk.Mods.MaxSize == 0 { // NB we use this statement to embed client packet sizes in tests
-		pk.Mods.MaxSize = cl.Properties.Props.MaximumPacketSize
+		pk.Mods.MaxSize = props.MaximumPacketSize
 	}
 
-	if cl.Properties.Props.RequestProblemInfoFlag && cl.Properties.Props.RequestProblemInfo == 0x0 {
+	if props.RequestProblemInfoFlag && props.RequestProblemInfo == 0x0 {
 		pk.Mods.DisallowProblemInfo = true // [MQTT-3.1.2-29] strict, no problem info on any packet if set
 	}
 
-	if pk.FixedHeader.Type != packets.Connack || cl.Properties.Props.RequestResponseInfo == 0x1 || cl.ops.options.Capabilities.Compatibilities.AlwaysReturnResponseInfo {
+	if pk.FixedHeader.Type != packets.Connack || props.RequestResponseInfo == 0x1 || cl.ops.options.Capabilities.Compatibilities.AlwaysReturnResponseInfo {
 		pk.Mods.AllowResponseInfo = true // [MQTT-3.1.2-28] we need to know which properties we can encode
 	}
 

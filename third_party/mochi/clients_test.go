@@ -7,11 +7,11 @@ package mqtt
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -51,8 +51,8 @@ func newTestClient() (cl *Client, r net.Conn, w net.Conn) {
 	cl.State.Inflight.sendQuota = 5
 	cl.State.Inflight.maximumReceiveQuota = 10
 	cl.State.Inflight.receiveQuota = 10
-	cl.Properties.Props.TopicAliasMaximum = 0
-	cl.Properties.Props.RequestResponseInfo = 0x1
+	cl.Properties.EditProps().TopicAliasMaximum = 0
+	cl.Properties.EditProps().RequestResponseInfo = 0x1
 
 	return
 }
@@ -120,8 +120,13 @@ func TestClientsDelete(t *testing.T) {
 
 func TestClientsGetByListener(t *testing.T) {
 	cl := NewClients()
-	cl.Add(&Client{ID: "t1", State: ClientState{open: context.Background()}, Net: ClientConnection{Listener: "tcp1"}})
-	cl.Add(&Client{ID: "t2", State: ClientState{open: context.Background()}, Net: ClientConnection{Listener: "ws1"}})
+	// quiot: open as newClient opens them (QUIOT.md, change 23).
+	t1 := &Client{ID: "t1", Net: ClientConnection{Listener: "tcp1"}}
+	t1.State.open.state.Store(stateOpen)
+	t2 := &Client{ID: "t2", Net: ClientConnection{Listener: "ws1"}}
+	t2.State.open.state.Store(stateOpen)
+	cl.Add(t1)
+	cl.Add(t2)
 	require.Contains(t, cl.internal, "t1")
 	require.Contains(t, cl.internal, "t2")
 
@@ -173,11 +178,11 @@ func TestClientParseConnect(t *testing.T) {
 	require.Equal(t, pk.Connect.Keepalive, cl.State.Keepalive)
 	require.Equal(t, pk.Connect.Clean, cl.Properties.Clean)
 	require.Equal(t, pk.Connect.ClientIdentifier, cl.ID)
-	require.Equal(t, pk.Connect.WillTopic, cl.Properties.Will.TopicName)
-	require.Equal(t, pk.Connect.WillPayload, cl.Properties.Will.Payload)
-	require.Equal(t, pk.Connect.WillQos, cl.Properties.Will.Qos)
-	require.Equal(t, pk.Connect.WillRetain, cl.Properties.Will.Retain)
-	require.Equal(t, uint32(1), cl.Properties.Will.Flag)
+	require.Equal(t, pk.Connect.WillTopic, cl.Properties.Will().TopicName)
+	require.Equal(t, pk.Connect.WillPayload, cl.Properties.Will().Payload)
+	require.Equal(t, pk.Connect.WillQos, cl.Properties.Will().Qos)
+	require.Equal(t, pk.Connect.WillRetain, cl.Properties.Will().Retain)
+	require.Equal(t, uint32(1), cl.Properties.Will().Flag)
 	require.Equal(t, int32(cl.ops.options.Capabilities.ReceiveMaximum), cl.State.Inflight.receiveQuota)
 	require.Equal(t, int32(cl.ops.options.Capabilities.ReceiveMaximum), cl.State.Inflight.maximumReceiveQuota)
 	require.Equal(t, int32(pk.Properties.ReceiveMaximum), cl.State.Inflight.sendQuota)
@@ -212,11 +217,11 @@ func TestClientParseConnectReceiveMaxExceedMaxInflight(t *testing.T) {
 	require.Equal(t, pk.Connect.Keepalive, cl.State.Keepalive)
 	require.Equal(t, pk.Connect.Clean, cl.Properties.Clean)
 	require.Equal(t, pk.Connect.ClientIdentifier, cl.ID)
-	require.Equal(t, pk.Connect.WillTopic, cl.Properties.Will.TopicName)
-	require.Equal(t, pk.Connect.WillPayload, cl.Properties.Will.Payload)
-	require.Equal(t, pk.Connect.WillQos, cl.Properties.Will.Qos)
-	require.Equal(t, pk.Connect.WillRetain, cl.Properties.Will.Retain)
-	require.Equal(t, uint32(1), cl.Properties.Will.Flag)
+	require.Equal(t, pk.Connect.WillTopic, cl.Properties.Will().TopicName)
+	require.Equal(t, pk.Connect.WillPayload, cl.Properties.Will().Payload)
+	require.Equal(t, pk.Connect.WillQos, cl.Properties.Will().Qos)
+	require.Equal(t, pk.Connect.WillRetain, cl.Properties.Will().Retain)
+	require.Equal(t, uint32(1), cl.Properties.Will().Flag)
 	require.Equal(t, int32(cl.ops.options.Capabilities.ReceiveMaximum), cl.State.Inflight.receiveQuota)
 	require.Equal(t, int32(cl.ops.options.Capabilities.ReceiveMaximum), cl.State.Inflight.maximumReceiveQuota)
 	require.Equal(t, int32(MaxInflight), cl.State.Inflight.sendQuota)
@@ -245,7 +250,7 @@ func TestClientParseConnectOverrideWillDelay(t *testing.T) {
 	}
 
 	cl.ParseConnect("tcp1", pk)
-	require.Equal(t, pk.Properties.SessionExpiryInterval, cl.Properties.Will.WillDelayInterval)
+	require.Equal(t, pk.Properties.SessionExpiryInterval, cl.Properties.Will().WillDelayInterval)
 }
 
 func TestClientParseConnectNoID(t *testing.T) {
@@ -782,8 +787,8 @@ func TestClientWritePacketBuffer(t *testing.T) {
 	cl.State.Inflight.sendQuota = 5
 	cl.State.Inflight.maximumReceiveQuota = 10
 	cl.State.Inflight.receiveQuota = 10
-	cl.Properties.Props.TopicAliasMaximum = 0
-	cl.Properties.Props.RequestResponseInfo = 0x1
+	cl.Properties.EditProps().TopicAliasMaximum = 0
+	cl.Properties.EditProps().RequestResponseInfo = 0x1
 
 	cl.ops.options.ClientNetWriteBufferSize = 10
 	defer cl.Stop(errClientStop)
@@ -842,7 +847,7 @@ func TestClientWritePacketBuffer(t *testing.T) {
 
 func TestWriteClientOversizePacket(t *testing.T) {
 	cl, _, _ := newTestClient()
-	cl.Properties.Props.MaximumPacketSize = 2
+	cl.Properties.EditProps().MaximumPacketSize = 2
 	pk := *packets.TPacketData[packets.Publish].Get(packets.TPublishDropOversize).Packet
 	err := cl.WritePacket(pk)
 	require.Error(t, err)
@@ -993,4 +998,172 @@ func TestNextPacketIDBesideBlockedWrite(t *testing.T) {
 		t.Fatal("NextPacketID waited for the blocked write")
 	}
 	cl.Stop(nil)
+}
+
+// quiot: a client holds its MQTT 5 properties only when it has any
+// (QUIOT.md, change 20): an MQTT 3.1.1 CONNECT with a client id leaves
+// none; an MQTT 5 one with properties, or one whose id the server
+// assigns, holds them, and Props reads them either way.
+func TestClientPropsHeldOnlyWhenAny(t *testing.T) {
+	tests := []struct {
+		name string
+		pk   packets.Packet
+		held bool
+	}{
+		{
+			name: "v3 with id",
+			pk:   packets.Packet{ProtocolVersion: 4, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60}},
+		},
+		{
+			name: "v5 without properties",
+			pk:   packets.Packet{ProtocolVersion: 5, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60}},
+		},
+		{
+			name: "v5 with receive maximum",
+			pk: packets.Packet{ProtocolVersion: 5, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60},
+				Properties: packets.Properties{ReceiveMaximum: 3}},
+			held: true,
+		},
+		{
+			name: "v3 assigned id",
+			pk:   packets.Packet{ProtocolVersion: 4, Connect: packets.ConnectParams{Keepalive: 60}},
+			held: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl, _, _ := newTestClient()
+			cl.ParseConnect("tcp1", tt.pk)
+			require.Equal(t, tt.held, cl.Properties.props.Load() != nil)
+			want := tt.pk.Properties.Copy(false)
+			if tt.pk.Connect.ClientIdentifier == "" {
+				want.AssignedClientID = cl.ID
+			}
+			require.Equal(t, want, cl.Properties.Props())
+
+			// A change to a client without properties makes them; the
+			// shared zero Properties stay zero.
+			cl.Properties.EditProps().SessionExpiryInterval = 30
+			require.Equal(t, uint32(30), cl.Properties.Props().SessionExpiryInterval)
+			require.True(t, propsEmpty(&noProps))
+			cl.Properties.SetProps(packets.Properties{})
+			require.Nil(t, cl.Properties.props.Load())
+		})
+	}
+}
+
+// quiot: propsEmpty looks at every field of packets.Properties, so that
+// properties with any field set are kept (change 20).
+func TestPropsEmptyEveryField(t *testing.T) {
+	require.True(t, propsEmpty(&packets.Properties{}))
+	require.True(t, propsEmpty(&packets.Properties{User: []packets.UserProperty{}}))
+	typ := reflect.TypeOf(packets.Properties{})
+	for i := 0; i < typ.NumField(); i++ {
+		var pr packets.Properties
+		f := reflect.ValueOf(&pr).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+			f.SetUint(1)
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+		default:
+			t.Fatalf("field %s: kind %s not covered", typ.Field(i).Name, f.Kind())
+		}
+		require.False(t, propsEmpty(&pr), typ.Field(i).Name)
+	}
+}
+
+// quiot: a client gets no topic alias table it cannot use (QUIOT.md,
+// change 21): none to an MQTT 3.1.1 client or to one whose Topic Alias
+// Maximum is 0, none from an MQTT 3.1.1 client; Set on the missing table
+// answers as a maximum of zero.
+func TestClientAliasTablesOnlyWhenUsable(t *testing.T) {
+	tests := []struct {
+		name          string
+		pk            packets.Packet
+		inbound, outb bool
+	}{
+		{name: "v3", pk: packets.Packet{ProtocolVersion: 4, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60}}},
+		{name: "v5 no alias maximum", pk: packets.Packet{ProtocolVersion: 5, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60}}, inbound: true},
+		{name: "v5 alias maximum", pk: packets.Packet{ProtocolVersion: 5, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60},
+			Properties: packets.Properties{TopicAliasMaximum: 4}}, inbound: true, outb: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl, _, _ := newTestClient()
+			cl.ParseConnect("tcp1", tt.pk)
+			require.Equal(t, tt.inbound, cl.State.TopicAliases.Inbound != nil)
+			require.Equal(t, tt.outb, cl.State.TopicAliases.Outbound != nil)
+			if !tt.inbound {
+				require.Equal(t, "a/b", cl.State.TopicAliases.Inbound.Set(1, "a/b"))
+				require.Equal(t, "", cl.State.TopicAliases.Inbound.Set(1, ""))
+			}
+			if !tt.outb {
+				n, ok := cl.State.TopicAliases.Outbound.Set("a/b")
+				require.Equal(t, uint16(0), n)
+				require.False(t, ok)
+			} else {
+				n, _ := cl.State.TopicAliases.Outbound.Set("a/b")
+				require.Equal(t, uint16(1), n)
+			}
+		})
+	}
+}
+
+// quiot: a client holds a will only when it has one (QUIOT.md, change
+// 22): Will reads it, HasWill reports its Flag, sending it clears the
+// Flag and keeps the rest, and an empty will is held as none.
+func TestClientWillHeldOnlyWhenAny(t *testing.T) {
+	cl, _, _ := newTestClient()
+	cl.ParseConnect("tcp1", packets.Packet{ProtocolVersion: 4, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60}})
+	require.Nil(t, cl.Properties.will.Load())
+	require.False(t, cl.Properties.HasWill())
+	require.Equal(t, Will{}, cl.Properties.Will())
+
+	cl, _, _ = newTestClient()
+	cl.ParseConnect("tcp1", packets.Packet{ProtocolVersion: 4, Connect: packets.ConnectParams{ClientIdentifier: "c", Keepalive: 60,
+		WillFlag: true, WillTopic: "w/t", WillPayload: []byte("gone"), WillQos: 1}})
+	require.True(t, cl.Properties.HasWill())
+	want := Will{TopicName: "w/t", Payload: []byte("gone"), Qos: 1, Flag: 1}
+	require.Equal(t, want, cl.Properties.Will())
+
+	cl.Properties.willSent()
+	require.False(t, cl.Properties.HasWill())
+	want.Flag = 0
+	require.Equal(t, want, cl.Properties.Will())
+
+	cl.Properties.SetWill(Will{})
+	require.Nil(t, cl.Properties.will.Load())
+}
+
+// quiot: a client's open state without a context (QUIOT.md, change 23):
+// open from newClient until Stop; the channel a retained replay waits on
+// is made on demand, closed by Stop, and already closed when asked for
+// after it; a Client not made by newClient is closed, as upstream's nil
+// context made it.
+func TestClientOpenState(t *testing.T) {
+	require.True(t, new(Client).Closed())
+
+	cl, _, _ := newTestClient()
+	require.False(t, cl.Closed())
+	require.Nil(t, cl.State.open.done.Load())
+	done := cl.State.open.doneChan()
+	require.Equal(t, done, cl.State.open.doneChan())
+	select {
+	case <-done:
+		t.Fatal("done before Stop")
+	default:
+	}
+	cl.Stop(errClientStop)
+	require.True(t, cl.Closed())
+	<-done
+	<-cl.State.open.doneChan()
+
+	cl, _, _ = newTestClient()
+	cl.Stop(errClientStop)
+	<-cl.State.open.doneChan()
 }

@@ -506,7 +506,7 @@ func (s *Server) runReplays(rp *replayer) {
 		select {
 		case <-rp.wake:
 		case <-room:
-		case <-cl.State.open.Done():
+		case <-cl.State.open.doneChan():
 		case <-t.C:
 		}
 		t.Stop()

@@ -153,6 +153,7 @@ type Server struct {
 	hooks        *Hooks               // hooks contains hooks for extra functionality such as auth and persistent storage
 	inlineClient *Client              // inlineClient is a special client used for inline subscriptions and inline Publish
 	replays      replays              // quiot: retained replays waiting for room (retained.go)
+	clientOps    atomic.Pointer[ops]  // quiot: the ops the clients of NewClient share (sharedOps)
 }
 
 // loop contains interval tickers for the system events loop.
@@ -244,17 +245,25 @@ func (o *Options) ensureDefaults() {
 	}
 }
 
+// sharedOps returns the ops of the server's clients: one for all of them
+// while the server's options, info, hooks and logger stay the same (a
+// new one when any was replaced). quiot: upstream made one, 32 bytes, for
+// every client (QUIOT.md, change 24); nothing changes a client's ops.
+func (s *Server) sharedOps() *ops {
+	if o := s.clientOps.Load(); o != nil && o.options == s.Options && o.info == s.Info && o.hooks == s.hooks && o.log == s.Log {
+		return o
+	}
+	o := &ops{options: s.Options, info: s.Info, hooks: s.hooks, log: s.Log}
+	s.clientOps.Store(o)
+	return o
+}
+
 // NewClient returns a new Client instance, populated with all the required values and
 // references to be used with the server. If you are using this client to directly publish
 // messages from the embedding application, set the inline flag to true to bypass ACL and
 // topic validation checks.
 func (s *Server) NewClient(c net.Conn, listener string, id string, inline bool) *Client {
-	cl := newClient(c, &ops{ // [MQTT-3.1.2-6] implicit
-		options: s.Options,
-		info:    s.Info,
-		hooks:   s.hooks,
-		log:     s.Log,
-	})
+	cl := newClient(c, s.sharedOps()) // [MQTT-3.1.2-6] implicit
 
 	cl.ID = id
 	cl.Net.Listener = listener
@@ -566,11 +575,11 @@ func (s *Server) detachClient(cl *Client, listener string, err error) error {
 		s.sendLWT(cl)
 		cl.Stop(err)
 	} else {
-		cl.Properties.Will = Will{} // [MQTT-3.14.4-3] [MQTT-3.1.2-10]
+		cl.Properties.SetWill(Will{}) // [MQTT-3.14.4-3] [MQTT-3.1.2-10]
 	}
 	s.Log.Debug("client disconnected", "error", err, "client", cl.ID, "remote", cl.Net.Remote, "listener", listener)
 
-	expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
+	expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.propsRef().SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
 	s.hooks.OnDisconnect(cl, err, expire)
 
 	if expire && !cl.IsTakenOver() {
@@ -643,9 +652,9 @@ func (s *Server) validateConnect(cl *Client, pk packets.Packet) packets.Code {
 
 	if cl.Properties.ProtocolVersion < s.Options.Capabilities.MinimumProtocolVersion {
 		return packets.ErrUnsupportedProtocolVersion // [MQTT-3.1.2-2]
-	} else if cl.Properties.Will.Qos > s.Options.Capabilities.MaximumQos {
+	} else if cl.Properties.Will().Qos > s.Options.Capabilities.MaximumQos {
 		return packets.ErrQosNotSupported // [MQTT-3.2.2-12]
-	} else if cl.Properties.Will.Retain && s.Options.Capabilities.RetainAvailable == 0x00 {
+	} else if cl.Properties.Will().Retain && s.Options.Capabilities.RetainAvailable == 0x00 {
 		return packets.ErrRetainNotSupported // [MQTT-3.2.2-13]
 	}
 
@@ -670,7 +679,7 @@ func (s *Server) inheritClientSession(pk packets.Packet, cl *Client) bool {
 			cl.State.Inflight = existing.State.Inflight.Clone() // [MQTT-3.1.2-5]
 			if cl.State.Inflight.maximumReceiveQuota == 0 && cl.ops.options.Capabilities.ReceiveMaximum != 0 {
 				cl.State.Inflight.ResetReceiveQuota(int32(cl.ops.options.Capabilities.ReceiveMaximum)) // server receive max per client
-				cl.State.Inflight.ResetSendQuota(int32(cl.Properties.Props.ReceiveMaximum))            // client receive max
+				cl.State.Inflight.ResetSendQuota(int32(cl.Properties.propsRef().ReceiveMaximum))       // client receive max
 			}
 		}
 
@@ -737,15 +746,16 @@ func (s *Server) SendConnack(cl *Client, reason packets.Code, present bool, prop
 		properties.MaximumQosFlag = true
 	}
 
-	if cl.Properties.Props.AssignedClientID != "" {
-		properties.AssignedClientID = cl.Properties.Props.AssignedClientID // [MQTT-3.1.3-7] [MQTT-3.2.2-16]
+	if cl.Properties.propsRef().AssignedClientID != "" {
+		properties.AssignedClientID = cl.Properties.propsRef().AssignedClientID // [MQTT-3.1.3-7] [MQTT-3.2.2-16]
 	}
 
-	if cl.Properties.Props.SessionExpiryInterval > s.Options.Capabilities.MaximumSessionExpiryInterval {
+	if cl.Properties.propsRef().SessionExpiryInterval > s.Options.Capabilities.MaximumSessionExpiryInterval {
 		properties.SessionExpiryInterval = s.Options.Capabilities.MaximumSessionExpiryInterval
 		properties.SessionExpiryIntervalFlag = true
-		cl.Properties.Props.SessionExpiryInterval = properties.SessionExpiryInterval
-		cl.Properties.Props.SessionExpiryIntervalFlag = true
+		props := cl.Properties.EditProps()
+		props.SessionExpiryInterval = properties.SessionExpiryInterval
+		props.SessionExpiryIntervalFlag = true
 	}
 
 	ack := packets.Packet{
@@ -1149,7 +1159,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		out.FixedHeader.Qos = s.Options.Capabilities.MaximumQos // [MQTT-3.2.2-9]
 	}
 
-	if cl.Properties.Props.TopicAliasMaximum > 0 {
+	if cl.Properties.propsRef().TopicAliasMaximum > 0 {
 		var aliasExists bool
 		out.Properties.TopicAlias, aliasExists = cl.State.TopicAliases.Outbound.Set(pk.TopicName)
 		if out.Properties.TopicAlias > 0 {
@@ -1498,12 +1508,13 @@ func (s *Server) processAuth(cl *Client, pk packets.Packet) error {
 // processDisconnect processes a Disconnect packet.
 func (s *Server) processDisconnect(cl *Client, pk packets.Packet) error {
 	if pk.Properties.SessionExpiryIntervalFlag {
-		if pk.Properties.SessionExpiryInterval > 0 && cl.Properties.Props.SessionExpiryInterval == 0 {
+		if pk.Properties.SessionExpiryInterval > 0 && cl.Properties.propsRef().SessionExpiryInterval == 0 {
 			return packets.ErrProtocolViolationZeroNonZeroExpiry
 		}
 
-		cl.Properties.Props.SessionExpiryInterval = pk.Properties.SessionExpiryInterval
-		cl.Properties.Props.SessionExpiryIntervalFlag = true
+		props := cl.Properties.EditProps()
+		props.SessionExpiryInterval = pk.Properties.SessionExpiryInterval
+		props.SessionExpiryIntervalFlag = true
 	}
 
 	if pk.ReasonCode == packets.CodeDisconnectWillMessage.Code { // [MQTT-3.1.2.5] Non-normative comment
@@ -1620,11 +1631,12 @@ func (s *Server) closeListenerClients(listener string) {
 
 // sendLWT issues an LWT message to a topic when a client disconnects.
 func (s *Server) sendLWT(cl *Client) {
-	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 0 {
+	if !cl.Properties.HasWill() {
 		return
 	}
 
-	modifiedLWT := s.hooks.OnWill(cl, cl.Properties.Will)
+	will := cl.Properties.Will()
+	modifiedLWT := s.hooks.OnWill(cl, will)
 
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{
@@ -1641,8 +1653,8 @@ func (s *Server) sendLWT(cl *Client) {
 		Created: time.Now().Unix(),
 	}
 
-	if cl.Properties.Will.WillDelayInterval > 0 {
-		pk.Connect.WillProperties.WillDelayInterval = cl.Properties.Will.WillDelayInterval
+	if will.WillDelayInterval > 0 {
+		pk.Connect.WillProperties.WillDelayInterval = will.WillDelayInterval
 		pk.Expiry = time.Now().Unix() + int64(pk.Connect.WillProperties.WillDelayInterval)
 		s.loop.willDelayed.Add(cl.ID, pk)
 		return
@@ -1652,8 +1664,8 @@ func (s *Server) sendLWT(cl *Client) {
 		s.retainMessage(cl, pk)
 	}
 
-	s.publishToSubscribers(pk)                      // [MQTT-3.1.2-8]
-	atomic.StoreUint32(&cl.Properties.Will.Flag, 0) // [MQTT-3.1.2-10]
+	s.publishToSubscribers(pk) // [MQTT-3.1.2-8]
+	cl.Properties.willSent()   // [MQTT-3.1.2-10]
 	s.hooks.OnWillSent(cl, pk)
 }
 
@@ -1753,7 +1765,7 @@ func (s *Server) loadClients(v []storage.Client) {
 		cl.Properties.Username = c.Username
 		cl.Properties.Clean = c.Clean
 		cl.Properties.ProtocolVersion = c.ProtocolVersion
-		cl.Properties.Props = packets.Properties{
+		cl.Properties.SetProps(packets.Properties{
 			SessionExpiryInterval:     c.Properties.SessionExpiryInterval,
 			SessionExpiryIntervalFlag: c.Properties.SessionExpiryIntervalFlag,
 			AuthenticationMethod:      c.Properties.AuthenticationMethod,
@@ -1765,13 +1777,13 @@ func (s *Server) loadClients(v []storage.Client) {
 			TopicAliasMaximum:         c.Properties.TopicAliasMaximum,
 			User:                      c.Properties.User,
 			MaximumPacketSize:         c.Properties.MaximumPacketSize,
-		}
-		cl.Properties.Will = Will(c.Will)
+		})
+		cl.Properties.SetWill(Will(c.Will))
 
 		// cancel the context, update cl.State such as disconnected time and stopCause.
 		cl.Stop(packets.ErrServerShuttingDown)
 
-		expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
+		expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.propsRef().SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
 		s.hooks.OnDisconnect(cl, packets.ErrServerShuttingDown, expire)
 		if expire {
 			cl.ClearInflights()
@@ -1808,8 +1820,8 @@ func (s *Server) clearExpiredClients(dt int64) {
 		}
 
 		expire := s.Options.Capabilities.MaximumSessionExpiryInterval
-		if client.Properties.ProtocolVersion == 5 && client.Properties.Props.SessionExpiryIntervalFlag {
-			expire = client.Properties.Props.SessionExpiryInterval
+		if client.Properties.ProtocolVersion == 5 && client.Properties.propsRef().SessionExpiryIntervalFlag {
+			expire = client.Properties.propsRef().SessionExpiryInterval
 		}
 
 		if disconnected+int64(expire) < dt {
@@ -1856,7 +1868,7 @@ func (s *Server) sendDelayedLWT(dt int64) {
 				if pk.FixedHeader.Retain {
 					s.retainMessage(cl, pk)
 				}
-				cl.Properties.Will = Will{} // [MQTT-3.1.2-10]
+				cl.Properties.SetWill(Will{}) // [MQTT-3.1.2-10]
 				s.hooks.OnWillSent(cl, pk)
 			}
 			s.loop.willDelayed.Delete(id)

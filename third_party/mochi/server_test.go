@@ -1084,9 +1084,9 @@ func TestServerSendConnack(t *testing.T) {
 	cl, r, w := newTestClient()
 	cl.Properties.ProtocolVersion = 5
 	s.Options.Capabilities.MaximumQos = 1
-	cl.Properties.Props = packets.Properties{
+	cl.Properties.SetProps(packets.Properties{
 		AssignedClientID: "mochi",
-	}
+	})
 	go func() {
 		err := s.SendConnack(cl, packets.CodeSuccess, true, nil)
 		require.NoError(t, err)
@@ -1153,21 +1153,21 @@ func TestServerValidateConnect(t *testing.T) {
 		},
 		{
 			desc:         "will qos not supported",
-			client:       &Client{Properties: ClientProperties{Will: Will{Qos: 2}}},
+			client:       clientWithWill(Will{Qos: 2}),
 			capabilities: Capabilities{MaximumQos: 1},
 			packet:       packet,
 			expect:       packets.ErrQosNotSupported,
 		},
 		{
 			desc:         "retain not supported",
-			client:       &Client{Properties: ClientProperties{Will: Will{Retain: true}}},
+			client:       clientWithWill(Will{Retain: true}),
 			capabilities: Capabilities{RetainAvailable: 0},
 			packet:       packet,
 			expect:       packets.ErrRetainNotSupported,
 		},
 		{
 			desc:         "invalid packet validate",
-			client:       &Client{Properties: ClientProperties{Will: Will{Retain: true}}},
+			client:       clientWithWill(Will{Retain: true}),
 			capabilities: Capabilities{RetainAvailable: 0},
 			packet:       invalidBitPacket,
 			expect:       packets.ErrProtocolViolationReservedBit,
@@ -1192,11 +1192,19 @@ func TestServerValidateConnect(t *testing.T) {
 	}
 }
 
+// clientWithWill returns a client whose will is w. quiot: the will is
+// behind a pointer (QUIOT.md, change 22).
+func clientWithWill(w Will) *Client {
+	cl := new(Client)
+	cl.Properties.SetWill(w)
+	return cl
+}
+
 func TestServerSendConnackAdjustedExpiryInterval(t *testing.T) {
 	s := newServer()
 	cl, r, w := newTestClient()
 	cl.Properties.ProtocolVersion = 5
-	cl.Properties.Props.SessionExpiryInterval = uint32(300)
+	cl.Properties.EditProps().SessionExpiryInterval = uint32(300)
 	s.Options.Capabilities.MaximumSessionExpiryInterval = 120
 	go func() {
 		err := s.SendConnack(cl, packets.CodeSuccess, false, nil)
@@ -2097,8 +2105,8 @@ func TestPublishToClientExceedClientWritesPending(t *testing.T) {
 			},
 		},
 	})
-	cl.Properties.Props.ReceiveMaximum = sendQuota
-	cl.State.Inflight.ResetSendQuota(int32(cl.Properties.Props.ReceiveMaximum))
+	cl.Properties.EditProps().ReceiveMaximum = sendQuota
+	cl.State.Inflight.ResetSendQuota(int32(cl.Properties.Props().ReceiveMaximum))
 
 	s.Clients.Add(cl)
 
@@ -2127,7 +2135,7 @@ func TestPublishToClientServerTopicAlias(t *testing.T) {
 	s := newServer()
 	cl, r, w := newTestClient()
 	cl.Properties.ProtocolVersion = 5
-	cl.Properties.Props.TopicAliasMaximum = 5
+	cl.Properties.EditProps().TopicAliasMaximum = 5
 	s.Clients.Add(cl)
 
 	go func() {
@@ -3084,10 +3092,10 @@ func TestServerReceivePacketError(t *testing.T) {
 func TestServerRecievePacketDisconnectClientZeroNonZero(t *testing.T) {
 	s := newServer()
 	cl, r, w := newTestClient()
-	cl.Properties.Props.SessionExpiryInterval = 0
+	cl.Properties.EditProps().SessionExpiryInterval = 0
 	cl.Properties.ProtocolVersion = 5
-	cl.Properties.Props.RequestProblemInfo = 0
-	cl.Properties.Props.RequestProblemInfoFlag = true
+	cl.Properties.EditProps().RequestProblemInfo = 0
+	cl.Properties.EditProps().RequestProblemInfoFlag = true
 	go func() {
 		err := s.receivePacket(cl, *packets.TPacketData[packets.Disconnect].Get(packets.TDisconnectMqtt5).Packet)
 		require.Error(t, err)
@@ -3118,7 +3126,7 @@ func TestServerRecievePacketDisconnectClient(t *testing.T) {
 func TestServerProcessPacketDisconnect(t *testing.T) {
 	s := newServer()
 	cl, _, _ := newTestClient()
-	cl.Properties.Props.SessionExpiryInterval = 30
+	cl.Properties.EditProps().SessionExpiryInterval = 30
 	cl.Properties.ProtocolVersion = 5
 
 	s.loop.willDelayed.Add(cl.ID, packets.Packet{TopicName: "a/b/c", Payload: []byte("hello")})
@@ -3135,10 +3143,10 @@ func TestServerProcessPacketDisconnect(t *testing.T) {
 func TestServerProcessPacketDisconnectNonZeroExpiryViolation(t *testing.T) {
 	s := newServer()
 	cl, _, _ := newTestClient()
-	cl.Properties.Props.SessionExpiryInterval = 0
+	cl.Properties.EditProps().SessionExpiryInterval = 0
 	cl.Properties.ProtocolVersion = 5
-	cl.Properties.Props.RequestProblemInfo = 0
-	cl.Properties.Props.RequestProblemInfoFlag = true
+	cl.Properties.EditProps().RequestProblemInfo = 0
+	cl.Properties.EditProps().RequestProblemInfoFlag = true
 
 	err := s.processPacket(cl, *packets.TPacketData[packets.Disconnect].Get(packets.TDisconnectMqtt5).Packet)
 	require.Error(t, err)
@@ -3148,7 +3156,7 @@ func TestServerProcessPacketDisconnectNonZeroExpiryViolation(t *testing.T) {
 func TestServerProcessPacketDisconnectDisconnectWithWillMessage(t *testing.T) {
 	s := newServer()
 	cl, _, _ := newTestClient()
-	cl.Properties.Props.SessionExpiryInterval = 30
+	cl.Properties.EditProps().SessionExpiryInterval = 30
 	cl.Properties.ProtocolVersion = 5
 
 	s.loop.willDelayed.Add(cl.ID, packets.Packet{TopicName: "a/b/c", Payload: []byte("hello")})
@@ -3207,11 +3215,11 @@ func TestServerSendLWT(t *testing.T) {
 
 	sender, _, w1 := newTestClient()
 	sender.ID = "sender"
-	sender.Properties.Will = Will{
+	sender.Properties.SetWill(Will{
 		Flag:      1,
 		TopicName: "a/b/c",
 		Payload:   []byte("hello mochi"),
-	}
+	})
 	s.Clients.Add(sender)
 
 	receiver, r2, w2 := newTestClient()
@@ -3246,12 +3254,12 @@ func TestServerSendLWTRetain(t *testing.T) {
 
 	sender, _, w1 := newTestClient()
 	sender.ID = "sender"
-	sender.Properties.Will = Will{
+	sender.Properties.SetWill(Will{
 		Flag:      1,
 		TopicName: "a/b/c",
 		Payload:   []byte("hello mochi"),
 		Retain:    true,
-	}
+	})
 	s.Clients.Add(sender)
 
 	receiver, r2, w2 := newTestClient()
@@ -3283,13 +3291,13 @@ func TestServerSendLWTDelayed(t *testing.T) {
 	s := newServer()
 	cl1, _, _ := newTestClient()
 	cl1.ID = "cl1"
-	cl1.Properties.Will = Will{
+	cl1.Properties.SetWill(Will{
 		Flag:              1,
 		TopicName:         "a/b/c",
 		Payload:           []byte("hello mochi"),
 		Retain:            true,
 		WillDelayInterval: 2,
-	}
+	})
 	s.Clients.Add(cl1)
 
 	cl2, r, w := newTestClient()
@@ -3570,8 +3578,8 @@ func TestServerClearExpiredClients(t *testing.T) {
 	cl0.State.disconnected.Store(n - 10)
 	cl0.State.cancelOpen()
 	cl0.Properties.ProtocolVersion = 5
-	cl0.Properties.Props.SessionExpiryInterval = 12
-	cl0.Properties.Props.SessionExpiryIntervalFlag = true
+	cl0.Properties.EditProps().SessionExpiryInterval = 12
+	cl0.Properties.EditProps().SessionExpiryIntervalFlag = true
 	s.Clients.Add(cl0)
 
 	// Normal Expiry
@@ -3580,8 +3588,8 @@ func TestServerClearExpiredClients(t *testing.T) {
 	cl1.State.disconnected.Store(n - 10)
 	cl1.State.cancelOpen()
 	cl1.Properties.ProtocolVersion = 5
-	cl1.Properties.Props.SessionExpiryInterval = 8
-	cl1.Properties.Props.SessionExpiryIntervalFlag = true
+	cl1.Properties.EditProps().SessionExpiryInterval = 8
+	cl1.Properties.EditProps().SessionExpiryIntervalFlag = true
 	s.Clients.Add(cl1)
 
 	// No Expiry, indefinite session
@@ -3590,8 +3598,8 @@ func TestServerClearExpiredClients(t *testing.T) {
 	cl2.State.disconnected.Store(n - 10)
 	cl2.State.cancelOpen()
 	cl2.Properties.ProtocolVersion = 5
-	cl2.Properties.Props.SessionExpiryInterval = 0
-	cl2.Properties.Props.SessionExpiryIntervalFlag = true
+	cl2.Properties.EditProps().SessionExpiryInterval = 0
+	cl2.Properties.EditProps().SessionExpiryIntervalFlag = true
 	s.Clients.Add(cl2)
 
 	require.Equal(t, 4, s.Clients.Len())
@@ -3972,4 +3980,23 @@ func TestPublishToClientQoS0Bytes(t *testing.T) {
 	a.Stop(nil)
 	b.Stop(nil)
 	require.Eventually(t, func() bool { return atomic.LoadInt64(&s.Info.PendingWriteBytes) == 0 }, 10*time.Second, time.Millisecond)
+}
+
+// quiot: the clients of a server share one ops while the server's
+// options, info, hooks and logger stay the same (QUIOT.md, change 24);
+// a replaced logger gives later clients new ops with it.
+func TestNewClientsShareOps(t *testing.T) {
+	s := New(&Options{Logger: logger})
+	a := s.NewClient(nil, "tcp1", "a", false)
+	b := s.NewClient(nil, "tcp1", "b", false)
+	require.Same(t, a.ops, b.ops)
+	require.Same(t, s.Options, a.ops.options)
+	require.Same(t, s.Info, a.ops.info)
+	require.Same(t, s.hooks, a.ops.hooks)
+
+	s.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := s.NewClient(nil, "tcp1", "c", false)
+	require.NotSame(t, a.ops, c.ops)
+	require.Same(t, s.Log, c.ops.log)
+	require.Same(t, logger, a.ops.log)
 }

@@ -46,8 +46,13 @@ type InboundTopicAliases struct {
 	maximum uint16
 }
 
-// Set sets a new alias for a specific topic.
+// Set sets a new alias for a specific topic. On nil (a client that
+// cannot send aliases: MQTT 3.1.1) it returns topic, as with a maximum of
+// zero. quiot: nil allowed (QUIOT.md, change 21).
 func (a *InboundTopicAliases) Set(id uint16, topic string) string {
+	if a == nil {
+		return topic
+	}
 	a.Lock()
 	defer a.Unlock()
 
@@ -83,8 +88,13 @@ func NewOutboundTopicAliases(topicAliasMaximum uint16) *OutboundTopicAliases {
 }
 
 // Set sets a new topic alias for a topic and returns the alias value, and a boolean
-// indicating if the alias already existed.
+// indicating if the alias already existed. On nil (a client that takes no
+// aliases) it returns 0 and false, as with a maximum of zero. quiot: nil
+// allowed (QUIOT.md, change 21).
 func (a *OutboundTopicAliases) Set(topic string) (uint16, bool) {
+	if a == nil {
+		return 0, false
+	}
 	a.Lock()
 	defer a.Unlock()
 
