@@ -10,11 +10,15 @@ import (
 
 // This file keeps the client's 0-RTT datagrams that arrive before their
 // Initial (its first datagram lost on the uplink) until the Initial comes:
-// quic-go v0.65's server keeps such packets only until a packet to the
-// server arrives more than 100 ms after them (server.go, zeroRTTQueue), so
-// on a slow uplink they are gone when the client's Initial probe arrives
-// seconds later, and the client's request goes again as 1-RTT data only
-// once the handshake has completed and quic-go declares it lost.
+// quic-go v0.65's server keeps such packets only until a packet for the
+// server (not for a known connection) arrives more than 100 ms after them
+// (server.go, zeroRTTQueue; it drops them after handling that packet, so
+// a lone 0-RTT datagram still reaches an Initial that comes later), so on
+// a slow uplink the client's next 0-RTT datagram, or another client's
+// first datagram, makes quic-go drop them before the client's Initial
+// probe arrives seconds later, and the client's request goes again as
+// 1-RTT data only once the handshake has completed and quic-go declares
+// it lost.
 
 // DefaultEarlyAge is the least time a 0-RTT datagram waits for its
 // Initial (Options.EarlyAge).

@@ -136,7 +136,9 @@ type Stats struct {
 // datagram with that Initial. quic-go (v0.65) keeps such packets itself
 // only until a packet for its server arrives more than 100 ms after them;
 // when the client's first datagram is lost on a slow uplink, its Initial
-// probe comes seconds later and the 0-RTT data was dropped. Bounds, beyond
+// probe comes seconds later, and a later 0-RTT datagram of the client or
+// another client's first datagram in between made quic-go drop the 0-RTT
+// data. Bounds, beyond
 // which a 0-RTT datagram passes unchanged: maxEarlyPerConn datagrams per
 // connection ID, maxEarlyBytes over all, maxEarlyConns connection IDs
 // with datagrams kept, MaxPeers entries in the table of connection IDs
