@@ -3,11 +3,13 @@ package quicgov
 import (
 	"bytes"
 	"cmp"
+	"container/list"
 	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -16,10 +18,12 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultMaxPeers caps each of the governor's two tables (answer times
-	// per peer IP, handshakes per peer address): about 100 bytes an entry,
-	// plus the probes a handshake holds (at most maxHeld datagrams, and
-	// maxHeldBytes over all handshakes).
+	// DefaultMaxPeers caps each of the governor's three tables (answer
+	// times per peer IP, handshakes per peer address, the client's
+	// connection IDs per address: Initials seen and 0-RTT datagrams kept):
+	// about 100 bytes an entry, plus the probes a handshake holds (at most
+	// maxHeld datagrams, and maxHeldBytes over all handshakes) and the
+	// 0-RTT datagrams kept (maxEarlyBytes over all).
 	DefaultMaxPeers = 4096
 	// DefaultHoldFactor times the peer's answer time is how long after the
 	// first flight the probes are held.
@@ -49,8 +53,9 @@ const (
 
 // Options configure a Conn. The zero value is usable.
 type Options struct {
-	// MaxPeers caps the table of answer times (one entry per peer IP) and
-	// the table of handshakes (one per peer address), each evicting its
+	// MaxPeers caps the table of answer times (one entry per peer IP),
+	// the table of handshakes (one per peer address) and the table of the
+	// client's connection IDs (one per address and ID), each evicting its
 	// least recently used entry; zero means DefaultMaxPeers.
 	MaxPeers int
 	// HoldFactor: probes are held until HoldFactor x the peer IP's answer
@@ -58,6 +63,11 @@ type Options struct {
 	HoldFactor float64
 	// MaxHold caps the hold; zero means DefaultMaxHold.
 	MaxHold time.Duration
+	// EarlyAge: a 0-RTT datagram that came before its Initial is kept
+	// for the longer of EarlyAge and 2 x the peer IP's answer time (the
+	// latter capped at MaxHold), then handed to quic-go anyway; zero
+	// means DefaultEarlyAge.
+	EarlyAge time.Duration
 	// Logger receives debug records of held, dropped and released probes;
 	// nil discards them.
 	Logger *slog.Logger
@@ -80,6 +90,15 @@ type Stats struct {
 	ReleasedOnProbe int64
 	// Samples counts answer times learned.
 	Samples int64
+	// ZeroRTTHeld counts client datagrams with a 0-RTT packet first that
+	// were kept because their Initial had not come (early.go).
+	ZeroRTTHeld int64
+	// ZeroRTTMatched counts those handed to quic-go right after the
+	// datagram with their Initial.
+	ZeroRTTMatched int64
+	// ZeroRTTExpired counts those handed to quic-go without their
+	// Initial: kept too long, or their entry evicted.
+	ZeroRTTExpired int64
 }
 
 // Conn is the probe governor: a net.PacketConn for a QUIC server (a
@@ -109,6 +128,26 @@ type Stats struct {
 // packet go before those with one. Short-header datagrams, and everything
 // to peers without an answer time (a first connection), pass unchanged.
 //
+// Conn also keeps the client's 0-RTT datagrams that arrive before their
+// Initial (early.go): a datagram whose first packet is a 0-RTT packet
+// (QUIC v1 or v2), for a destination connection ID whose Initial has not
+// come from the same address, is kept, and read (ReadFrom, ReadMsgUDP,
+// ReadBatch, with the control messages it came with) right after the
+// datagram with that Initial. quic-go (v0.65) keeps such packets itself
+// only until a packet for its server arrives more than 100 ms after them;
+// when the client's first datagram is lost on a slow uplink, its Initial
+// probe comes seconds later, and a later 0-RTT datagram of the client or
+// another client's first datagram in between made quic-go drop the 0-RTT
+// data. Bounds, beyond
+// which a 0-RTT datagram passes unchanged: maxEarlyPerConn datagrams per
+// connection ID, maxEarlyBytes over all, maxEarlyConns connection IDs
+// with datagrams kept, MaxPeers entries in the table of connection IDs
+// (Initials seen, datagrams kept; least recently used evicted). A
+// datagram is kept at most max(EarlyAge, 2 x the peer IP's answer time,
+// the latter capped at MaxHold); when that ends, or its entry is evicted,
+// it is read anyway with the next datagram (quic-go drops it as before
+// unless its Initial follows).
+//
 // A Conn from New is not an OOBCapablePacketConn: quic-go reads and
 // writes it one datagram at a time, without GSO, ECN, batched reads or the
 // packet info that picks the source address of a socket bound to a
@@ -130,6 +169,13 @@ type Conn struct {
 	hs        *lru[netip.AddrPort, *handshake]
 	heldBytes int
 	stats     Stats
+
+	// The client's 0-RTT datagrams kept until their Initial (early.go).
+	early      *lru[earlyKey, *early]
+	earlyHeld  *list.List   // of *early with datagrams kept, oldest first
+	pending    []inbound    // released, to be read before the socket
+	earlyBytes int          // of the datagrams kept and pending
+	earlyN     atomic.Int64 // datagrams kept and pending
 }
 
 // handshake is the governor's state of one peer address.
@@ -161,6 +207,9 @@ func New(pc net.PacketConn, o Options) *Conn {
 	if o.MaxHold <= 0 {
 		o.MaxHold = DefaultMaxHold
 	}
+	if o.EarlyAge <= 0 {
+		o.EarlyAge = DefaultEarlyAge
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -168,6 +217,8 @@ func New(pc net.PacketConn, o Options) *Conn {
 	c := &Conn{Conn: sockbuf.Wrap(pc), opts: o, log: log, now: time.Now, afterFunc: realAfterFunc}
 	c.rtts = newLRU[netip.Addr, time.Duration](o.MaxPeers, nil)
 	c.hs = newLRU[netip.AddrPort, *handshake](o.MaxPeers, c.evicted)
+	c.early = newLRU[earlyKey, *early](o.MaxPeers, c.earlyEvicted)
+	c.earlyHeld = list.New()
 	return c
 }
 
@@ -221,13 +272,19 @@ func (c *Conn) WriteTo(p []byte, addr net.Addr) (int, error) {
 	return c.PacketConn.WriteTo(p, addr)
 }
 
-// ReadFrom implements net.PacketConn.
+// ReadFrom implements net.PacketConn. It returns the 0-RTT datagrams
+// released since the last call before it reads the socket, and reads
+// again when it keeps the datagram it read (early.go).
 func (c *Conn) ReadFrom(p []byte) (int, net.Addr, error) {
-	n, addr, err := c.PacketConn.ReadFrom(p)
-	if err == nil && n > 0 {
-		c.received(p[:n], addr)
+	for {
+		if d, ok := c.nextPending(); ok {
+			return copy(p, d.p), d.addr, nil
+		}
+		n, addr, err := c.PacketConn.ReadFrom(p)
+		if err != nil || n == 0 || !c.admit(p[:n], nil, 0, addr) {
+			return n, addr, err
+		}
 	}
-	return n, addr, err
 }
 
 // Close drops what is held and closes the socket.
@@ -236,6 +293,7 @@ func (c *Conn) Close() error {
 	for _, h := range c.hs.values() {
 		c.dropHeld(h)
 	}
+	c.dropEarly()
 	c.mu.Unlock()
 	return c.PacketConn.Close()
 }

@@ -1,6 +1,7 @@
 package quicgov
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -17,6 +18,9 @@ type fakeConn struct {
 	reads          []fakeRead
 }
 
+// errNoRead is fakeConn's read error when no datagram is queued.
+var errNoRead = errors.New("no datagram queued")
+
 type fakeRead struct {
 	p    []byte
 	from net.Addr
@@ -32,6 +36,9 @@ func (f *fakeConn) WriteTo(p []byte, _ net.Addr) (int, error) {
 func (f *fakeConn) ReadFrom(p []byte) (int, net.Addr, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(f.reads) == 0 {
+		return 0, nil, errNoRead
+	}
 	r := f.reads[0]
 	f.reads = f.reads[1:]
 	return copy(p, r.p), r.from, nil
@@ -199,6 +206,7 @@ func TestGovernor(t *testing.T) {
 			{1500 * ms, "fire", nil, nil, false},
 		}, want: Stats{Held: 2, Released: 2}, wrote: 3},
 		{name: "the client's 0-RTT datagram after the answer time releases nothing", learned: true, steps: []step{
+			{0, "recv", initial1, peer1b, false}, // its Initial: the 0-RTT datagram is not kept (early.go)
 			{0, "send", srvInitial(cid2), peer1b, true},
 			{200 * ms, "send", srvInitial(cid2), peer1b, false},
 			{1000 * ms, "recv", zeroRTT1, peer1b, false},

@@ -2,7 +2,10 @@
 // net.PacketConn wrapper that holds back the server's handshake probes to
 // a peer whose round-trip time it knows, instead of queuing them on a slow
 // link ahead of the server's answer (docs/results/nbiot/README.md, "Broker
-// probe governor").
+// probe governor"); it also keeps the client's 0-RTT datagrams that arrive
+// before their Initial until the Initial comes, within bounds, instead of
+// leaving them to quic-go, which keeps them 100 ms (early.go,
+// docs/TUNING.md).
 //
 // This file reads the QUIC packet headers of a datagram (RFC 9000 section
 // 17, RFC 9369 for QUIC version 2) without any I/O; governor.go uses it.
@@ -158,4 +161,35 @@ func DestConnID(d []byte) []byte {
 		return nil
 	}
 	return d[6 : 6+int(d[5])]
+}
+
+// First returns the type of the packet at the start of datagram d: one
+// of Initial, ZeroRTT, Handshake, Retry, VersionNegotiation or Short, or 0
+// when d is empty, lacks the fixed bit, or is a long header of an unknown
+// version or too short to tell. It reads the first byte and the version
+// only: a datagram Parse rejects may still have a First.
+func First(d []byte) Kinds {
+	switch {
+	case len(d) == 0:
+		return 0
+	case d[0]&0x80 == 0:
+		if d[0]&0x40 == 0 {
+			return 0
+		}
+		return Short
+	case len(d) < 5:
+		return 0
+	}
+	version := binary.BigEndian.Uint32(d[1:5])
+	if version == 0 {
+		return VersionNegotiation
+	}
+	if d[0]&0x40 == 0 {
+		return 0
+	}
+	t, err := longType(version, d[0])
+	if err != nil {
+		return 0
+	}
+	return t
 }

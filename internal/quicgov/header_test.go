@@ -40,6 +40,7 @@ var (
 	// v2 packets (RFC 9369: Initial 0b01, 0-RTT 0b10, Handshake 0b11, Retry 0b00).
 	initial2   = long(0xd0, version2, cidA, cidB, []byte{}, 40)
 	handshake2 = long(0xf0, version2, cidA, cidB, nil, 50)
+	zeroRTT2   = long(0xe0, version2, cidA, cidB, nil, 20)
 	vn         = []byte{0x80, 0, 0, 0, 0, 4, 1, 2, 3, 4, 4, 5, 6, 7, 8, 0, 0, 0, 1}
 )
 
@@ -64,6 +65,8 @@ func TestParse(t *testing.T) {
 		{"initial + 0-RTT", cat(initial1, zeroRTT1), Initial | ZeroRTT, nil},
 		{"trailing zero padding", cat(initial1, make([]byte, 100)), Initial, nil},
 		{"v2 initial + handshake", cat(initial2, handshake2), Initial | Handshake, nil},
+		{"v2 0-RTT", zeroRTT2, ZeroRTT, nil},
+		{"v2 initial + 0-RTT", cat(initial2, zeroRTT2), Initial | ZeroRTT, nil},
 		{"unknown version", long(0xc0, 0x0a0a0a0a, cidA, cidB, []byte{}, 10), 0, ErrVersion},
 		{"long without the fixed bit", []byte{0x80, 0, 0, 0, 1, 0, 0, 0}, 0, ErrFixedBit},
 		{"truncated header", initial1[:6], 0, ErrTruncated},
@@ -98,6 +101,35 @@ func TestKinds(t *testing.T) {
 	}
 }
 
+func TestFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    []byte
+		want Kinds
+	}{
+		{"empty", nil, 0},
+		{"short", short1, Short},
+		{"short without the fixed bit", []byte{0x00, 1}, 0},
+		{"initial + 0-RTT", cat(initial1, zeroRTT1), Initial},
+		{"0-RTT", zeroRTT1, ZeroRTT},
+		{"0-RTT, truncated payload", zeroRTT1[:10], ZeroRTT},
+		{"v2 0-RTT", zeroRTT2, ZeroRTT},
+		{"v2 initial", initial2, Initial},
+		{"handshake", handshake1, Handshake},
+		{"retry", retry1, Retry},
+		{"version negotiation", vn, VersionNegotiation},
+		{"long header, no version", []byte{0xd0, 0, 0}, 0},
+		{"long without the fixed bit", []byte{0x90, 0, 0, 0, 1}, 0},
+		{"unknown version", long(0xd0, 0x0a0a0a0a, cidA, cidB, nil, 10), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := First(tc.d); got != tc.want {
+				t.Fatalf("First = %06b; want %06b", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestDestConnID(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -122,12 +154,32 @@ func TestDestConnID(t *testing.T) {
 // the first byte.
 func FuzzParse(f *testing.F) {
 	for _, d := range [][]byte{initial1, initialTok, zeroRTT1, handshake1, retry1, short1, vn, initial2,
-		cat(initial1, handshake1, short1), cat(initial2, handshake2)} {
+		cat(initial1, handshake1, short1), cat(initial2, handshake2), zeroRTT2, cat(initial2, zeroRTT2)} {
 		f.Add(d)
 	}
+	// Every datagram also goes through the read path's 0-RTT keeping
+	// (early.go), from one of two addresses: it must not panic, and what
+	// it keeps it hands over at its Initial, at the latest.
+	c := New(&fakeConn{}, Options{MaxPeers: 8})
 	f.Fuzz(func(t *testing.T, d []byte) {
 		k, err := Parse(d)
 		_ = DestConnID(d)
+		first := First(d)
+		if err == nil && len(d) > 0 && (first == 0 || !k.Has(first)) {
+			t.Fatalf("Parse = %06b, First = %06b for %x", k, first, d)
+		}
+		from := peer1
+		if len(d) > 0 && d[len(d)-1]&1 != 0 {
+			from = peer2
+		}
+		if c.admit(d, nil, 0, from) && first != ZeroRTT {
+			t.Fatalf("kept a datagram whose first packet is %06b: %x", first, d)
+		}
+		for {
+			if _, ok := c.nextPending(); !ok {
+				break
+			}
+		}
 		if len(d) == 0 {
 			if err == nil {
 				t.Fatal("no error for an empty datagram")

@@ -40,25 +40,87 @@ func oobWrap(c *Conn, pc net.PacketConn) (net.PacketConn, bool) {
 // SyscallConn implements syscall.Conn.
 func (o *oobConn) SyscallConn() (syscall.RawConn, error) { return o.u.SyscallConn() }
 
-// ReadMsgUDP implements quic-go's OOBCapablePacketConn.
+// ReadMsgUDP implements quic-go's OOBCapablePacketConn. Like
+// Conn.ReadFrom, it returns released 0-RTT datagrams first, with the
+// control messages they were read with, and skips those it keeps.
 func (o *oobConn) ReadMsgUDP(b, oob []byte) (n, oobn, flags int, addr *net.UDPAddr, err error) {
-	n, oobn, flags, addr, err = o.u.ReadMsgUDP(b, oob)
-	if err == nil && n > 0 {
-		o.received(b[:n], addr)
+	for {
+		if d, ok := o.nextPending(); ok {
+			return copy(b, d.p), copy(oob, d.oob), d.flags, udpAddr(d.addr), nil
+		}
+		n, oobn, flags, addr, err = o.u.ReadMsgUDP(b, oob)
+		if err != nil || n == 0 || !o.admit(b[:n], oob[:oobn], flags, addr) {
+			return n, oobn, flags, addr, err
+		}
 	}
-	return n, oobn, flags, addr, err
 }
 
 // ReadBatch reads several datagrams with one system call (recvmmsg), as
-// quic-go does on a *net.UDPConn.
+// quic-go does on a *net.UDPConn. Released 0-RTT datagrams are returned
+// first (a batch of them alone, with their control messages); datagrams
+// Conn keeps are taken out of a batch, the later ones moved up; a batch
+// of kept datagrams alone is not returned: ReadBatch reads again.
 func (o *oobConn) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
-	n, err := o.bc.ReadBatch(ms, flags)
-	for i := range n {
-		if m := ms[i]; m.N > 0 && len(m.Buffers) > 0 && m.Addr != nil {
-			o.received(m.Buffers[0][:min(m.N, len(m.Buffers[0]))], m.Addr)
+	for {
+		k := 0
+		for k < len(ms) {
+			d, ok := o.nextPending()
+			if !ok {
+				break
+			}
+			putMessage(&ms[k], d)
+			k++
+		}
+		if k > 0 {
+			return k, nil
+		}
+		n, err := o.bc.ReadBatch(ms, flags)
+		out := 0
+		for i := range n {
+			m := &ms[i]
+			if m.N > 0 && len(m.Buffers) > 0 && m.Addr != nil {
+				p := m.Buffers[0][:min(m.N, len(m.Buffers[0]))]
+				if o.admit(p, m.OOB[:min(m.NN, len(m.OOB))], m.Flags, m.Addr) {
+					continue
+				}
+			}
+			if out != i {
+				moveMessage(&ms[out], m)
+			}
+			out++
+		}
+		if out > 0 || err != nil || n == 0 {
+			return out, err
 		}
 	}
-	return n, err
+}
+
+// putMessage puts datagram d into m (quic-go's buffers).
+func putMessage(m *ipv4.Message, d inbound) {
+	m.N, m.NN, m.Flags, m.Addr = 0, 0, d.flags, d.addr
+	if len(m.Buffers) > 0 {
+		m.N = copy(m.Buffers[0], d.p)
+	}
+	m.NN = copy(m.OOB, d.oob)
+}
+
+// moveMessage copies the datagram read into src into dst (its buffers
+// stay its own: quic-go reads each message from the buffer it gave it).
+func moveMessage(dst, src *ipv4.Message) {
+	dst.N, dst.NN, dst.Flags, dst.Addr = 0, 0, src.Flags, src.Addr
+	if len(dst.Buffers) > 0 && len(src.Buffers) > 0 {
+		dst.N = copy(dst.Buffers[0], src.Buffers[0][:min(src.N, len(src.Buffers[0]))])
+	}
+	dst.NN = copy(dst.OOB, src.OOB[:min(src.NN, len(src.OOB))])
+}
+
+// udpAddr returns a as a *net.UDPAddr.
+func udpAddr(a net.Addr) *net.UDPAddr {
+	if u, ok := a.(*net.UDPAddr); ok {
+		return u
+	}
+	ap, _ := addrPort(a)
+	return net.UDPAddrFromAddrPort(ap)
 }
 
 // WriteMsgUDP implements quic-go's OOBCapablePacketConn.

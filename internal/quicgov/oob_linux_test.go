@@ -125,3 +125,90 @@ func TestGSOSplit(t *testing.T) {
 		t.Fatalf("stats %+v, want 1 held", s)
 	}
 }
+
+// TestReadKeeps0RTT: through ReadBatch (quic-go's reads on Linux) and
+// ReadMsgUDP, 0-RTT datagrams that come before their Initial are taken
+// out of what is read and handed over after the Initial, with the packet
+// info they were read with.
+func TestReadKeeps0RTT(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		read func(*oobConn) ([]ipv4.Message, error)
+	}{
+		{"ReadBatch", func(o *oobConn) ([]ipv4.Message, error) {
+			ms := make([]ipv4.Message, 8)
+			for i := range ms {
+				ms[i].Buffers = [][]byte{make([]byte, 1500)}
+				ms[i].OOB = make([]byte, 128)
+			}
+			n, err := o.ReadBatch(ms, 0)
+			return ms[:n], err
+		}},
+		{"ReadMsgUDP", func(o *oobConn) ([]ipv4.Message, error) {
+			b, oob := make([]byte, 1500), make([]byte, 128)
+			n, oobn, flags, addr, err := o.ReadMsgUDP(b, oob)
+			return []ipv4.Message{{Buffers: [][]byte{b}, OOB: oob, N: n, NN: oobn, Flags: flags, Addr: addr}}, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ipv4.NewPacketConn(u).SetControlMessage(ipv4.FlagDst, true); err != nil {
+				t.Fatal(err)
+			}
+			o := Wrap(u, true, nil).(*oobConn)
+			defer o.Close()
+			s, err := net.DialUDP("udp", nil, u.LocalAddr().(*net.UDPAddr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			dcid := []byte{0xd1, 1, 1, 1, 1, 1, 1, 1}
+			z1, z2, ini := cli0RTT(dcid, 1, 100), cli0RTT(dcid, 2, 100), cliInitialTo(dcid)
+			want := [][]byte{short1, ini, z1, z2}
+			for _, p := range [][]byte{z1, short1, z2, ini} {
+				if _, err := s.Write(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = u.SetReadDeadline(time.Now().Add(10 * time.Second))
+			var got [][]byte
+			for len(got) < len(want) {
+				ms, err := tc.read(o)
+				if err != nil {
+					t.Fatalf("after %d datagrams: %v", len(got), err)
+				}
+				for _, m := range ms {
+					p := bytes.Clone(m.Buffers[0][:m.N])
+					got = append(got, p)
+					if !hasPktInfo(t, m.OOB[:m.NN]) {
+						t.Fatalf("datagram %d (%06b) without its packet info", len(got), First(p))
+					}
+				}
+			}
+			if !equalDatagrams(got, want) {
+				t.Fatalf("read %s, want %s", describe(got), describe(want))
+			}
+			if st := o.Stats(); st.ZeroRTTHeld != 2 || st.ZeroRTTMatched != 2 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
+
+// hasPktInfo reports whether oob holds an IP_PKTINFO control message.
+func hasPktInfo(t *testing.T, oob []byte) bool {
+	t.Helper()
+	cms, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range cms {
+		if cm.Header.Level == unix.IPPROTO_IP && cm.Header.Type == unix.IP_PKTINFO {
+			return true
+		}
+	}
+	return false
+}
