@@ -66,8 +66,9 @@ type pollState struct {
 	p       *poller
 	cl      *Client
 	handler ReadFn
-	rd      func([]byte) (int, error) // reads without waiting
+	read    func([]byte) (int, error) // reads without waiting (poller.readSocket), on the poller only
 	rc      syscall.RawConn
+	fl      ReadFollower // follows what is read, or nil
 	fd      int
 	st      atomic.Int32 // psIdle, psBusy or psEnded
 	lastRx  atomic.Int64 // unix nanoseconds of the last bytes read
@@ -143,6 +144,7 @@ var errPollBufferFull = errors.New("read buffer full")
 
 // poller reads for the polled clients of one server.
 type poller struct {
+	rr    rawRead // the poller goroutine's socket read
 	once  sync.Once
 	err   error // from starting
 	ep    *epoll
@@ -202,11 +204,12 @@ func (p *poller) adopt(cl *Client, handler ReadFn, finish func(error) error) *Po
 	if p == nil || cl.Net.Conn == nil || cl.Net.bconn == nil || cl.Closed() {
 		return nil
 	}
-	rd, rc := noWaitReaderOf(cl.Net.Conn)
-	if rd == nil || rc == nil || p.start() != nil {
+	rc, fl, ok := pollableConn(cl.Net.Conn)
+	if !ok || p.start() != nil {
 		return nil
 	}
-	ps := &pollState{p: p, cl: cl, handler: handler, rd: rd, rc: rc, pd: &Polled{then: []func(error) error{finish}}}
+	ps := &pollState{p: p, cl: cl, handler: handler, rc: rc, fl: fl, pd: &Polled{then: []func(error) error{finish}}}
+	ps.read = func(b []byte) (int, error) { return p.readSocket(ps, b) }
 	ps.st.Store(psBusy)
 	ps.lastRx.Store(time.Now().UnixNano())
 	buffered := cl.Net.bconn.Buffered() > 0
@@ -336,7 +339,7 @@ func (p *poller) run() {
 func (p *poller) serve(ps *pollState, now time.Time) {
 	cl := ps.cl
 	b := cl.Net.bconn
-	n, err := b.readMore(ps.rd)
+	n, err := b.readMore(ps.read)
 	if n > 0 {
 		ps.lastRx.Store(now.UnixNano())
 	}
@@ -376,6 +379,19 @@ func (p *poller) serve(ps *pollState, now time.Time) {
 		return
 	}
 	p.rest(ps)
+}
+
+// readSocket reads what ps's socket has now into b and has the
+// connection follow it (ReadFollower). On the poller's goroutine only.
+func (p *poller) readSocket(ps *pollState, b []byte) (int, error) {
+	n, err := p.rr.read(ps.rc, b)
+	if n == 0 && err == nil {
+		return 0, nil // nothing there: nothing to follow
+	}
+	if ps.fl != nil {
+		return ps.fl.FollowRead(b, n, err)
+	}
+	return n, err
 }
 
 // toWorker moves ps, held, to a worker: out of the poll until the worker

@@ -100,38 +100,49 @@ func (e *epoll) close() {
 	_ = syscall.Close(e.fd)
 }
 
-// noWaitReaderOf returns how to read c without waiting and its socket,
-// or nils if c cannot be read so (no socket of its own: TLS, WebSocket,
-// QUIC, pipes).
-func noWaitReaderOf(c net.Conn) (func([]byte) (int, error), syscall.RawConn) {
-	rc := rawOf(c)
+// pollableConn returns the socket of c and, if c follows its reads, the
+// follower; ok is false if c cannot be polled (no socket of its own: TLS,
+// WebSocket, QUIC, pipes; or a wrapper whose Read may do more).
+func pollableConn(c net.Conn) (rc syscall.RawConn, fl ReadFollower, ok bool) {
+	rc = rawOf(c)
 	if rc == nil {
-		return nil, nil
+		return nil, nil, false
 	}
 	switch v := c.(type) {
 	case ReadFollower:
-		return func(p []byte) (int, error) {
-			n, err := readNoWait(rc, p)
-			if n == 0 && err == nil {
-				return 0, nil // nothing there: nothing to follow
-			}
-			return v.FollowRead(p, n, err)
-		}, rc
+		return rc, v, true
 	case *net.TCPConn:
-		return func(p []byte) (int, error) { return readNoWait(rc, p) }, rc
+		return rc, nil, true
 	}
-	return nil, nil
+	return nil, nil, false
 }
 
-// readNoWait reads from rc's socket what it has now, without waiting:
-// (0, nil) if it has nothing yet, io.EOF at its end.
-func readNoWait(rc syscall.RawConn, p []byte) (int, error) {
-	var n int
-	var rerr error
-	err := rc.Read(func(fd uintptr) bool {
-		n, rerr = syscall.Read(int(fd), p)
-		return true // never wait
-	})
+// rawRead is the poller's non-blocking read of a socket; its do method
+// is bound once (a closure handed to RawConn.Read on every read would be
+// allocated on every read). Only the poller's goroutine uses it.
+type rawRead struct {
+	b   []byte
+	n   int
+	err error
+	fn  func(fd uintptr) bool
+}
+
+// do reads into r.b from fd once; true: RawConn.Read never waits.
+func (r *rawRead) do(fd uintptr) bool {
+	r.n, r.err = syscall.Read(int(fd), r.b)
+	return true
+}
+
+// read reads from rc's socket what it has now, without waiting: (0, nil)
+// if it has nothing yet, io.EOF at its end.
+func (r *rawRead) read(rc syscall.RawConn, p []byte) (int, error) {
+	if r.fn == nil {
+		r.fn = r.do
+	}
+	r.b = p
+	err := rc.Read(r.fn)
+	n, rerr := r.n, r.err
+	r.b, r.n, r.err = nil, 0, nil
 	if err != nil {
 		return 0, err // closed
 	}

@@ -29,6 +29,8 @@ func (*epoll) wait([]pollEvent, int) (int, error) { return 0, errNoPoll }
 func (*epoll) wake()                              {}
 func (*epoll) close()                             {}
 
-func noWaitReaderOf(net.Conn) (func([]byte) (int, error), syscall.RawConn) { return nil, nil }
+func pollableConn(net.Conn) (syscall.RawConn, ReadFollower, bool) { return nil, nil, false }
 
-func readNoWait(syscall.RawConn, []byte) (int, error) { return 0, errNoPoll }
+type rawRead struct{}
+
+func (*rawRead) read(syscall.RawConn, []byte) (int, error) { return 0, errNoPoll }
