@@ -144,14 +144,15 @@ var errPollBufferFull = errors.New("read buffer full")
 
 // poller reads for the polled clients of one server.
 type poller struct {
-	rr    rawRead // the poller goroutine's socket read
-	once  sync.Once
-	err   error // from starting
-	ep    *epoll
-	mu    sync.Mutex
-	fds   map[int]*pollState
-	close chan struct{}
-	ended chan struct{}
+	rr     rawRead     // the poller goroutine's socket read
+	failed atomic.Bool // the epoll instance failed: no client is polled any more
+	once   sync.Once
+	err    error // from starting
+	ep     *epoll
+	mu     sync.Mutex
+	fds    map[int]*pollState
+	close  chan struct{}
+	ended  chan struct{}
 }
 
 // newPoller returns a poller for a server whose options ask for one, or
@@ -205,7 +206,7 @@ func (p *poller) adopt(cl *Client, handler ReadFn, finish func(error) error) *Po
 		return nil
 	}
 	rc, fl, ok := pollableConn(cl.Net.Conn)
-	if !ok || p.start() != nil {
+	if !ok || p.start() != nil || p.failed.Load() {
 		return nil
 	}
 	ps := &pollState{p: p, cl: cl, handler: handler, rc: rc, fl: fl, pd: &Polled{then: []func(error) error{finish}}}
@@ -287,10 +288,36 @@ func (p *poller) rest(ps *pollState) {
 		p.end(ps, nil)
 		return
 	}
+	if p.failed.Load() {
+		p.end(ps, errPollerFailed)
+		return
+	}
 	ps.st.Store(psIdle)
 	if ps.cl.Closed() && ps.st.CompareAndSwap(psIdle, psEnded) {
 		p.remove(ps)
 		go ps.pd.finish(nil)
+	}
+}
+
+// errPollerFailed ends the polled clients when the poller's epoll
+// instance fails (never seen: epoll_wait fails only on a closed instance).
+var errPollerFailed = errors.New("read: the poller failed")
+
+// fail ends every resting client after the epoll instance failed; a
+// client held by the poller or a worker ends when it would rest.
+func (p *poller) fail(err error) {
+	p.failed.Store(true)
+	var all []*pollState
+	p.mu.Lock()
+	for _, ps := range p.fds {
+		all = append(all, ps)
+	}
+	p.mu.Unlock()
+	for _, ps := range all {
+		if ps.st.CompareAndSwap(psIdle, psEnded) {
+			p.remove(ps)
+			go ps.pd.finish(fmt.Errorf("%w: %w", errPollerFailed, err))
+		}
 	}
 }
 
@@ -316,7 +343,8 @@ func (p *poller) run() {
 		default:
 		}
 		if err != nil {
-			continue // EINTR
+			p.fail(err)
+			return
 		}
 		now := time.Now()
 		for _, ev := range events[:n] {

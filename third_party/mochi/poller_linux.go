@@ -3,9 +3,12 @@
 package mqtt
 
 import (
+	"errors"
 	"io"
 	"net"
+	"os"
 	"syscall"
+	"time"
 )
 
 // pollSupported: the poller runs on Linux (epoll).
@@ -15,37 +18,64 @@ const pollSupported = true
 // peer's end (level-triggered: a socket with bytes left stays ready).
 const epollIn = syscall.EPOLLIN | syscall.EPOLLRDHUP
 
-// epoll is the poller's epoll instance and the pipe that wakes it.
+// epoll is the poller's epoll instance. The instance itself is waited
+// for in Go's own network poller (as an *os.File: an epoll descriptor is
+// readable while it has ready events), and its events are taken without
+// blocking: no OS thread sleeps in epoll_wait, and a busy runtime picks
+// the poller up as it picks up any goroutine whose socket is ready. A
+// thread of its own blocked in epoll_wait cost a context switch per wake,
+// system time that outweighed the read loops' (docs/BENCH.md).
 type epoll struct {
-	fd     int
-	wakeR  int
-	wakeW  int
-	events []syscall.EpollEvent
+	f        *os.File
+	rc       syscall.RawConn
+	events   []syscall.EpollEvent
+	n        int
+	err      error
+	fn       func(fd uintptr) bool // takeEvents, bound once
+	deadline time.Time
 }
 
-// pollEvent is a ready socket, or the wake-up.
+// pollEvent is a ready socket.
 type pollEvent struct {
 	fd   int
-	wake bool
+	wake bool // unused on Linux: stop closes the instance
 }
 
-// newEpoll returns an epoll instance watching its wake-up pipe.
+// newEpoll returns an epoll instance registered with Go's poller.
 func newEpoll() (*epoll, error) {
 	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
-	var pipe [2]int
-	if err := syscall.Pipe2(pipe[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+	if err := syscall.SetNonblock(fd, true); err != nil {
 		_ = syscall.Close(fd)
 		return nil, err
 	}
-	e := &epoll{fd: fd, wakeR: pipe[0], wakeW: pipe[1]}
-	if err := syscall.EpollCtl(fd, syscall.EPOLL_CTL_ADD, e.wakeR, &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(e.wakeR)}); err != nil {
-		e.close()
+	f := os.NewFile(uintptr(fd), "mqtt-poller")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
 		return nil, err
 	}
+	e := &epoll{f: f, rc: rc}
+	e.fn = e.takeEvents
 	return e, nil
+}
+
+// ctl runs epoll_ctl on the instance, unless it is closed.
+func (e *epoll) ctl(op, fd int, ev uint32) error {
+	var err error
+	cerr := e.rc.Control(func(efd uintptr) {
+		if op == syscall.EPOLL_CTL_DEL {
+			err = syscall.EpollCtl(int(efd), op, fd, nil)
+			return
+		}
+		err = syscall.EpollCtl(int(efd), op, fd, &syscall.EpollEvent{Events: ev, Fd: int32(fd)})
+	})
+	if cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // add watches fd, for reading if on (else not yet: mod turns it on).
@@ -54,7 +84,7 @@ func (e *epoll) add(fd int, on bool) error {
 	if on {
 		ev = epollIn
 	}
-	return syscall.EpollCtl(e.fd, syscall.EPOLL_CTL_ADD, fd, &syscall.EpollEvent{Events: ev, Fd: int32(fd)})
+	return e.ctl(syscall.EPOLL_CTL_ADD, fd, ev)
 }
 
 // mod watches fd for reading (on) or not at all (off, while a worker
@@ -64,41 +94,57 @@ func (e *epoll) mod(fd int, on bool) error {
 	if on {
 		ev = epollIn
 	}
-	return syscall.EpollCtl(e.fd, syscall.EPOLL_CTL_MOD, fd, &syscall.EpollEvent{Events: ev, Fd: int32(fd)})
+	return e.ctl(syscall.EPOLL_CTL_MOD, fd, ev)
 }
 
 // del stops watching fd.
 func (e *epoll) del(fd int) {
-	_ = syscall.EpollCtl(e.fd, syscall.EPOLL_CTL_DEL, fd, nil)
+	_ = e.ctl(syscall.EPOLL_CTL_DEL, fd, 0)
 }
 
-// wait waits up to msec for ready sockets and puts them in out.
-func (e *epoll) wait(out []pollEvent, msec int) (int, error) {
+// takeEvents takes the ready events without blocking; false (nothing
+// ready) has Go's poller wait for the instance to become readable.
+func (e *epoll) takeEvents(fd uintptr) bool {
+	e.n, e.err = syscall.EpollWait(int(fd), e.events, 0)
+	if e.err == syscall.EINTR {
+		e.n, e.err = 0, nil
+	}
+	return e.n > 0 || e.err != nil
+}
+
+// wait waits for ready sockets and puts them in out: (0, nil) once a
+// second without any (the sweep's tick), an error once closed.
+func (e *epoll) wait(out []pollEvent, _ int) (int, error) {
 	if len(e.events) < len(out) {
 		e.events = make([]syscall.EpollEvent, len(out))
 	}
-	n, err := syscall.EpollWait(e.fd, e.events[:len(out)], msec)
-	if err != nil {
+	e.events = e.events[:len(out)]
+	if now := time.Now(); !now.Before(e.deadline) {
+		e.deadline = now.Add(time.Second)
+		if err := e.f.SetReadDeadline(e.deadline); err != nil {
+			return 0, err
+		}
+	}
+	if err := e.rc.Read(e.fn); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, nil
+		}
 		return 0, err
 	}
-	for i := 0; i < n; i++ {
-		fd := int(e.events[i].Fd)
-		out[i] = pollEvent{fd: fd, wake: fd == e.wakeR}
+	if e.err != nil {
+		return 0, e.err
 	}
-	return n, nil
+	for i := 0; i < e.n; i++ {
+		out[i] = pollEvent{fd: int(e.events[i].Fd)}
+	}
+	return e.n, nil
 }
 
-// wake makes a wait return.
-func (e *epoll) wake() {
-	_, _ = syscall.Write(e.wakeW, []byte{1})
-}
+// wake ends a wait for good: the instance is closed.
+func (e *epoll) wake() { _ = e.f.Close() }
 
-// close closes the instance and its pipe.
-func (e *epoll) close() {
-	_ = syscall.Close(e.wakeR)
-	_ = syscall.Close(e.wakeW)
-	_ = syscall.Close(e.fd)
-}
+// close closes the instance.
+func (e *epoll) close() { _ = e.f.Close() }
 
 // pollableConn returns the socket of c and, if c follows its reads, the
 // follower; ok is false if c cannot be polled (no socket of its own: TLS,
