@@ -297,6 +297,13 @@ func (l sessionEnds) Serve(establish listeners.EstablishFn) {
 			return err
 		}
 		err = establish(id, t.conn)
+		if c, ok := err.(listeners.Continued); ok {
+			// mochi's poller reads the client (third_party/mochi/QUIOT.md,
+			// change 20): it is done with the connection when the client
+			// ends, not now.
+			c.Then(func(err error) error { h.untrack(t); return err })
+			return err
+		}
 		h.untrack(t)
 		return err
 	})

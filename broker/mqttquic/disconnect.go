@@ -167,6 +167,16 @@ func (c *sizeConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// FollowRead follows a read of the socket that mochi's poller made
+// itself (mqtt.ReadFollower; third_party/mochi/QUIOT.md, change 20) as
+// Read follows its own, and returns what Read would have.
+func (c *sizeConn) FollowRead(p []byte, n int, err error) (int, error) {
+	if tooLarge, at := c.w.feed(p[:n]); tooLarge && c.w.v5 {
+		return c.sendTooLarge(at)
+	}
+	return n, err
+}
+
 // sendTooLarge sends DISCONNECT 0x95 (sizeWatch.refuse).
 //
 //go:noinline

@@ -111,6 +111,12 @@ type Options struct {
 	// 1 KiB (mochi's default is 2 KiB). A packet larger than the buffer
 	// is read in more pieces, not refused.
 	ReadBufferSize int
+	// ReadLoops gives every MQTT/TCP client a goroutine waiting in a read
+	// of its own socket (mochi's read loop), as before the poller; false,
+	// the default, reads all plain MQTT/TCP clients through one poller on
+	// Linux (third_party/mochi/QUIOT.md, change 20). TLS, WebSocket and
+	// QUIC clients keep their read loops either way.
+	ReadLoops bool
 	// WriteBufferSize is the size up to which packets queued for one
 	// client are gathered into a single write; zero (the default) writes
 	// each packet at once. mochi (v2.7.9) strands what it has gathered
@@ -217,6 +223,7 @@ func New(opts Options) (*Server, error) {
 		Capabilities:             caps,
 		ClientNetWriteBufferSize: max(opts.WriteBufferSize, 1), // 1: every packet is at least as large, so none is gathered
 		ClientNetReadBufferSize:  opts.ReadBufferSize,
+		PollReads:                !opts.ReadLoops,
 		Logger:                   slog.New(quietHandler{opts.Logger.Handler()}).With("component", "mqtt"),
 		// $SYS topics are refreshed once a minute (mochi's default is 1 s,
 		// wasteful on a Pi).

@@ -294,6 +294,7 @@ type ClientState struct {
 	isTakenOver     atomic.Bool                   // used to identify orphaned clients
 	Keepalive       uint16                        // the number of seconds the connection can wait (quiot: beside isTakenOver, QUIOT.md, change 19)
 	ServerKeepalive bool                          // keepalive was set by the server
+	onPoller        bool                          // quiot: the poller is handling a packet of the client (poller.go); read and written by that goroutine only
 	packetID        uint32                        // the current highest packetID
 	open            openState                     // indicate that the client is open for packet exchange (quiot: was a context.Context and its CancelFunc, 96 bytes of heap: QUIOT.md, change 23)
 	outboundQty     int32                         // number of messages currently in the outbound queue
@@ -301,6 +302,7 @@ type ClientState struct {
 	outboundBytes   atomic.Int64                  // quiot: bytes of the QoS 0 messages in the outbound queue (queuedSize)
 	idMu            sync.Mutex                    // quiot: serialises NextPacketID (not the client's write lock)
 	room            atomic.Pointer[chan struct{}] // quiot: the writer took a packet from the queue (the retained replay waits on it: retained.go); made by roomChan
+	polled          atomic.Pointer[pollState]     // quiot: the client's place in the poll while the poller reads it (poller.go)
 }
 
 // openState says whether a client is open for packet exchange, and gives
@@ -778,6 +780,9 @@ func (cl *Client) Stop(err error) {
 		cl.dropQueued() // quiot: give back the queue's bytes
 
 		cl.State.disconnected.Store(time.Now().Unix())
+		if ps := cl.State.polled.Load(); ps != nil {
+			go ps.p.stopped(ps) // quiot: it may rest in the poll (poller.go)
+		}
 	})
 }
 

@@ -45,6 +45,7 @@ import (
 // nil, admitting the client whose CONNECT header is fh and establishing
 // its session (Server.admitAndEstablish).
 type handoff struct {
+	poll     *pollState // quiot: a polled client's buffered packets (poller.drain), run without a waiter
 	cl       *Client
 	fh       packets.FixedHeader
 	handler  ReadFn
@@ -137,6 +138,12 @@ func giveWorker(w *worker) {
 // run runs the jobs handed to w until w.start is closed.
 func (w *worker) run() {
 	for range w.start {
+		if ps := w.job.poll; ps != nil { // nobody waits: the worker gives itself back
+			w.job = handoff{}
+			ps.p.drain(ps)
+			giveWorker(w)
+			continue
+		}
 		w.err = w.job.do()
 		w.done <- struct{}{}
 	}

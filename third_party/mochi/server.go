@@ -137,6 +137,11 @@ type Options struct {
 	// Enable Inline client to allow direct subscribing and publishing from the parent codebase,
 	// with negligible performance difference (disabled by default to prevent confusion in statistics).
 	InlineClient bool `yaml:"inline_client" json:"inline_client"`
+
+	// PollReads reads plain TCP clients through one poller instead of a
+	// read loop each (quiot: poller.go, QUIOT.md change 20). Linux only;
+	// off by default (upstream's read loops).
+	PollReads bool `yaml:"poll_reads" json:"poll_reads"`
 }
 
 // Server is an MQTT broker server. It should be created with server.New()
@@ -154,6 +159,7 @@ type Server struct {
 	inlineClient *Client              // inlineClient is a special client used for inline subscriptions and inline Publish
 	replays      replays              // quiot: retained replays waiting for room (retained.go)
 	clientOps    atomic.Pointer[ops]  // quiot: the ops the clients of NewClient share (sharedOps)
+	poll         *poller              // quiot: reads polled clients (poller.go); nil without Options.PollReads
 }
 
 // loop contains interval tickers for the system events loop.
@@ -172,6 +178,7 @@ type ops struct {
 	info    *system.Info // pointers to server system info
 	hooks   *Hooks       // pointer to the server hooks
 	log     *slog.Logger // a structured logger for the client
+	poll    *poller      // quiot: the server's poller, or nil (poller.go)
 }
 
 // New returns a new instance of mochi mqtt broker. Optional parameters
@@ -205,6 +212,7 @@ func New(opts *Options) *Server {
 		hooks: &Hooks{
 			Log: opts.Logger,
 		},
+		poll: newPoller(opts),
 	}
 
 	if s.Options.InlineClient {
@@ -253,7 +261,7 @@ func (s *Server) sharedOps() *ops {
 	if o := s.clientOps.Load(); o != nil && o.options == s.Options && o.info == s.Info && o.hooks == s.hooks && o.log == s.Log {
 		return o
 	}
-	o := &ops{options: s.Options, info: s.Info, hooks: s.hooks, log: s.Log}
+	o := &ops{options: s.Options, info: s.Info, hooks: s.hooks, log: s.Log, poll: s.poll}
 	s.clientOps.Store(o)
 	return o
 }
@@ -432,9 +440,25 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	s.Listeners.ClientsWg.Add(1)
 	err := s.admitOnWorker(cl, listener)
 	if err == nil {
-		err = s.detachClient(cl, listener, cl.Read(s.receivePacket))
-		atomic.AddInt64(&s.Info.ClientsConnected, -1)
+		// quiot: a client the poller reads leaves this goroutine here; the
+		// rest runs when it ends (poller.go, QUIOT.md change 20).
+		if pd := s.poll.adopt(cl, s.receivePacket, func(err error) error { return s.afterRead(cl, listener, err) }); pd != nil {
+			return pd
+		}
+		return s.afterRead(cl, listener, cl.Read(s.receivePacket))
 	}
+	s.endAttach(cl)
+	return err
+}
+
+// afterRead ends the client of an established session once reading has
+// ended with err, as attachClient did after its read loop, and returns
+// what attachClient returns.
+//
+//go:noinline
+func (s *Server) afterRead(cl *Client, listener string, err error) error {
+	err = s.detachClient(cl, listener, err)
+	atomic.AddInt64(&s.Info.ClientsConnected, -1)
 	s.endAttach(cl)
 	return err
 }
@@ -825,17 +849,28 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 	if cl.State.Inflight.Len() > 0 && atomic.LoadInt32(&cl.State.Inflight.sendQuota) > 0 {
 		next, ok := cl.State.Inflight.NextImmediate()
 		if ok {
-			_ = cl.WritePacket(next)
-			if ok := cl.State.Inflight.Delete(next.PacketID); ok {
-				atomic.AddInt64(&s.Info.Inflight, -1)
+			if cl.State.onPoller {
+				// quiot: the poller never waits for one client's socket
+				// (poller.go); the write goes on a goroutine of its own.
+				go s.sendHeld(cl, next)
+			} else {
+				s.sendHeld(cl, next)
 			}
-			cl.State.Inflight.DecreaseSendQuota()
 		}
 	}
 
 	s.replays.signal(cl) // quiot: a PUBACK or PUBCOMP may have made room for a retained replay (retained.go)
 
 	return nil
+}
+
+// sendHeld sends a message held for flow control once its quota came back.
+func (s *Server) sendHeld(cl *Client, next packets.Packet) {
+	_ = cl.WritePacket(next)
+	if ok := cl.State.Inflight.Delete(next.PacketID); ok {
+		atomic.AddInt64(&s.Info.Inflight, -1)
+	}
+	cl.State.Inflight.DecreaseSendQuota()
 }
 
 // processConnect processes a Connect packet. The packet cannot be used to establish
@@ -1616,6 +1651,7 @@ func (s *Server) Close() error {
 	s.Listeners.CloseAll(s.closeListenerClients)
 	s.hooks.OnStopped()
 	s.hooks.Stop()
+	s.poll.stop() // quiot: its clients are stopped (poller.go)
 
 	s.Log.Info("mochi mqtt server stopped")
 	return nil

@@ -38,6 +38,17 @@ type Listener interface {
 	Close(CloseFn)           // stop and close the listener
 }
 
+// Continued is what an EstablishFn returns for a connection that lives on
+// after the call (quiot: mqtt.Polled, a client read by the server's
+// poller). Then adds f to what runs, in order, when the connection has
+// ended, each given the error the previous returned (the first, the
+// error the connection ended with); a caller that wraps EstablishFn adds
+// what it did after the call and returns the Continued on.
+type Continued interface {
+	error
+	Then(f func(error) error)
+}
+
 // Listeners contains the network listeners for the broker.
 type Listeners struct {
 	ClientsWg sync.WaitGroup      // a waitgroup that waits for all clients in all listeners to finish.

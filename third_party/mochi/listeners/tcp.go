@@ -87,11 +87,23 @@ func (l *TCP) Serve(establish EstablishFn) {
 			// the accept loop's, which every connection's goroutine shared).
 			go func() {
 				if err := establish(l.id, conn); err != nil {
+					if c, ok := err.(Continued); ok { // quiot: the client lives on
+						c.Then(l.warnEnd)
+						return
+					}
 					l.warn(err)
 				}
 			}()
 		}
 	}
+}
+
+// warnEnd logs the error a continued connection ended with (Continued).
+func (l *TCP) warnEnd(err error) error {
+	if err != nil {
+		l.warn(err)
+	}
+	return err
 }
 
 // warn logs the error a connection ended with.
