@@ -65,21 +65,25 @@ func (d *delayConn) ReadFrom(p []byte) (int, net.Addr, error) {
 	return copy(p, x.p), x.from, nil
 }
 
+// wrappers are the two ways a broker's socket is governed: one datagram
+// per call (New), and Linux's batched reads and GSO kept (Wrap).
+var wrappers = []struct {
+	name string
+	wrap func(*net.UDPConn) (net.PacketConn, *Conn)
+}{
+	{"one datagram per call", func(u *net.UDPConn) (net.PacketConn, *Conn) { c := New(u, Options{}); return c, c }},
+	{"Wrap (GSO, ECN, batched reads on Linux)", func(u *net.UDPConn) (net.PacketConn, *Conn) {
+		w := Wrap(u, true, nil)
+		return w, governorOf(w)
+	}},
+}
+
 // TestQUICThroughGovernor: quic-go serves through the governor (one
 // datagram at a time), and the second connection from the same IP, with an
 // answer time learned from the first, completes its handshake and
 // exchanges data; what the governor held was dropped or released.
 func TestQUICThroughGovernor(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		wrap func(*net.UDPConn) (net.PacketConn, *Conn)
-	}{
-		{"one datagram per call", func(u *net.UDPConn) (net.PacketConn, *Conn) { c := New(u, Options{}); return c, c }},
-		{"Wrap (GSO, ECN, batched reads on Linux)", func(u *net.UDPConn) (net.PacketConn, *Conn) {
-			w := Wrap(u, true, nil)
-			return w, governorOf(w)
-		}},
-	} {
+	for _, tc := range wrappers {
 		t.Run(tc.name, func(t *testing.T) { testQUICThroughGovernor(t, tc.wrap) })
 	}
 }
@@ -97,7 +101,12 @@ func governorOf(pc net.PacketConn) *Conn {
 	return nil
 }
 
-func testQUICThroughGovernor(t *testing.T, wrap func(*net.UDPConn) (net.PacketConn, *Conn)) {
+// serveStreams listens for QUIC on loopback through the socket wrap
+// makes (with tracer on the transport and conf, in 0-RTT if conf allows
+// it) and answers the first stream of each connection with handle until
+// the test ends; it returns the listener's address and the governor.
+func serveStreams(t *testing.T, wrap func(*net.UDPConn) (net.PacketConn, *Conn), tracer func() *quic.Transport, conf *quic.Config, handle func(*quic.Stream)) (net.Addr, *Conn) {
+	t.Helper()
 	cert, err := certs.SelfSigned(nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -107,16 +116,29 @@ func testQUICThroughGovernor(t *testing.T, wrap func(*net.UDPConn) (net.PacketCo
 		t.Fatal(err)
 	}
 	pc, gov := wrap(udp)
-	defer pc.Close()
-	tr := &quic.Transport{Conn: pc}
-	defer tr.Close()
-	ln, err := tr.Listen(&tls.Config{Certificates: []tls.Certificate{cert.TLS}, NextProtos: []string{"t"}}, nil)
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { _ = pc.Close() })
+	tr := tracer()
+	tr.Conn = pc
+	t.Cleanup(func() { _ = tr.Close() })
+	stls := &tls.Config{Certificates: []tls.Certificate{cert.TLS}, NextProtos: []string{"t"}}
+	var accept func(context.Context) (*quic.Conn, error)
+	var addr net.Addr
+	if conf != nil && conf.Allow0RTT {
+		ln, err := tr.ListenEarly(stls, conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		accept, addr = ln.Accept, ln.Addr()
+	} else {
+		ln, err := tr.Listen(stls, conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		accept, addr = ln.Accept, ln.Addr()
 	}
 	go func() {
 		for {
-			c, err := ln.Accept(context.Background())
+			c, err := accept(context.Background())
 			if err != nil {
 				return
 			}
@@ -125,11 +147,17 @@ func testQUICThroughGovernor(t *testing.T, wrap func(*net.UDPConn) (net.PacketCo
 				if err != nil {
 					return
 				}
-				_, _ = io.Copy(s, s)
+				handle(s)
 				_ = s.Close()
 			}()
 		}
 	}()
+	return addr, gov
+}
+
+func testQUICThroughGovernor(t *testing.T, wrap func(*net.UDPConn) (net.PacketConn, *Conn)) {
+	addr, gov := serveStreams(t, wrap, func() *quic.Transport { return &quic.Transport{} }, nil,
+		func(s *quic.Stream) { _, _ = io.Copy(s, s) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range 2 {
@@ -138,7 +166,7 @@ func testQUICThroughGovernor(t *testing.T, wrap func(*net.UDPConn) (net.PacketCo
 			t.Fatal(err)
 		}
 		ctr := &quic.Transport{Conn: newDelayConn(cu, 200*time.Millisecond)}
-		c, err := ctr.Dial(ctx, ln.Addr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"t"}}, nil)
+		c, err := ctr.Dial(ctx, addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"t"}}, nil)
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
@@ -324,56 +352,19 @@ func (s signalCache) Put(key string, cs *tls.ClientSessionState) {
 // 0-RTT packet and its connection receives them (before the change:
 // quic-go dropped them, and the request went again as 1-RTT data).
 func TestZeroRTTBeforeInitial(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		wrap func(*net.UDPConn) (net.PacketConn, *Conn)
-	}{
-		{"one datagram per call", func(u *net.UDPConn) (net.PacketConn, *Conn) { c := New(u, Options{}); return c, c }},
-		{"Wrap (GSO, ECN, batched reads on Linux)", func(u *net.UDPConn) (net.PacketConn, *Conn) {
-			w := Wrap(u, true, nil)
-			return w, governorOf(w)
-		}},
-	} {
+	for _, tc := range wrappers {
 		t.Run(tc.name, func(t *testing.T) { testZeroRTTBeforeInitial(t, tc.wrap) })
 	}
 }
 
 func testZeroRTTBeforeInitial(t *testing.T, wrap func(*net.UDPConn) (net.PacketConn, *Conn)) {
-	cert, err := certs.SelfSigned(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc, gov := wrap(udp)
-	defer pc.Close()
 	var z zeroRTTCounter
-	tr := &quic.Transport{Conn: pc, Tracer: &z}
-	defer tr.Close()
-	ln, err := tr.ListenEarly(&tls.Config{Certificates: []tls.Certificate{cert.TLS}, NextProtos: []string{"t"}},
-		&quic.Config{Allow0RTT: true, Tracer: func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace { return &z }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept(context.Background())
-			if err != nil {
-				return
-			}
-			go func() {
-				s, err := c.AcceptStream(context.Background())
-				if err != nil {
-					return
-				}
-				n, _ := io.Copy(io.Discard, s)
-				_, _ = fmt.Fprintf(s, "%d", n)
-				_ = s.Close()
-			}()
-		}
-	}()
+	addr, gov := serveStreams(t, wrap, func() *quic.Transport { return &quic.Transport{Tracer: &z} },
+		&quic.Config{Allow0RTT: true, Tracer: func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace { return &z }},
+		func(s *quic.Stream) {
+			n, _ := io.Copy(io.Discard, s)
+			_, _ = fmt.Fprintf(s, "%d", n)
+		})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cache := signalCache{tls.NewLRUClientSessionCache(4), make(chan struct{}, 1)}
@@ -394,7 +385,7 @@ func testZeroRTTBeforeInitial(t *testing.T, wrap func(*net.UDPConn) (net.PacketC
 			cpc = ls
 		}
 		ctr := &quic.Transport{Conn: cpc}
-		c, err := ctr.DialEarly(ctx, ln.Addr(), ctls, &quic.Config{})
+		c, err := ctr.DialEarly(ctx, addr, ctls, &quic.Config{})
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
