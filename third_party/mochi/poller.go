@@ -73,6 +73,10 @@ type pollState struct {
 	st      atomic.Int32 // psIdle, psBusy or psEnded
 	lastRx  atomic.Int64 // unix nanoseconds of the last bytes read
 	pd      *Polled      // what runs when the client ends
+	// heldNext: a packet handled on the poller freed quota for a message
+	// held for flow control; a worker sends it before the next packet
+	// (Server.sendNextHeld). Read and written by the client's holder.
+	heldNext bool
 }
 
 // Polled is what EstablishConnection returns for a client the poller
@@ -144,6 +148,7 @@ var errPollBufferFull = errors.New("read buffer full")
 
 // poller reads for the polled clients of one server.
 type poller struct {
+	srv    *Server
 	rr     rawRead     // the poller goroutine's socket read
 	failed atomic.Bool // the epoll instance failed: no client is polled any more
 	once   sync.Once
@@ -155,13 +160,12 @@ type poller struct {
 	ended  chan struct{}
 }
 
-// newPoller returns a poller for a server whose options ask for one, or
-// nil.
-func newPoller(opts *Options) *poller {
-	if opts == nil || !opts.PollReads || !pollSupported {
+// newPoller returns a poller for s if its options ask for one, or nil.
+func newPoller(s *Server) *poller {
+	if s.Options == nil || !s.Options.PollReads || !pollSupported {
 		return nil
 	}
-	return &poller{fds: map[int]*pollState{}, close: make(chan struct{}), ended: make(chan struct{})}
+	return &poller{srv: s, fds: map[int]*pollState{}, close: make(chan struct{}), ended: make(chan struct{})}
 }
 
 // start starts the poller's goroutine on first use.
@@ -397,6 +401,11 @@ func (p *poller) serve(ps *pollState, now time.Time) {
 			p.end(ps, herr)
 			return
 		}
+		if ps.heldNext {
+			b.err = err // if any, for the worker after what is buffered
+			p.toWorker(ps)
+			return
+		}
 	}
 	b.release()
 	if err != nil {
@@ -436,7 +445,11 @@ func (p *poller) toWorker(ps *pollState) {
 // socket back to the poll.
 func (p *poller) drain(ps *pollState) {
 	cl := ps.cl
-	for {
+	if ps.heldNext {
+		ps.heldNext = false
+		p.srv.sendNextHeld(cl)
+	}
+	for cl.Net.bconn.Buffered() > 0 {
 		if cl.Closed() {
 			p.end(ps, nil)
 			return
@@ -450,9 +463,6 @@ func (p *poller) drain(ps *pollState) {
 		if err := cl.handleNext(&fh, ps.handler); err != nil {
 			p.end(ps, err)
 			return
-		}
-		if cl.Net.bconn.Buffered() == 0 {
-			break
 		}
 	}
 	if cl.Closed() {

@@ -212,8 +212,8 @@ func New(opts *Options) *Server {
 		hooks: &Hooks{
 			Log: opts.Logger,
 		},
-		poll: newPoller(opts),
 	}
+	s.poll = newPoller(s)
 
 	if s.Options.InlineClient {
 		s.inlineClient = s.NewClient(nil, LocalListener, InlineClientId, true)
@@ -849,10 +849,11 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 	if cl.State.Inflight.Len() > 0 && atomic.LoadInt32(&cl.State.Inflight.sendQuota) > 0 {
 		next, ok := cl.State.Inflight.NextImmediate()
 		if ok {
-			if cl.State.onPoller {
+			if ps := cl.State.polled.Load(); cl.State.onPoller && ps != nil {
 				// quiot: the poller never waits for one client's socket
-				// (poller.go); the write goes on a goroutine of its own.
-				go s.sendHeld(cl, next)
+				// (poller.go): a worker sends it, before the client's next
+				// packet, as the read loop did.
+				ps.heldNext = true
 			} else {
 				s.sendHeld(cl, next)
 			}
@@ -862,6 +863,17 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 	s.replays.signal(cl) // quiot: a PUBACK or PUBCOMP may have made room for a retained replay (retained.go)
 
 	return nil
+}
+
+// sendNextHeld sends the next message held for flow control, if the
+// client has quota for one (processPacket's end, on a polled client's
+// worker).
+func (s *Server) sendNextHeld(cl *Client) {
+	if cl.State.Inflight.Len() > 0 && atomic.LoadInt32(&cl.State.Inflight.sendQuota) > 0 {
+		if next, ok := cl.State.Inflight.NextImmediate(); ok {
+			s.sendHeld(cl, next)
+		}
+	}
 }
 
 // sendHeld sends a message held for flow control once its quota came back.
