@@ -560,24 +560,27 @@ func (b *connReader) readMore(src func([]byte) (int, error)) (int, error) {
 }
 
 // peekPacket returns the type of the next buffered packet and whether it
-// is buffered whole. A malformed length counts as whole: reading it gives
-// the error.
+// is buffered whole: its length as packets.DecodeLength reads it, and its
+// body. A length the decoder refuses counts as whole (the decoder reads
+// no further). The poller handles a packet on the spot only when it is
+// whole by this reading, so decoding it never waits for the socket.
 func (b *connReader) peekPacket() (byte, bool) {
 	p := b.buf[b.r:b.w]
 	if len(p) < 2 {
 		return 0, false
 	}
 	t := p[0] >> 4
-	rem, mul := 0, 1
+	var value, shift uint32
 	for i := 1; i < len(p); i++ {
-		rem += int(p[i]&127) * mul
-		if p[i]&128 == 0 {
-			return t, len(p)-i-1 >= rem
+		eb := p[i]
+		value |= uint32(eb&127) << shift // as DecodeLength, bytes past the fourth included
+		if value > 268435455 {
+			return t, true // malformed: the decoder says so
 		}
-		if i == 4 {
-			return t, true // malformed: ReadFixedHeader says so
+		if eb&128 == 0 {
+			return t, uint64(len(p)-i-1) >= uint64(value)
 		}
-		mul *= 128
+		shift += 7
 	}
 	return t, false
 }

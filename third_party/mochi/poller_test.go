@@ -311,7 +311,11 @@ func TestPeekPacket(t *testing.T) {
 		{[]byte{0x30, 0x80}, 3, false},
 		{[]byte{0x30, 0x80, 1}, 3, false},
 		{append([]byte{0x30, 0x80, 1}, make([]byte, 128)...), 3, true},
-		{[]byte{0x30, 0xff, 0xff, 0xff, 0xff}, 3, true}, // malformed: ReadFixedHeader says so
+		{[]byte{0x30, 0xff, 0xff, 0xff, 0x7f}, 3, false},            // 268435455 bytes to come
+		{[]byte{0x30, 0xff, 0xff, 0xff, 0xff, 1}, 3, true},          // malformed: the decoder says so
+		{[]byte{0x40, 0x80, 0x80, 0x80, 0x80, 0x80}, 4, false},      // the decoder reads on
+		{[]byte{0x40, 0x80, 0x80, 0x80, 0x80, 0x00}, 4, true},       // five length bytes, none to come
+		{[]byte{0x40, 0x80, 0x80, 0x80, 0x80, 0x02, 0, 1}, 4, true}, // 2 << 28: malformed
 	}
 	for _, tt := range tests {
 		b := newConnReader(bytes.NewReader(nil), 1024)
@@ -394,4 +398,55 @@ func TestPolledThen(t *testing.T) {
 	require.Equal(t, []string{"a:end", "b:a", "c:b"}, order)
 	var c listeners.Continued = pd // the listener's interface
 	require.Error(t, c)
+}
+
+// FuzzPeekPacket: peekPacket never panics, and a packet it calls whole
+// is whole by the decoder's reading of its length.
+func FuzzPeekPacket(f *testing.F) {
+	f.Add([]byte{0x40, 2, 0, 1})
+	f.Add([]byte{0x30, 0x80, 1})
+	f.Add([]byte{0x30, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0x40, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02, 0, 1})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		b := newConnReader(bytes.NewReader(nil), 1024)
+		b.buf = append([]byte(nil), in...)
+		b.r, b.w = 0, len(in)
+		_, whole := b.peekPacket()
+		if !whole || len(in) < 2 {
+			return
+		}
+		r := bytes.NewReader(in[1:])
+		rem, n, err := packets.DecodeLength(r)
+		if err != nil {
+			return // malformed: ReadFixedHeader says so
+		}
+		if len(in)-1-n < rem {
+			t.Fatalf("%x: called whole, but %d of %d body bytes are there", in, len(in)-1-n, rem)
+		}
+	})
+}
+
+// TestPollerNotHeldByHalfLength: a client that sends a PUBACK's header
+// with a length still going on after four bytes (the decoder reads on)
+// and then nothing must not hold the poller: another client's PUBACK is
+// still handled. Before peekPacket read lengths as the decoder does, the
+// poller took such a header for whole and waited in a read of that
+// client's socket.
+func TestPollerNotHeldByHalfLength(t *testing.T) {
+	ev := newPollEvents()
+	s, addr := pollServer(t, ev)
+	bad := dialPoll(t, addr, "bad", 60, false)
+	sub := dialPoll(t, addr, "sub", 60, false)
+	sub.subscribe("t")
+	polled(t, s, 2)
+	_, err := bad.c.Write([]byte{0x40, 0x80, 0x80, 0x80, 0x80, 0x80})
+	require.NoError(t, err)
+	require.NoError(t, s.Publish("t", []byte("x"), false, 1))
+	pk := sub.next()
+	var b bytes.Buffer
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID}
+	require.NoError(t, ack.PubackEncode(&b))
+	_, err = sub.c.Write(b.Bytes())
+	require.NoError(t, err)
+	require.Equal(t, pk.PacketID, wait(t, ev.completed))
 }
