@@ -483,13 +483,22 @@ func (p *poller) drain(ps *pollState) {
 }
 
 // sweep ends the resting clients that sent nothing for one and a half
-// times their keep-alive.
+// times their keep-alive, and those whose connection was closed under
+// them (net.Conn.Close without Client.Stop: a closed socket leaves the
+// epoll instance without an event), with the error a read of it gives.
 func (p *poller) sweep(now time.Time) {
-	var late []*pollState
+	var late, closed []*pollState
 	p.mu.Lock()
 	for _, ps := range p.fds {
+		if ps.st.Load() != psIdle {
+			continue
+		}
+		if ps.rc.Control(func(uintptr) {}) != nil {
+			closed = append(closed, ps)
+			continue
+		}
 		ka := ps.cl.State.Keepalive
-		if ka == 0 || ps.st.Load() != psIdle {
+		if ka == 0 {
 			continue
 		}
 		limit := time.Duration(ka+ka/2) * time.Second // [MQTT-3.1.2-22]
@@ -503,6 +512,9 @@ func (p *poller) sweep(now time.Time) {
 			p.remove(ps)
 			go ps.pd.finish(&keepaliveError{limit: time.Duration(ps.cl.State.Keepalive+ps.cl.State.Keepalive/2) * time.Second})
 		}
+	}
+	for _, ps := range closed {
+		go p.stopped(ps) // its end runs hooks that may wait: not on the poller
 	}
 }
 

@@ -247,6 +247,14 @@ func TestPollerEnds(t *testing.T) {
 			require.True(t, ok)
 			_ = s.DisconnectClient(cl, packets.ErrServerShuttingDown) // returns the code it sent
 		}},
+		{name: "socket closed under it", willOut: true, end: func(t *testing.T, s *Server, _ *pollClient) {
+			// net.Conn.Close without Client.Stop (quiot's listener closes
+			// what it tracks so at shutdown): a closed socket leaves the
+			// epoll instance without an event; the sweep finds it.
+			cl, ok := s.Clients.Get("c")
+			require.True(t, ok)
+			require.NoError(t, cl.Net.Conn.Close())
+		}},
 		{name: "taken over", willOut: true, end: func(t *testing.T, s *Server, _ *pollClient) {
 			dialPoll(t, tcpAddr(s), "c", 60, false)
 		}},
