@@ -37,14 +37,7 @@ func stalledUpstream(t *testing.T) (addr string, got <-chan struct{}) {
 			go func() {
 				defer c.Close()
 				r := bufio.NewReader(c)
-				if _, err := r.ReadByte(); err != nil { // CONNECT's first byte
-					return
-				}
-				n, err := readLength(r)
-				if err != nil {
-					return
-				}
-				if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
+				if _, err := skipPacket(r); err != nil { // the CONNECT
 					return
 				}
 				if _, err := c.Write([]byte{0x20, 0x03, 0x00, 0x00, 0x00}); err != nil { // CONNACK, success
@@ -56,18 +49,11 @@ func stalledUpstream(t *testing.T) (addr string, got <-chan struct{}) {
 				// again): a fresh-clone make test with two busy loops beside
 				// saw the test go on before the bridge was connected.
 				for {
-					fh, err := r.ReadByte()
+					typ, err := skipPacket(r)
 					if err != nil {
 						return
 					}
-					n, err := readLength(r)
-					if err != nil {
-						return
-					}
-					if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
-						return
-					}
-					if fh>>4 == 3 {
+					if typ == 3 { // PUBLISH
 						break
 					}
 				}
@@ -139,6 +125,20 @@ reconnect_min = "1s"
 			}
 		})
 	}
+}
+
+// skipPacket reads one MQTT packet from r and returns its type.
+func skipPacket(r *bufio.Reader) (byte, error) {
+	fh, err := r.ReadByte()
+	if err != nil {
+		return 0, err
+	}
+	n, err := readLength(r)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.CopyN(io.Discard, r, int64(n))
+	return fh >> 4, err
 }
 
 // readLength reads an MQTT remaining length.
