@@ -68,6 +68,15 @@ type Options struct {
 	// latter capped at MaxHold), then handed to quic-go anyway; zero
 	// means DefaultEarlyAge.
 	EarlyAge time.Duration
+	// FirstFlightCopies: for a peer IP with an answer time, the
+	// server's long-header datagrams of a new handshake's first flight
+	// (those within flightGap of its first) are sent once more when the
+	// flight gap has passed, unless a Handshake or 1-RTT packet came from
+	// the peer first: on a slow downlink the copies queue behind the
+	// flight, and when its first datagram is lost the copy arrives one
+	// datagram's airtime later instead of after a probe (docs/TUNING.md,
+	// "first-flight copies"). Default off.
+	FirstFlightCopies bool
 	// Logger receives debug records of held, dropped and released probes;
 	// nil discards them.
 	Logger *slog.Logger
@@ -90,6 +99,9 @@ type Stats struct {
 	ReleasedOnProbe int64
 	// Samples counts answer times learned.
 	Samples int64
+	// Copied counts first-flight datagrams sent twice
+	// (Options.FirstFlightCopies).
+	Copied int64
 	// ZeroRTTHeld counts client datagrams with a 0-RTT packet first that
 	// were kept because their Initial had not come (early.go).
 	ZeroRTTHeld int64
@@ -127,6 +139,13 @@ type Stats struct {
 // held probes carry what it needs. Released datagrams without an Initial
 // packet go before those with one. Short-header datagrams, and everything
 // to peers without an answer time (a first connection), pass unchanged.
+//
+// With Options.FirstFlightCopies, Conn sends the first flight of a
+// handshake with a peer IP that has an answer time twice: the copies go
+// when flightGap has passed after its first datagram (behind the whole
+// flight on the link), unless a Handshake or 1-RTT packet came from the
+// peer first. quic-go's client drops the duplicates (duplicate packet
+// numbers, or Initial keys already dropped) without answering them.
 //
 // Conn also keeps the client's 0-RTT datagrams that arrive before their
 // Initial (early.go): a datagram whose first packet is a 0-RTT packet
@@ -190,6 +209,9 @@ type handshake struct {
 	held       []heldDatagram
 	dst        net.Addr
 	stop       func()
+	copies     []heldDatagram // the first flight, to send again (FirstFlightCopies)
+	copyDst    net.Addr
+	copyStop   func() // stops the timer that sends copies
 }
 
 // heldDatagram is a datagram held back, with its control messages (ECN,
@@ -229,10 +251,15 @@ func New(pc net.PacketConn, o Options) *Conn {
 // (syscall.Conn), so quic-go still sets the Don't Fragment bit and the
 // buffer sizes.
 func Wrap(pc net.PacketConn, on bool, log *slog.Logger) net.PacketConn {
+	return WrapWith(pc, on, Options{Logger: log})
+}
+
+// WrapWith is Wrap with options o.
+func WrapWith(pc net.PacketConn, on bool, o Options) net.PacketConn {
 	if !on || pc == nil {
 		return pc
 	}
-	c := New(pc, Options{Logger: log})
+	c := New(pc, o)
 	if o, ok := oobWrap(c, pc); ok {
 		return o
 	}
@@ -320,10 +347,19 @@ func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
 		}
 		rtt, _ := c.rtts.get(ap.Addr())
 		hold := time.Duration(float64(rtt) * c.opts.HoldFactor)
-		c.hs.put(ap, &handshake{dcid: bytes.Clone(dcid), start: now, hold: min(hold, c.opts.MaxHold), answer: rtt})
+		h = &handshake{dcid: bytes.Clone(dcid), start: now, hold: min(hold, c.opts.MaxHold), answer: rtt}
+		c.hs.put(ap, h)
+		if c.opts.FirstFlightCopies && rtt > 0 {
+			h.copies = []heldDatagram{{bytes.Clone(p), bytes.Clone(oob)}}
+			h.copyDst = addr
+			h.copyStop = c.afterFunc(flightGap, func() { c.sendCopies(ap, h) })
+		}
 		return false
 	}
 	since := now.Sub(h.start)
+	if since < flightGap && h.copyStop != nil && !h.progressed {
+		h.copies = append(h.copies, heldDatagram{bytes.Clone(p), bytes.Clone(oob)})
+	}
 	switch {
 	case h.hold == 0, h.progressed, h.released, since < flightGap, since >= h.hold,
 		!h.lastRecv.IsZero() && now.Sub(h.lastRecv) < reactGap,
@@ -451,6 +487,32 @@ func (c *Conn) release(ap netip.AddrPort, h *handshake, onProbe bool) {
 	}
 }
 
+// sendCopies sends the copies of h's first flight when the flight gap
+// has passed without progress.
+func (c *Conn) sendCopies(ap netip.AddrPort, h *handshake) {
+	c.mu.Lock()
+	if cur, ok := c.hs.peek(ap); !ok || cur != h || h.progressed || h.copyStop == nil {
+		c.mu.Unlock()
+		return
+	}
+	cs, dst := h.copies, h.copyDst
+	h.copies, h.copyStop = nil, nil
+	c.stats.Copied += int64(len(cs))
+	c.mu.Unlock()
+	c.log.Debug("quicgov: first flight copied", "peer", ap, "n", len(cs))
+	for _, d := range cs {
+		var err error
+		if c.send != nil {
+			err = c.send(d.p, d.oob, dst)
+		} else {
+			_, err = c.PacketConn.WriteTo(d.p, dst)
+		}
+		if err != nil {
+			c.log.Debug("quicgov: sending a first-flight copy", "peer", ap, "err", err)
+		}
+	}
+}
+
 // hasInitial is 1 for a datagram with an Initial packet, else 0 (the
 // order in which release sends them).
 func hasInitial(p []byte) int {
@@ -460,12 +522,18 @@ func hasInitial(p []byte) int {
 	return 0
 }
 
-// dropHeld forgets what h holds; c.mu is held.
+// dropHeld forgets what h holds, and the copies of its first flight not
+// sent; c.mu is held.
 func (c *Conn) dropHeld(h *handshake) {
 	if h.stop != nil {
 		h.stop()
 		h.stop = nil
 	}
+	if h.copyStop != nil {
+		h.copyStop()
+		h.copyStop = nil
+	}
+	h.copies = nil
 	for _, d := range h.held {
 		c.heldBytes -= len(d.p)
 	}

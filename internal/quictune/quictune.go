@@ -91,6 +91,17 @@ type Profile struct {
 	// instead of queuing on a slow downlink ahead of its answer
 	// (docs/results/nbiot/README.md). Brokers only; on in lean.
 	ProbeGovernor bool `toml:"probe_governor" json:"probe_governor"`
+	// FirstFlightCopies sends each datagram of a handshake's first flight
+	// once more right after the flight, unless the peer answered first:
+	// on a client (HTTP/3, MQTT over QUIC, the broker's MQTT over QUIC
+	// bridges) when it knows an RTT to the broker (handshake_rtt, the
+	// session file), on a broker with probe_governor for a client IP
+	// whose answer time it learned. On a slow link the copies wait behind
+	// the flight and go while the sender waits for the answer anyway, and
+	// a lost first datagram is repaired one datagram's airtime later
+	// instead of by a probe seconds later (docs/TUNING.md, "first-flight
+	// copies"); they cost the first flight's bytes again. On in lean.
+	FirstFlightCopies bool `toml:"first_flight_copies" json:"first_flight_copies"`
 }
 
 // Default is quic-go's own configuration, unchanged.
@@ -131,6 +142,7 @@ func Lean() *Profile {
 		Allow0RTT:                      true,
 		HandshakeRTTFromSession:        true,
 		ProbeGovernor:                  true,
+		FirstFlightCopies:              true,
 	}
 }
 
