@@ -207,6 +207,12 @@ func testFirstFlightCopyQUIC(t *testing.T, lost bool) {
 	if n := got.Load(); n != int64(len(request)) {
 		t.Fatalf("the server read %d request bytes, want %d", n, len(request))
 	}
+	hold.mu.Lock()
+	flights := hold.copyGen
+	hold.mu.Unlock()
+	if flights != 1 {
+		t.Fatalf("%d first flights copied, want 1 (the Initial acknowledging the server's is none)", flights)
+	}
 	if !lost && dups.n.Load() == 0 {
 		t.Fatal("the server dropped none of the copy's packets as duplicates")
 	}

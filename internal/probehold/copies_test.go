@@ -62,6 +62,10 @@ func TestFirstFlightCopies(t *testing.T) {
 	initS := longPacket(0xc0, cidS, nil, "initial to the server's ID")
 	hsS := longPacket(0xe0, cidS, nil, "handshake")
 	fromServer := longPacket(0xc0, cidA, cidS, "the server's Initial") // source ID cidS
+	cidC, cidN := []byte{0xc, 0xc, 0xc, 0xc}, []byte{0xe, 0xe, 0xe, 0xe}
+	initAC := longPacket(0xc0, cidA, cidC, "initial A from C") // a client with connection ID cidC
+	zeroAC := longPacket(0xd0, cidA, cidC, "0-RTT A from C")
+	ackNC := longPacket(0xc0, cidN, cidC, "ack of the server's Initial") // to an ID the server issued
 	v2Init := longPacket(0xd0, cidB, nil, "QUIC v2 Initial")
 	copy(v2Init[1:5], []byte{0x6b, 0x33, 0x43, 0xcf})
 	type step struct {
@@ -122,6 +126,14 @@ func TestFirstFlightCopies(t *testing.T) {
 			{3000 * ms, "send", initB}, // after the hold: a new flight
 			{3020 * ms, "fire", nil},
 		}, copies: [][]byte{initB}},
+		{name: "a client's later Initials to new IDs of the server's are no first flight", steps: []step{
+			{0, "send", initAC},
+			{5 * ms, "send", zeroAC},
+			{20 * ms, "fire", nil},
+			{1500 * ms, "recv", fromServer},
+			{1500 * ms, "send", ackNC},
+			{1520 * ms, "fire", nil},
+		}, copies: [][]byte{initAC, zeroAC}},
 		{name: "QUIC v2", steps: []step{
 			{0, "send", v2Init},
 			{20 * ms, "fire", nil},

@@ -69,8 +69,8 @@ type Conn struct {
 	stop      func()    // stops the timer that sends last when the hold ends
 
 	opts     Options
-	seen     [][]byte   // recent connection IDs: first flights' and the peer's (maxSeen)
-	copyDCID []byte     // destination connection ID of the first flight being copied
+	seen     [][]byte   // recent connection keys (connKey; maxSeen)
+	copyKey  []byte     // connection key of the first flight being copied
 	copies   []datagram // its datagrams, sent again when the flight gap has passed
 	copyStop func()     // stops the timer that sends copies
 	copyGen  int        // counts first flights copied (a timer sends its own flight's)
@@ -93,9 +93,9 @@ type datagram struct {
 	to net.Addr
 }
 
-// maxSeen is how many connection IDs a Conn remembers to tell a new
-// connection's first Initial from a later one (a probe, a resent
-// Initial to the peer's connection ID).
+// maxSeen is how many connections a Conn remembers to tell a new
+// connection's first Initial from a later one (a probe, the Initial
+// that acknowledges the peer's).
 const maxSeen = 8
 
 // flightGap is how long after a flight's first datagram the rest of that
@@ -169,7 +169,7 @@ func (c *Conn) pass(p []byte, addr net.Addr) bool {
 	now := c.clock()
 	switch {
 	case now.Before(c.flightEnd):
-		if c.copyDCID != nil && c.copyStop != nil && bytes.Equal(destConnID(p), c.copyDCID) {
+		if c.copyStop != nil && bytes.Equal(connKey(p), c.copyKey) {
 			c.copies = append(c.copies, datagram{bytes.Clone(p), addr})
 		}
 		return true
@@ -197,19 +197,19 @@ func (c *Conn) pass(p []byte, addr net.Addr) bool {
 }
 
 // firstFlight starts copying the flight that p opens when p is the first
-// Initial of a new connection (a destination connection ID not seen
-// before); c.mu is held.
+// Initial of a new connection (a connection key not seen before); c.mu is
+// held.
 func (c *Conn) firstFlight(p []byte, addr net.Addr) {
 	if !initial(p) {
 		return
 	}
-	dcid := destConnID(p)
-	if dcid == nil || c.seenID(dcid) {
+	key := connKey(p)
+	if key == nil || c.seenID(key) {
 		return
 	}
-	c.remember(dcid)
+	c.remember(key)
 	c.dropCopies()
-	c.copyDCID = bytes.Clone(dcid)
+	c.copyKey = key
 	c.copies = []datagram{{bytes.Clone(p), addr}}
 	c.copyGen++
 	gen := c.copyGen
@@ -243,7 +243,7 @@ func (c *Conn) dropCopies() {
 	c.copies = nil
 }
 
-// seenID reports whether connection ID id is among those remembered;
+// seenID reports whether connection key id is among those remembered;
 // c.mu is held.
 func (c *Conn) seenID(id []byte) bool {
 	for _, s := range c.seen {
@@ -254,10 +254,10 @@ func (c *Conn) seenID(id []byte) bool {
 	return false
 }
 
-// remember adds connection ID id to those remembered (the oldest goes
+// remember adds connection key id to those remembered (the oldest goes
 // beyond maxSeen); c.mu is held.
 func (c *Conn) remember(id []byte) {
-	if len(id) == 0 || c.seenID(id) {
+	if id == nil || c.seenID(id) {
 		return
 	}
 	if len(c.seen) >= maxSeen {
@@ -324,6 +324,24 @@ func destConnID(p []byte) []byte {
 	return p[6 : 6+int(p[5])]
 }
 
+// connKey identifies the connection of the client's long-header
+// datagram p (nil: malformed): its source connection ID, which a client
+// keeps for the connection's long-header packets, or, when that is
+// empty, its destination connection ID with a different first byte. The
+// destination ID alone will not do: quic-go's client sends the Initial
+// that acknowledges the server's to an ID of the server's, and may
+// already have moved to one the server issued in its first flight.
+func connKey(p []byte) []byte {
+	d, s := destConnID(p), srcConnID(p)
+	switch {
+	case d == nil || s == nil:
+		return nil
+	case len(s) > 0:
+		return append([]byte{'s'}, s...)
+	}
+	return append([]byte{'d'}, d...)
+}
+
 // srcConnID returns the source connection ID of the long-header packet at
 // the start of p (nil: none, or malformed).
 func srcConnID(p []byte) []byte {
@@ -365,9 +383,11 @@ func (c *Conn) ReadFrom(p []byte) (int, net.Addr, error) {
 		c.dropLast()
 		c.dropCopies()
 		if c.opts.FirstFlightCopies && n > 0 {
-			// The peer's connection ID: the client's later Initials go to
-			// it, and are no new connection's.
-			c.remember(srcConnID(p[:n]))
+			// The peer's connection ID: a client without connection IDs
+			// of its own sends its later Initials to it (connKey).
+			if s := srcConnID(p[:n]); len(s) > 0 {
+				c.remember(append([]byte{'d'}, s...))
+			}
 		}
 		c.mu.Unlock()
 	}

@@ -7,11 +7,12 @@ import (
 	"time"
 )
 
-// TestFirstFlightCopies: for a peer IP with an answer time, the server's
-// long-header datagrams within flightGap of a new handshake's first go
-// once more when the gap has passed, in order, unless the client's
-// Handshake or 1-RTT packet came first; nothing is copied for a peer
-// without an answer time, nor with the option off, nor after the gap.
+// TestFirstFlightCopies: for a peer IP with an answer time (1 s here),
+// the server's long-header datagrams within flightGap of a new
+// handshake's first go once more a quarter of the answer time later, in
+// order, unless the client's Handshake or 1-RTT packet came first;
+// nothing is copied for a peer without an answer time, nor with the
+// option off, nor after the gap.
 func TestFirstFlightCopies(t *testing.T) {
 	ms := time.Millisecond
 	cid1, cid2 := []byte{0xa1, 0xa1, 0xa1, 0xa1}, []byte{0xb2, 0xb2, 0xb2, 0xb2}
@@ -35,38 +36,39 @@ func TestFirstFlightCopies(t *testing.T) {
 			{0, "send", srvInitial(cid2), peer1b},
 			{5 * ms, "send", srvHS2, peer1b},
 			{10 * ms, "send", cliShort, peer1b}, // a short header: never copied
-			{19 * ms, "fire", nil, nil},
-			{20 * ms, "fire", nil, nil},
+			{30 * ms, "send", cliShort, peer1b}, // the answer: before the copies
+			{249 * ms, "fire", nil, nil},
+			{250 * ms, "fire", nil, nil},
 		}, copies: [][]byte{srvInitial(cid2), srvHS2}, want: Stats{Copied: 2}},
 		{name: "probes after the gap are held, not copied", learned: true, steps: []step{
 			{0, "send", srvInitial(cid2), peer1b},
-			{20 * ms, "fire", nil, nil},
 			{200 * ms, "send", srvInitial(cid2), peer1b},
+			{250 * ms, "fire", nil, nil},
 			{1000 * ms, "recv", cliFinished, peer1b},
 		}, copies: [][]byte{srvInitial(cid2)}, want: Stats{Copied: 1, Held: 1, Dropped: 1, Samples: 1}},
-		{name: "the client's Handshake within the gap: no copies", learned: true, steps: []step{
+		{name: "the client's Handshake before the copies' time: no copies", learned: true, steps: []step{
 			{0, "send", srvInitial(cid2), peer1b},
-			{15 * ms, "recv", cliFinished, peer1b},
-			{20 * ms, "fire", nil, nil},
+			{150 * ms, "recv", cliFinished, peer1b},
+			{250 * ms, "fire", nil, nil},
 		}, want: Stats{Samples: 1}},
-		{name: "the client's Initial within the gap: copies still go", learned: true, steps: []step{
+		{name: "the client's Initial before the copies' time: copies still go", learned: true, steps: []step{
 			{0, "send", srvInitial(cid2), peer1b},
-			{15 * ms, "recv", cliInitial0RTT, peer1b},
-			{20 * ms, "fire", nil, nil},
+			{150 * ms, "recv", cliInitial0RTT, peer1b},
+			{250 * ms, "fire", nil, nil},
 		}, copies: [][]byte{srvInitial(cid2)}, want: Stats{Copied: 1}},
 		{name: "unknown IP: no copies", steps: []step{
 			{0, "send", srvInitial(cid2), peer2},
-			{20 * ms, "fire", nil, nil},
+			{250 * ms, "fire", nil, nil},
 		}},
 		{name: "off: no copies", off: true, learned: true, steps: []step{
 			{0, "send", srvInitial(cid2), peer1b},
-			{20 * ms, "fire", nil, nil},
+			{250 * ms, "fire", nil, nil},
 		}},
 		{name: "a new handshake to the address drops the last one's copies", learned: true, steps: []step{
 			{0, "send", srvInitial(cid2), peer1b},
 			{10 * ms, "send", srvInitial(cid1), peer1b},
-			{20 * ms, "fire", nil, nil},
-			{30 * ms, "fire", nil, nil},
+			{250 * ms, "fire", nil, nil},
+			{260 * ms, "fire", nil, nil},
 		}, copies: [][]byte{srvInitial(cid1)}, want: Stats{Copied: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -36,6 +36,16 @@ const (
 	// flightGap: long-header datagrams within it of a handshake's first one
 	// belong to the first flight and pass.
 	flightGap = 20 * time.Millisecond
+	// copyShare: first-flight copies go the answer time / copyShare after
+	// the flight (Options.FirstFlightCopies). Sent at once, they queued
+	// on a slow downlink ahead of the server's answer to the client's
+	// 0-RTT data whenever that needed a 0-RTT datagram after the client's
+	// first (on nbiot, 0.17 s behind it): the median warm wake-up went
+	// from 1.04x to 1.31x its floor (docs/results/nbiot/README.md). A
+	// quarter (0.37 s on nbiot) leaves room for that datagram and costs a
+	// lost first datagram a quarter of the answer time more than a copy
+	// sent at once would.
+	copyShare = 4
 	// reactGap: a long-header datagram sent within it of a datagram from
 	// the peer answers that datagram (the rest of a flight the
 	// anti-amplification limit held back, an ACK) and passes.
@@ -70,12 +80,14 @@ type Options struct {
 	EarlyAge time.Duration
 	// FirstFlightCopies: for a peer IP with an answer time, the
 	// server's long-header datagrams of a new handshake's first flight
-	// (those within flightGap of its first) are sent once more when the
-	// flight gap has passed, unless a Handshake or 1-RTT packet came from
-	// the peer first: on a slow downlink the copies queue behind the
-	// flight, and when its first datagram is lost the copy arrives one
-	// datagram's airtime later instead of after a probe (docs/TUNING.md,
-	// "first-flight copies"). Default off.
+	// (those within flightGap of its first) are sent once more a quarter
+	// of the answer time after it (at least flightGap), unless a
+	// Handshake or 1-RTT packet came from the peer first: on a slow
+	// downlink the copies queue behind the flight and the server's answer
+	// to the client's 0-RTT data, and when the flight's first datagram is
+	// lost the copy arrives that quarter and one datagram's airtime later
+	// instead of after a probe (docs/TUNING.md, "first-flight copies").
+	// Default off.
 	FirstFlightCopies bool
 	// Logger receives debug records of held, dropped and released probes;
 	// nil discards them.
@@ -141,10 +153,10 @@ type Stats struct {
 // to peers without an answer time (a first connection), pass unchanged.
 //
 // With Options.FirstFlightCopies, Conn sends the first flight of a
-// handshake with a peer IP that has an answer time twice: the copies go
-// when flightGap has passed after its first datagram (behind the whole
-// flight on the link), unless a Handshake or 1-RTT packet came from the
-// peer first. quic-go's client drops the duplicates (duplicate packet
+// handshake with a peer IP that has an answer time twice: the copies go a
+// quarter of the answer time after its first datagram (behind the flight
+// and the answer to the client's 0-RTT data on the link), unless a
+// Handshake or 1-RTT packet came from the peer first. quic-go's client drops the duplicates (duplicate packet
 // numbers, or Initial keys already dropped) without answering them.
 //
 // Conn also keeps the client's 0-RTT datagrams that arrive before their
@@ -352,7 +364,7 @@ func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
 		if c.opts.FirstFlightCopies && rtt > 0 {
 			h.copies = []heldDatagram{{bytes.Clone(p), bytes.Clone(oob)}}
 			h.copyDst = addr
-			h.copyStop = c.afterFunc(flightGap, func() { c.sendCopies(ap, h) })
+			h.copyStop = c.afterFunc(max(flightGap, rtt/copyShare), func() { c.sendCopies(ap, h) })
 		}
 		return false
 	}
@@ -487,8 +499,8 @@ func (c *Conn) release(ap netip.AddrPort, h *handshake, onProbe bool) {
 	}
 }
 
-// sendCopies sends the copies of h's first flight when the flight gap
-// has passed without progress.
+// sendCopies sends the copies of h's first flight when their time came
+// without progress.
 func (c *Conn) sendCopies(ap netip.AddrPort, h *handshake) {
 	c.mu.Lock()
 	if cur, ok := c.hs.peek(ap); !ok || cur != h || h.progressed || h.copyStop == nil {
