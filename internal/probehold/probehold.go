@@ -32,7 +32,7 @@
 // queue behind the flight and go out while the client waits for the
 // answer anyway, and when the flight's first datagram is lost its copy
 // arrives one flight's airtime later instead of a probe after the hold
-// (docs/TUNING.md, "first-flight copies"). quic-go's server drops the
+// (docs/TUNING.md, "First-flight copies"). quic-go's server drops the
 // duplicate packets (a duplicate packet number is dropped unacknowledged;
 // the client's first destination connection ID stays routed to its
 // connection until the handshake is complete).

@@ -56,6 +56,14 @@ func TestFirstFlightCopies(t *testing.T) {
 			{150 * ms, "recv", cliInitial0RTT, peer1b},
 			{250 * ms, "fire", nil, nil},
 		}, copies: [][]byte{srvInitial(cid2)}, want: Stats{Copied: 1}},
+		{name: "at most maxHeld datagrams copied", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b},
+			{1 * ms, "send", srvHS2, peer1b},
+			{2 * ms, "send", srvHS2, peer1b},
+			{3 * ms, "send", srvHS2, peer1b},
+			{4 * ms, "send", srvHS2, peer1b}, // the fifth: not copied
+			{250 * ms, "fire", nil, nil},
+		}, copies: [][]byte{srvInitial(cid2), srvHS2, srvHS2, srvHS2}, want: Stats{Copied: 4}},
 		{name: "unknown IP: no copies", steps: []step{
 			{0, "send", srvInitial(cid2), peer2},
 			{250 * ms, "fire", nil, nil},

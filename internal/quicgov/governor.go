@@ -86,8 +86,8 @@ type Options struct {
 	// downlink the copies queue behind the flight and the server's answer
 	// to the client's 0-RTT data, and when the flight's first datagram is
 	// lost the copy arrives that quarter and one datagram's airtime later
-	// instead of after a probe (docs/TUNING.md, "first-flight copies").
-	// Default off.
+	// instead of after a probe (docs/TUNING.md, "First-flight copies");
+	// at most maxHeld datagrams a handshake are copied. Default off.
 	FirstFlightCopies bool
 	// Logger receives debug records of held, dropped and released probes;
 	// nil discards them.
@@ -156,8 +156,10 @@ type Stats struct {
 // handshake with a peer IP that has an answer time twice: the copies go a
 // quarter of the answer time after its first datagram (behind the flight
 // and the answer to the client's 0-RTT data on the link), unless a
-// Handshake or 1-RTT packet came from the peer first. quic-go's client drops the duplicates (duplicate packet
-// numbers, or Initial keys already dropped) without answering them.
+// Handshake or 1-RTT packet came from the peer first; at most maxHeld
+// datagrams a handshake are kept for that. quic-go's client drops the
+// duplicates (duplicate packet numbers, or Initial keys already dropped)
+// without answering them.
 //
 // Conn also keeps the client's 0-RTT datagrams that arrive before their
 // Initial (early.go): a datagram whose first packet is a 0-RTT packet
@@ -369,7 +371,7 @@ func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
 		return false
 	}
 	since := now.Sub(h.start)
-	if since < flightGap && h.copyStop != nil && !h.progressed {
+	if since < flightGap && h.copyStop != nil && !h.progressed && len(h.copies) < maxHeld {
 		h.copies = append(h.copies, heldDatagram{bytes.Clone(p), bytes.Clone(oob)})
 	}
 	switch {
