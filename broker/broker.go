@@ -285,7 +285,7 @@ func (b *Broker) Start() error {
 		}
 		b.ownPC, pc, tln = udp, udp, t
 	}
-	b.tr = &quic.Transport{Conn: quicgov.Wrap(pc, b.opts.Tuning.ProbeGovernor, b.log), ConnContext: b.quicAdmit, StatelessResetKey: b.opts.StatelessResetKey,
+	b.tr = &quic.Transport{Conn: quicgov.WrapWith(pc, b.opts.Tuning.ProbeGovernor, quicgov.Options{Logger: b.log, FirstFlightCopies: b.opts.Tuning.FirstFlightCopies}), ConnContext: b.quicAdmit, StatelessResetKey: b.opts.StatelessResetKey,
 		VerifySourceAddress: b.srcValid.VerifySourceAddress}
 	var ln http3.QUICListener
 	var err error

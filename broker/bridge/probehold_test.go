@@ -16,16 +16,19 @@ import (
 
 // TestQUICDialHoldsProbes: once the bridge knows the round trip of its
 // last MQTT over QUIC connection, a new dial sends its first handshake
-// flight and holds quic-go's probes back for 1.5 x that round trip; the
-// first dial (no round trip known) probes as quic-go does.
+// flight (and, with lean's first_flight_copies, one copy of it) and holds
+// quic-go's probes back for 1.5 x that round trip; the first dial (no
+// round trip known) probes as quic-go does.
 func TestQUICDialHoldsProbes(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		rtt      time.Duration
-		min, max int // long-header datagrams the silent upstream gets
+		noCopies bool // first_flight_copies = false
+		min, max int  // long-header datagrams the silent upstream gets
 	}{
-		{"first dial: quic-go's probes", 0, 3, 1 << 30},
-		{"last connection's RTT 2s: one flight", 2 * time.Second, 1, 2},
+		{"first dial: quic-go's probes", 0, false, 3, 1 << 30},
+		{"last connection's RTT 2s: one flight and its copy", 2 * time.Second, false, 2, 4},
+		{"last connection's RTT 2s, no first-flight copies: one flight", 2 * time.Second, true, 1, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			silent, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -46,7 +49,9 @@ func TestQUICDialHoldsProbes(t *testing.T) {
 					}
 				}
 			}()
-			br := &Bridge{quic: quictune.Lean(), tlsCfg: &tls.Config{ServerName: "localhost", NextProtos: []string{mqttALPN}}}
+			tune := quictune.Lean()
+			tune.FirstFlightCopies = !tc.noCopies
+			br := &Bridge{quic: tune, tlsCfg: &tls.Config{ServerName: "localhost", NextProtos: []string{mqttALPN}}}
 			br.quicRTT.Store(int64(tc.rtt))
 			// quic-go's probes come 200 ms, 600 ms and 1.4 s after the
 			// first flight; a hold of 3 s lets none of them through.

@@ -64,7 +64,7 @@ func (br *Bridge) dialQUIC(ctx context.Context, _ autopaho.ClientConfig, u *url.
 	}
 	var pc net.PacketConn = udp
 	if hold := br.handshakeHold(); hold > 0 {
-		pc = probehold.New(udp, hold*3/2)
+		pc = probehold.NewWithOptions(udp, hold*3/2, probehold.Options{FirstFlightCopies: br.quic.FirstFlightCopies})
 	}
 	qc, err := quic.Dial(hctx, pc, ua, br.tlsCfg.Clone(), qconf)
 	if err != nil {

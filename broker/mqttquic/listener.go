@@ -183,7 +183,7 @@ func (l *QUICListener) Init(log *slog.Logger) error {
 	// spoofed Initial packets (or replayed 0-RTT flights) from forged
 	// addresses cannot reach the per-address bounds (preConnect) without
 	// limit.
-	l.tr = &quic.Transport{Conn: quicgov.Wrap(pc, l.cfg.Tuning.ProbeGovernor, l.log), StatelessResetKey: l.cfg.StatelessResetKey,
+	l.tr = &quic.Transport{Conn: quicgov.WrapWith(pc, l.cfg.Tuning.ProbeGovernor, quicgov.Options{Logger: l.log, FirstFlightCopies: l.cfg.Tuning.FirstFlightCopies}), StatelessResetKey: l.cfg.StatelessResetKey,
 		VerifySourceAddress: l.valid.VerifySourceAddress,
 		ConnContext: func(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
 			if ci.AddrVerified && l.cfg.Admit != nil {

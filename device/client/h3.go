@@ -236,7 +236,7 @@ func (c *h3Client) transport() (*quic.Transport, error) {
 	c.outage = sock.outage
 	hold, fromSession := handshakeHold(c.opts, c.hostport)
 	c.hold, c.holdFromSession = hold, fromSession
-	pc = probehold.New(pc, probeHold(hold)) // h3probe.go
+	pc = probehold.NewWithOptions(pc, probeHold(hold), probeHoldOptions(c.opts, hold)) // h3probe.go
 	c.tr = &quic.Transport{Conn: newGateConn(pc, &c.gate)}
 	if u != nil {
 		var ctx context.Context

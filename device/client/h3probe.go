@@ -2,6 +2,8 @@ package client
 
 import (
 	"time"
+
+	"github.com/quiot/quiot/internal/probehold"
 )
 
 // coldProbeHold is how long the governor holds handshake probes back when
@@ -28,6 +30,15 @@ func probeHold(rtt time.Duration) time.Duration {
 		return coldProbeHold
 	}
 	return rtt * 3 / 2
+}
+
+// probeHoldOptions are the options of the probe hold of a client whose
+// hold RTT is rtt: first-flight copies when the profile has
+// first_flight_copies and an RTT is known (a warm wake-up: a first
+// connection's Initial carries no 0-RTT data and its answer is the
+// broker's certificate chain, seconds away on NB-IoT; docs/TUNING.md).
+func probeHoldOptions(o *Options, rtt time.Duration) probehold.Options {
+	return probehold.Options{FirstFlightCopies: rtt > 0 && o.Tuning != nil && o.Tuning.FirstFlightCopies}
 }
 
 // handshakeHold chooses the RTT of the handshake probe hold for a client

@@ -366,7 +366,7 @@ func (c *mqttClient) transport() (*quic.Transport, error) {
 	pc, u := sock.pc, sock.udp
 	c.outage = sock.outage
 	c.hold, c.holdFromSession = handshakeHold(c.opts, c.addr)
-	pc = probehold.New(pc, probeHold(c.hold)) // h3probe.go
+	pc = probehold.NewWithOptions(pc, probeHold(c.hold), probeHoldOptions(c.opts, c.hold)) // h3probe.go
 	c.tr = &quic.Transport{Conn: newGateConn(pc, &c.gate)}
 	if u != nil {
 		c.mig = startMigrator(c.ctx, c.opts.Logger, u, c.tr, c.currentQUIC)

@@ -24,9 +24,22 @@
 // acknowledges the first flight, the one that went out, quic-go takes no
 // RTT sample from it and its Handshake-level probes run on 2 x 100 ms
 // again. Short-header (1-RTT) datagrams always pass.
+//
+// With Options.FirstFlightCopies, a Conn also sends one copy of each
+// datagram of a connection's first flight (its Initial and the 0-RTT
+// datagrams within flightGap of it) when the flight gap has passed,
+// unless a datagram from the peer came first: on a slow uplink the copies
+// queue behind the flight and go out while the client waits for the
+// answer anyway, and when the flight's first datagram is lost its copy
+// arrives one flight's airtime later instead of a probe after the hold
+// (docs/TUNING.md, "First-flight copies"). quic-go's server drops the
+// duplicate packets (a duplicate packet number is dropped unacknowledged;
+// the client's first destination connection ID stays routed to its
+// connection until the handshake is complete).
 package probehold
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"sync"
@@ -54,7 +67,36 @@ type Conn struct {
 	last      []byte    // the newest datagram held in the current hold
 	lastTo    net.Addr  // ... and its destination
 	stop      func()    // stops the timer that sends last when the hold ends
+
+	opts     Options
+	seen     [][]byte   // recent connection keys (connKey; maxSeen)
+	copyKey  []byte     // connection key of the first flight being copied
+	copies   []datagram // its datagrams, sent again when the flight gap has passed
+	copyStop func()     // stops the timer that sends copies
+	copyGen  int        // counts first flights copied (a timer sends its own flight's)
+	copied   int        // copies sent
 }
+
+// Options configure a Conn; the zero value is New's.
+type Options struct {
+	// FirstFlightCopies sends one copy of each datagram of a connection's
+	// first flight (see the package documentation) after the flight,
+	// unless the peer answered first. Default off: New's Conn sends no
+	// copies; quiot's clients turn it on with the tuning profile's
+	// first_flight_copies (lean) when they know an RTT to the broker.
+	FirstFlightCopies bool
+}
+
+// datagram is a datagram to copy and its destination.
+type datagram struct {
+	p  []byte
+	to net.Addr
+}
+
+// maxSeen is how many connections a Conn remembers to tell a new
+// connection's first Initial from a later one (a probe, the Initial
+// that acknowledges the peer's).
+const maxSeen = 8
 
 // flightGap is how long after a flight's first datagram the rest of that
 // flight (coalesced 0-RTT data, a second probe packet) still passes.
@@ -62,7 +104,24 @@ const flightGap = 20 * time.Millisecond
 
 // New returns pc with handshake probes held for hold after each flight.
 func New(pc net.PacketConn, hold time.Duration) *Conn {
-	return &Conn{Conn: sockbuf.Wrap(pc), hold: hold}
+	return NewWithOptions(pc, hold, Options{})
+}
+
+// NewWithOptions returns pc with handshake probes held for hold after
+// each flight, and the options o.
+func NewWithOptions(pc net.PacketConn, hold time.Duration, o Options) *Conn {
+	return &Conn{Conn: sockbuf.Wrap(pc), hold: hold, opts: o}
+}
+
+// FirstFlightCopies reports whether c copies first flights
+// (Options.FirstFlightCopies).
+func (c *Conn) FirstFlightCopies() bool { return c.opts.FirstFlightCopies }
+
+// Copied is the number of first-flight copies sent so far.
+func (c *Conn) Copied() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.copied
 }
 
 // Hold is the time probes are held after a flight.
@@ -110,6 +169,9 @@ func (c *Conn) pass(p []byte, addr net.Addr) bool {
 	now := c.clock()
 	switch {
 	case now.Before(c.flightEnd):
+		if c.copyStop != nil && bytes.Equal(connKey(p), c.copyKey) {
+			c.copies = append(c.copies, datagram{bytes.Clone(p), addr})
+		}
 		return true
 	case !c.answered && now.Before(c.next):
 		c.held++
@@ -128,7 +190,80 @@ func (c *Conn) pass(p []byte, addr net.Addr) bool {
 	c.answered = false
 	c.flightEnd = now.Add(flightGap)
 	c.next = now.Add(c.hold)
+	if c.opts.FirstFlightCopies && c.hold > 0 {
+		c.firstFlight(p, addr)
+	}
 	return true
+}
+
+// firstFlight starts copying the flight that p opens when p is the first
+// Initial of a new connection (a connection key not seen before); c.mu is
+// held.
+func (c *Conn) firstFlight(p []byte, addr net.Addr) {
+	if !initial(p) {
+		return
+	}
+	key := connKey(p)
+	if key == nil || c.seenID(key) {
+		return
+	}
+	c.remember(key)
+	c.dropCopies()
+	c.copyKey = key
+	c.copies = []datagram{{bytes.Clone(p), addr}}
+	c.copyGen++
+	gen := c.copyGen
+	c.copyStop = c.after(flightGap, func() { c.sendCopies(gen) })
+}
+
+// sendCopies sends the copies of first flight gen, which has ended
+// without an answer.
+func (c *Conn) sendCopies(gen int) {
+	c.mu.Lock()
+	if gen != c.copyGen {
+		c.mu.Unlock()
+		return
+	}
+	cs := c.copies
+	c.copies, c.copyStop = nil, nil
+	c.copied += len(cs)
+	c.mu.Unlock()
+	for _, d := range cs {
+		_, _ = c.PacketConn.WriteTo(d.p, d.to) // as quic-go's own write would, unreported
+	}
+}
+
+// dropCopies forgets the copies not sent and stops their timer; c.mu is
+// held.
+func (c *Conn) dropCopies() {
+	if c.copyStop != nil {
+		c.copyStop()
+		c.copyStop = nil
+	}
+	c.copies = nil
+}
+
+// seenID reports whether connection key id is among those remembered;
+// c.mu is held.
+func (c *Conn) seenID(id []byte) bool {
+	for _, s := range c.seen {
+		if bytes.Equal(s, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// remember adds connection key id to those remembered (the oldest goes
+// beyond maxSeen); c.mu is held.
+func (c *Conn) remember(id []byte) {
+	if id == nil || c.seenID(id) {
+		return
+	}
+	if len(c.seen) >= maxSeen {
+		c.seen = append(c.seen[:0], c.seen[1:]...)
+	}
+	c.seen = append(c.seen, bytes.Clone(id))
 }
 
 // release sends the newest datagram held when the hold that ended at end
@@ -165,6 +300,62 @@ func zeroRTT(p []byte) bool {
 	return false
 }
 
+// initial reports whether long-header datagram p begins with an Initial
+// packet (QUIC version 1 or 2).
+func initial(p []byte) bool {
+	if len(p) < 5 || p[0]&0x80 == 0 {
+		return false
+	}
+	switch binary.BigEndian.Uint32(p[1:5]) {
+	case 1:
+		return p[0]&0x30 == 0x00
+	case 0x6b3343cf:
+		return p[0]&0x30 == 0x10
+	}
+	return false
+}
+
+// destConnID returns the destination connection ID of the long-header
+// packet at the start of p (nil: none, or malformed).
+func destConnID(p []byte) []byte {
+	if len(p) < 6 || p[0]&0x80 == 0 || int(p[5]) > 20 || len(p) < 6+int(p[5]) {
+		return nil
+	}
+	return p[6 : 6+int(p[5])]
+}
+
+// connKey identifies the connection of the client's long-header
+// datagram p (nil: malformed): its source connection ID, which a client
+// keeps for the connection's long-header packets, or, when that is
+// empty, its destination connection ID with a different first byte. The
+// destination ID alone will not do: quic-go's client sends the Initial
+// that acknowledges the server's to an ID of the server's, and may
+// already have moved to one the server issued in its first flight.
+func connKey(p []byte) []byte {
+	d, s := destConnID(p), srcConnID(p)
+	switch {
+	case d == nil || s == nil:
+		return nil
+	case len(s) > 0:
+		return append([]byte{'s'}, s...)
+	}
+	return append([]byte{'d'}, d...)
+}
+
+// srcConnID returns the source connection ID of the long-header packet at
+// the start of p (nil: none, or malformed).
+func srcConnID(p []byte) []byte {
+	d := destConnID(p)
+	if d == nil {
+		return nil
+	}
+	o := 6 + len(d)
+	if len(p) < o+1 || int(p[o]) > 20 || len(p) < o+1+int(p[o]) {
+		return nil
+	}
+	return p[o+1 : o+1+int(p[o])]
+}
+
 // dropLast forgets the datagram held and stops its timer; c.mu is held.
 func (c *Conn) dropLast() {
 	if c.stop != nil {
@@ -183,13 +374,21 @@ func (c *Conn) WriteTo(p []byte, addr net.Addr) (int, error) {
 }
 
 // ReadFrom implements net.PacketConn; a datagram read is the peer's
-// answer, and drops what is held.
+// answer, and drops what is held and the first flight's copies not sent.
 func (c *Conn) ReadFrom(p []byte) (int, net.Addr, error) {
 	n, a, err := c.PacketConn.ReadFrom(p)
 	if err == nil {
 		c.mu.Lock()
 		c.answered = true
 		c.dropLast()
+		c.dropCopies()
+		if c.opts.FirstFlightCopies && n > 0 {
+			// The peer's connection ID: a client without connection IDs
+			// of its own sends its later Initials to it (connKey).
+			if s := srcConnID(p[:n]); len(s) > 0 {
+				c.remember(append([]byte{'d'}, s...))
+			}
+		}
 		c.mu.Unlock()
 	}
 	return n, a, err
@@ -199,6 +398,7 @@ func (c *Conn) ReadFrom(p []byte) (int, net.Addr, error) {
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	c.dropLast()
+	c.dropCopies()
 	c.mu.Unlock()
 	return c.PacketConn.Close()
 }

@@ -36,6 +36,16 @@ const (
 	// flightGap: long-header datagrams within it of a handshake's first one
 	// belong to the first flight and pass.
 	flightGap = 20 * time.Millisecond
+	// copyShare: first-flight copies go the answer time / copyShare after
+	// the flight (Options.FirstFlightCopies). Sent at once, they queued
+	// on a slow downlink ahead of the server's answer to the client's
+	// 0-RTT data whenever that needed a 0-RTT datagram after the client's
+	// first (on nbiot, 0.17 s behind it): the median warm wake-up went
+	// from 1.04x to 1.31x its floor (docs/results/nbiot/README.md). A
+	// quarter (0.37 s on nbiot) leaves room for that datagram and costs a
+	// lost first datagram a quarter of the answer time more than a copy
+	// sent at once would.
+	copyShare = 4
 	// reactGap: a long-header datagram sent within it of a datagram from
 	// the peer answers that datagram (the rest of a flight the
 	// anti-amplification limit held back, an ACK) and passes.
@@ -68,6 +78,17 @@ type Options struct {
 	// latter capped at MaxHold), then handed to quic-go anyway; zero
 	// means DefaultEarlyAge.
 	EarlyAge time.Duration
+	// FirstFlightCopies: for a peer IP with an answer time, the
+	// server's long-header datagrams of a new handshake's first flight
+	// (those within flightGap of its first) are sent once more a quarter
+	// of the answer time after it (at least flightGap), unless a
+	// Handshake or 1-RTT packet came from the peer first: on a slow
+	// downlink the copies queue behind the flight and the server's answer
+	// to the client's 0-RTT data, and when the flight's first datagram is
+	// lost the copy arrives that quarter and one datagram's airtime later
+	// instead of after a probe (docs/TUNING.md, "First-flight copies");
+	// at most maxHeld datagrams a handshake are copied. Default off.
+	FirstFlightCopies bool
 	// Logger receives debug records of held, dropped and released probes;
 	// nil discards them.
 	Logger *slog.Logger
@@ -90,6 +111,9 @@ type Stats struct {
 	ReleasedOnProbe int64
 	// Samples counts answer times learned.
 	Samples int64
+	// Copied counts first-flight datagrams sent twice
+	// (Options.FirstFlightCopies).
+	Copied int64
 	// ZeroRTTHeld counts client datagrams with a 0-RTT packet first that
 	// were kept because their Initial had not come (early.go).
 	ZeroRTTHeld int64
@@ -127,6 +151,15 @@ type Stats struct {
 // held probes carry what it needs. Released datagrams without an Initial
 // packet go before those with one. Short-header datagrams, and everything
 // to peers without an answer time (a first connection), pass unchanged.
+//
+// With Options.FirstFlightCopies, Conn sends the first flight of a
+// handshake with a peer IP that has an answer time twice: the copies go a
+// quarter of the answer time after its first datagram (behind the flight
+// and the answer to the client's 0-RTT data on the link), unless a
+// Handshake or 1-RTT packet came from the peer first; at most maxHeld
+// datagrams a handshake are kept for that. quic-go's client drops the
+// duplicates (duplicate packet numbers, or Initial keys already dropped)
+// without answering them.
 //
 // Conn also keeps the client's 0-RTT datagrams that arrive before their
 // Initial (early.go): a datagram whose first packet is a 0-RTT packet
@@ -190,6 +223,9 @@ type handshake struct {
 	held       []heldDatagram
 	dst        net.Addr
 	stop       func()
+	copies     []heldDatagram // the first flight, to send again (FirstFlightCopies)
+	copyDst    net.Addr
+	copyStop   func() // stops the timer that sends copies
 }
 
 // heldDatagram is a datagram held back, with its control messages (ECN,
@@ -229,10 +265,15 @@ func New(pc net.PacketConn, o Options) *Conn {
 // (syscall.Conn), so quic-go still sets the Don't Fragment bit and the
 // buffer sizes.
 func Wrap(pc net.PacketConn, on bool, log *slog.Logger) net.PacketConn {
+	return WrapWith(pc, on, Options{Logger: log})
+}
+
+// WrapWith is Wrap with options o.
+func WrapWith(pc net.PacketConn, on bool, o Options) net.PacketConn {
 	if !on || pc == nil {
 		return pc
 	}
-	c := New(pc, Options{Logger: log})
+	c := New(pc, o)
 	if o, ok := oobWrap(c, pc); ok {
 		return o
 	}
@@ -320,10 +361,19 @@ func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
 		}
 		rtt, _ := c.rtts.get(ap.Addr())
 		hold := time.Duration(float64(rtt) * c.opts.HoldFactor)
-		c.hs.put(ap, &handshake{dcid: bytes.Clone(dcid), start: now, hold: min(hold, c.opts.MaxHold), answer: rtt})
+		h = &handshake{dcid: bytes.Clone(dcid), start: now, hold: min(hold, c.opts.MaxHold), answer: rtt}
+		c.hs.put(ap, h)
+		if c.opts.FirstFlightCopies && rtt > 0 {
+			h.copies = []heldDatagram{{bytes.Clone(p), bytes.Clone(oob)}}
+			h.copyDst = addr
+			h.copyStop = c.afterFunc(max(flightGap, rtt/copyShare), func() { c.sendCopies(ap, h) })
+		}
 		return false
 	}
 	since := now.Sub(h.start)
+	if since < flightGap && h.copyStop != nil && !h.progressed && len(h.copies) < maxHeld {
+		h.copies = append(h.copies, heldDatagram{bytes.Clone(p), bytes.Clone(oob)})
+	}
 	switch {
 	case h.hold == 0, h.progressed, h.released, since < flightGap, since >= h.hold,
 		!h.lastRecv.IsZero() && now.Sub(h.lastRecv) < reactGap,
@@ -451,6 +501,32 @@ func (c *Conn) release(ap netip.AddrPort, h *handshake, onProbe bool) {
 	}
 }
 
+// sendCopies sends the copies of h's first flight when their time came
+// without progress.
+func (c *Conn) sendCopies(ap netip.AddrPort, h *handshake) {
+	c.mu.Lock()
+	if cur, ok := c.hs.peek(ap); !ok || cur != h || h.progressed || h.copyStop == nil {
+		c.mu.Unlock()
+		return
+	}
+	cs, dst := h.copies, h.copyDst
+	h.copies, h.copyStop = nil, nil
+	c.stats.Copied += int64(len(cs))
+	c.mu.Unlock()
+	c.log.Debug("quicgov: first flight copied", "peer", ap, "n", len(cs))
+	for _, d := range cs {
+		var err error
+		if c.send != nil {
+			err = c.send(d.p, d.oob, dst)
+		} else {
+			_, err = c.PacketConn.WriteTo(d.p, dst)
+		}
+		if err != nil {
+			c.log.Debug("quicgov: sending a first-flight copy", "peer", ap, "err", err)
+		}
+	}
+}
+
 // hasInitial is 1 for a datagram with an Initial packet, else 0 (the
 // order in which release sends them).
 func hasInitial(p []byte) int {
@@ -460,12 +536,18 @@ func hasInitial(p []byte) int {
 	return 0
 }
 
-// dropHeld forgets what h holds; c.mu is held.
+// dropHeld forgets what h holds, and the copies of its first flight not
+// sent; c.mu is held.
 func (c *Conn) dropHeld(h *handshake) {
 	if h.stop != nil {
 		h.stop()
 		h.stop = nil
 	}
+	if h.copyStop != nil {
+		h.copyStop()
+		h.copyStop = nil
+	}
+	h.copies = nil
 	for _, d := range h.held {
 		c.heldBytes -= len(d.p)
 	}

@@ -91,6 +91,19 @@ type Profile struct {
 	// instead of queuing on a slow downlink ahead of its answer
 	// (docs/results/nbiot/README.md). Brokers only; on in lean.
 	ProbeGovernor bool `toml:"probe_governor" json:"probe_governor"`
+	// FirstFlightCopies sends each datagram of a handshake's first flight
+	// once more after the flight, unless the peer answered first: on a
+	// client (HTTP/3, MQTT over QUIC, the broker's MQTT over QUIC
+	// bridges) 20 ms after it when it knows an RTT to the broker
+	// (handshake_rtt, the session file), on a broker with probe_governor
+	// a quarter of the answer time it learned for the client's IP after
+	// it (behind its answer to the client's 0-RTT data). On a slow link
+	// the copies wait behind the flight and go while the sender waits
+	// for the answer anyway, and a lost first datagram is repaired a
+	// flight's airtime later instead of by a probe seconds later
+	// (docs/TUNING.md, "First-flight copies"); they cost the first
+	// flight's bytes again. On in lean.
+	FirstFlightCopies bool `toml:"first_flight_copies" json:"first_flight_copies"`
 }
 
 // Default is quic-go's own configuration, unchanged.
@@ -131,6 +144,7 @@ func Lean() *Profile {
 		Allow0RTT:                      true,
 		HandshakeRTTFromSession:        true,
 		ProbeGovernor:                  true,
+		FirstFlightCopies:              true,
 	}
 }
 

@@ -33,6 +33,28 @@ func TestLeanKeepAliveBelowIdle(t *testing.T) {
 // TestZeroRTTByProfile: lean resumes with 0-RTT (with session resumption,
 // which 0-RTT needs), a file can turn it off, and the default profile
 // (quic-go's configuration) keeps it off.
+// TestFirstFlightCopiesByProfile: on in lean, off in default, and a
+// file can turn it off.
+func TestFirstFlightCopiesByProfile(t *testing.T) {
+	off, err := Parse([]byte("first_flight_copies = false\n"), "off.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		p    *Profile
+		want bool
+	}{
+		{"lean", Lean(), true},
+		{"lean, first_flight_copies = false", off, false},
+		{"default", Default(), false},
+	} {
+		if tt.p.FirstFlightCopies != tt.want {
+			t.Errorf("%s: FirstFlightCopies %v, want %v", tt.name, tt.p.FirstFlightCopies, tt.want)
+		}
+	}
+}
+
 func TestZeroRTTByProfile(t *testing.T) {
 	off, err := Parse([]byte("allow_0rtt = false\n"), "off.toml")
 	if err != nil {

@@ -1,0 +1,122 @@
+package quicgov
+
+import (
+	"bytes"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestFirstFlightCopies: for a peer IP with an answer time (1 s here),
+// the server's long-header datagrams within flightGap of a new
+// handshake's first go once more a quarter of the answer time later, in
+// order, unless the client's Handshake or 1-RTT packet came first;
+// nothing is copied for a peer without an answer time, nor with the
+// option off, nor after the gap.
+func TestFirstFlightCopies(t *testing.T) {
+	ms := time.Millisecond
+	cid1, cid2 := []byte{0xa1, 0xa1, 0xa1, 0xa1}, []byte{0xb2, 0xb2, 0xb2, 0xb2}
+	srvHS2 := long(0xe0, version1, cid2, cidB, nil, 300)
+	type step struct {
+		at time.Duration
+		op string // "send", "recv", "fire"
+		p  []byte
+		to net.Addr
+	}
+	for _, tc := range []struct {
+		name    string
+		off     bool
+		learned bool
+		steps   []step
+		copies  [][]byte
+		want    Stats // beyond the learning's sample
+	}{
+		{name: "known IP: the first flight goes again after the gap", learned: true, steps: []step{
+			{0, "recv", cliInitial0RTT, peer1b},
+			{0, "send", srvInitial(cid2), peer1b},
+			{5 * ms, "send", srvHS2, peer1b},
+			{10 * ms, "send", cliShort, peer1b}, // a short header: never copied
+			{30 * ms, "send", cliShort, peer1b}, // the answer: before the copies
+			{249 * ms, "fire", nil, nil},
+			{250 * ms, "fire", nil, nil},
+		}, copies: [][]byte{srvInitial(cid2), srvHS2}, want: Stats{Copied: 2}},
+		{name: "probes after the gap are held, not copied", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b},
+			{200 * ms, "send", srvInitial(cid2), peer1b},
+			{250 * ms, "fire", nil, nil},
+			{1000 * ms, "recv", cliFinished, peer1b},
+		}, copies: [][]byte{srvInitial(cid2)}, want: Stats{Copied: 1, Held: 1, Dropped: 1, Samples: 1}},
+		{name: "the client's Handshake before the copies' time: no copies", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b},
+			{150 * ms, "recv", cliFinished, peer1b},
+			{250 * ms, "fire", nil, nil},
+		}, want: Stats{Samples: 1}},
+		{name: "the client's Initial before the copies' time: copies still go", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b},
+			{150 * ms, "recv", cliInitial0RTT, peer1b},
+			{250 * ms, "fire", nil, nil},
+		}, copies: [][]byte{srvInitial(cid2)}, want: Stats{Copied: 1}},
+		{name: "at most maxHeld datagrams copied", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b},
+			{1 * ms, "send", srvHS2, peer1b},
+			{2 * ms, "send", srvHS2, peer1b},
+			{3 * ms, "send", srvHS2, peer1b},
+			{4 * ms, "send", srvHS2, peer1b}, // the fifth: not copied
+			{250 * ms, "fire", nil, nil},
+		}, copies: [][]byte{srvInitial(cid2), srvHS2, srvHS2, srvHS2}, want: Stats{Copied: 4}},
+		{name: "unknown IP: no copies", steps: []step{
+			{0, "send", srvInitial(cid2), peer2},
+			{250 * ms, "fire", nil, nil},
+		}},
+		{name: "off: no copies", off: true, learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b},
+			{250 * ms, "fire", nil, nil},
+		}},
+		{name: "a new handshake to the address drops the last one's copies", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b},
+			{10 * ms, "send", srvInitial(cid1), peer1b},
+			{250 * ms, "fire", nil, nil},
+			{260 * ms, "fire", nil, nil},
+		}, copies: [][]byte{srvInitial(cid1)}, want: Stats{Copied: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Options{FirstFlightCopies: !tc.off})
+			if tc.learned {
+				h.learn(peer1, cid1, time.Second)
+				h.t0 = h.now.Add(time.Second)
+			}
+			base := h.c.Stats()
+			var copies [][]byte
+			for i, s := range tc.steps {
+				h.at(s.at)
+				switch s.op {
+				case "send":
+					if !h.send(s.p, s.to) && i == 0 {
+						t.Fatal("first flight held")
+					}
+				case "recv":
+					h.recv(s.p, s.to)
+				case "fire":
+					before := h.fc.nWritten()
+					h.fire()
+					h.fc.mu.Lock()
+					copies = append(copies, h.fc.written[before:]...)
+					h.fc.mu.Unlock()
+				}
+			}
+			got := h.c.Stats()
+			got.Samples -= base.Samples
+			if got != tc.want {
+				t.Errorf("stats %+v, want %+v", got, tc.want)
+			}
+			if len(copies) != len(tc.copies) {
+				t.Fatalf("%d copies sent, want %d", len(copies), len(tc.copies))
+			}
+			for i := range copies {
+				if !bytes.Equal(copies[i], tc.copies[i]) {
+					t.Errorf("copy %d differs: %x, want %x", i, copies[i], tc.copies[i])
+				}
+			}
+		})
+	}
+}
