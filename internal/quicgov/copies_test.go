@@ -12,11 +12,16 @@ import (
 // handshake's first go once more a quarter of the answer time later, in
 // order, unless the client's Handshake or 1-RTT packet came first;
 // nothing is copied for a peer without an answer time, nor with the
-// option off, nor after the gap.
+// option off, nor after the gap; and what the server sends an address,
+// copies included, stays within three times what it received from it
+// (sizes: the client's Initial 1163 B, the server's 1163 B, srvHS2 321
+// B, a short header 31 B).
 func TestFirstFlightCopies(t *testing.T) {
 	ms := time.Millisecond
 	cid1, cid2 := []byte{0xa1, 0xa1, 0xa1, 0xa1}, []byte{0xb2, 0xb2, 0xb2, 0xb2}
 	srvHS2 := long(0xe0, version1, cid2, cidB, nil, 300)
+	smallInitial := long(0xc0, version1, cidB, cidA, []byte{}, 200)
+	bigShort := append([]byte{0x40}, make([]byte, 1199)...)
 	type step struct {
 		at time.Duration
 		op string // "send", "recv", "fire"
@@ -41,6 +46,7 @@ func TestFirstFlightCopies(t *testing.T) {
 			{250 * ms, "fire", nil, nil},
 		}, copies: [][]byte{srvInitial(cid2), srvHS2}, want: Stats{Copied: 2}},
 		{name: "probes after the gap are held, not copied", learned: true, steps: []step{
+			{0, "recv", cliInitial0RTT, peer1b},
 			{0, "send", srvInitial(cid2), peer1b},
 			{200 * ms, "send", srvInitial(cid2), peer1b},
 			{250 * ms, "fire", nil, nil},
@@ -57,6 +63,8 @@ func TestFirstFlightCopies(t *testing.T) {
 			{250 * ms, "fire", nil, nil},
 		}, copies: [][]byte{srvInitial(cid2)}, want: Stats{Copied: 1}},
 		{name: "at most maxHeld datagrams copied", learned: true, steps: []step{
+			{0, "recv", cliInitial0RTT, peer1b},
+			{0, "recv", cliInitial0RTT, peer1b},
 			{0, "send", srvInitial(cid2), peer1b},
 			{1 * ms, "send", srvHS2, peer1b},
 			{2 * ms, "send", srvHS2, peer1b},
@@ -64,6 +72,29 @@ func TestFirstFlightCopies(t *testing.T) {
 			{4 * ms, "send", srvHS2, peer1b}, // the fifth: not copied
 			{250 * ms, "fire", nil, nil},
 		}, copies: [][]byte{srvInitial(cid2), srvHS2, srvHS2, srvHS2}, want: Stats{Copied: 4}},
+		{name: "a client that sent little: no copy beyond three times it", learned: true, steps: []step{
+			{0, "recv", smallInitial, peer1b},
+			{0, "send", srvInitial(cid2), peer1b},
+			{250 * ms, "fire", nil, nil},
+		}, want: Stats{CopiesOverBudget: 1}},
+		{name: "nothing received from the address: no copies", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b},
+			{250 * ms, "fire", nil, nil},
+		}, want: Stats{CopiesOverBudget: 1}},
+		{name: "copies stop at the budget", learned: true, steps: []step{
+			{0, "recv", cliInitial0RTT, peer1b}, // budget 3489
+			{0, "send", srvInitial(cid2), peer1b},
+			{1 * ms, "send", srvHS2, peer1b},
+			{2 * ms, "send", srvHS2, peer1b},
+			{3 * ms, "send", srvHS2, peer1b}, // sent 2126: 1363 left
+			{250 * ms, "fire", nil, nil},
+		}, copies: [][]byte{srvInitial(cid2)}, want: Stats{Copied: 1, CopiesOverBudget: 3}},
+		{name: "short-header datagrams count against the budget", learned: true, steps: []step{
+			{0, "recv", cliInitial0RTT, peer1b},
+			{0, "send", srvInitial(cid2), peer1b},
+			{10 * ms, "send", bigShort, peer1b}, // sent 2363: 1126 left
+			{250 * ms, "fire", nil, nil},
+		}, want: Stats{CopiesOverBudget: 1}},
 		{name: "unknown IP: no copies", steps: []step{
 			{0, "send", srvInitial(cid2), peer2},
 			{250 * ms, "fire", nil, nil},
@@ -73,6 +104,7 @@ func TestFirstFlightCopies(t *testing.T) {
 			{250 * ms, "fire", nil, nil},
 		}},
 		{name: "a new handshake to the address drops the last one's copies", learned: true, steps: []step{
+			{0, "recv", cliInitial0RTT, peer1b},
 			{0, "send", srvInitial(cid2), peer1b},
 			{10 * ms, "send", srvInitial(cid1), peer1b},
 			{250 * ms, "fire", nil, nil},

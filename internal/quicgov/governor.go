@@ -87,7 +87,9 @@ type Options struct {
 	// to the client's 0-RTT data, and when the flight's first datagram is
 	// lost the copy arrives that quarter and one datagram's airtime later
 	// instead of after a probe (docs/TUNING.md, "First-flight copies");
-	// at most maxHeld datagrams a handshake are copied. Default off.
+	// at most maxHeld datagrams a handshake are copied, and only as many
+	// as keep what the server sent the address, copies included, within
+	// three times what it received from it (amplification). Default off.
 	FirstFlightCopies bool
 	// Logger receives debug records of held, dropped and released probes;
 	// nil discards them.
@@ -114,6 +116,10 @@ type Stats struct {
 	// Copied counts first-flight datagrams sent twice
 	// (Options.FirstFlightCopies).
 	Copied int64
+	// CopiesOverBudget counts first-flight datagrams not sent twice
+	// because the copy would have sent the address more than
+	// amplification times the bytes of long-header datagrams it sent.
+	CopiesOverBudget int64
 	// ZeroRTTHeld counts client datagrams with a 0-RTT packet first that
 	// were kept because their Initial had not come (early.go).
 	ZeroRTTHeld int64
@@ -197,9 +203,15 @@ type Conn struct {
 	// written with (oob_linux.go); nil: WriteTo.
 	send func(p, oob []byte, to net.Addr) error
 
-	mu        sync.Mutex
-	rtts      *lru[netip.Addr, time.Duration]
-	hs        *lru[netip.AddrPort, *handshake]
+	mu   sync.Mutex
+	rtts *lru[netip.Addr, time.Duration]
+	hs   *lru[netip.AddrPort, *handshake]
+	// rx counts what peer addresses sent in long-header datagrams
+	// lately: the budget of first-flight copies (FirstFlightCopies).
+	rx *lru[netip.AddrPort, *rxCount]
+	// copying is the number of handshakes with copies pending: while it
+	// is 0, short-header datagrams are written without a look at hs.
+	copying   atomic.Int32
 	heldBytes int
 	stats     Stats
 
@@ -226,6 +238,27 @@ type handshake struct {
 	copies     []heldDatagram // the first flight, to send again (FirstFlightCopies)
 	copyDst    net.Addr
 	copyStop   func() // stops the timer that sends copies
+	// sent counts the bytes written to the address since the handshake
+	// began while copies are pending (held datagrams included: the
+	// budget errs on the safe side).
+	sent int
+}
+
+// amplification bounds first-flight copies as RFC 9000 §8.1 bounds a
+// server before it has validated the client's address: what the server
+// sends an address, copies included, stays within three times what it
+// received from it. quic-go keeps its own datagrams within that limit
+// but does not see the copies; a client with a token is validated and
+// quic-go lifts the limit, which the governor cannot tell, so the copies
+// keep to it always. A resumed wake-up's first flight (one 1200-byte
+// datagram against the client's 1200 or more) is copied whole.
+const amplification = 3
+
+// rxCount is what one peer address sent in long-header datagrams since
+// since.
+type rxCount struct {
+	bytes int
+	since time.Time
 }
 
 // heldDatagram is a datagram held back, with its control messages (ECN,
@@ -253,6 +286,7 @@ func New(pc net.PacketConn, o Options) *Conn {
 	c := &Conn{Conn: sockbuf.Wrap(pc), opts: o, log: log, now: time.Now, afterFunc: realAfterFunc}
 	c.rtts = newLRU[netip.Addr, time.Duration](o.MaxPeers, nil)
 	c.hs = newLRU[netip.AddrPort, *handshake](o.MaxPeers, c.evicted)
+	c.rx = newLRU[netip.AddrPort, *rxCount](o.MaxPeers, nil)
 	c.early = newLRU[earlyKey, *early](o.MaxPeers, c.earlyEvicted)
 	c.earlyHeld = list.New()
 	return c
@@ -310,7 +344,27 @@ func (c *Conn) WriteTo(p []byte, addr net.Addr) (int, error) {
 	if len(p) > 0 && p[0]&0x80 != 0 && c.hold(p, nil, addr) {
 		return len(p), nil
 	}
+	if len(p) > 0 && p[0]&0x80 == 0 {
+		c.sentShort(len(p), addr)
+	}
 	return c.PacketConn.WriteTo(p, addr)
+}
+
+// sentShort counts n bytes of short-header datagrams written to addr
+// against the budget of a handshake with copies pending.
+func (c *Conn) sentShort(n int, addr net.Addr) {
+	if c.copying.Load() == 0 {
+		return
+	}
+	ap, ok := addrPort(addr)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	if h, ok := c.hs.peek(ap); ok && h.copyStop != nil {
+		h.sent += n
+	}
+	c.mu.Unlock()
 }
 
 // ReadFrom implements net.PacketConn. It returns the 0-RTT datagrams
@@ -366,11 +420,16 @@ func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
 		if c.opts.FirstFlightCopies && rtt > 0 {
 			h.copies = []heldDatagram{{bytes.Clone(p), bytes.Clone(oob)}}
 			h.copyDst = addr
+			h.sent = len(p)
 			h.copyStop = c.afterFunc(max(flightGap, rtt/copyShare), func() { c.sendCopies(ap, h) })
+			c.copying.Add(1)
 		}
 		return false
 	}
 	since := now.Sub(h.start)
+	if h.copyStop != nil {
+		h.sent += len(p)
+	}
 	if since < flightGap && h.copyStop != nil && !h.progressed && len(h.copies) < maxHeld {
 		h.copies = append(h.copies, heldDatagram{bytes.Clone(p), bytes.Clone(oob)})
 	}
@@ -411,12 +470,20 @@ func (c *Conn) received(p []byte, addr net.Addr) {
 		initial = k&Initial != 0
 	}
 	c.mu.Lock()
+	now := c.now()
+	if c.opts.FirstFlightCopies && p[0]&0x80 != 0 {
+		r, ok := c.rx.get(ap)
+		if !ok || now.Sub(r.since) > handshakeAge {
+			r = &rxCount{since: now}
+			c.rx.put(ap, r)
+		}
+		r.bytes += len(p)
+	}
 	h, ok := c.hs.peek(ap)
 	if !ok {
 		c.mu.Unlock()
 		return
 	}
-	now := c.now()
 	h.lastRecv = now
 	if !progress && initial && h.answer > 0 && !h.progressed && !h.released &&
 		now.Sub(h.start) >= h.answer {
@@ -509,8 +576,22 @@ func (c *Conn) sendCopies(ap netip.AddrPort, h *handshake) {
 		c.mu.Unlock()
 		return
 	}
-	cs, dst := h.copies, h.copyDst
+	budget := -h.sent
+	if r, ok := c.rx.peek(ap); ok {
+		budget += amplification * r.bytes
+	}
+	var cs []heldDatagram
+	for i, d := range h.copies {
+		if len(d.p) > budget {
+			c.stats.CopiesOverBudget += int64(len(h.copies) - i)
+			break
+		}
+		budget -= len(d.p)
+		cs = append(cs, d)
+	}
+	dst := h.copyDst
 	h.copies, h.copyStop = nil, nil
+	c.copying.Add(-1)
 	c.stats.Copied += int64(len(cs))
 	c.mu.Unlock()
 	c.log.Debug("quicgov: first flight copied", "peer", ap, "n", len(cs))
@@ -546,6 +627,7 @@ func (c *Conn) dropHeld(h *handshake) {
 	if h.copyStop != nil {
 		h.copyStop()
 		h.copyStop = nil
+		c.copying.Add(-1)
 	}
 	h.copies = nil
 	for _, d := range h.held {

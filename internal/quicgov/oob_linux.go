@@ -130,6 +130,9 @@ func (o *oobConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (n, oobn int, er
 		if len(b) > 0 && b[0]&0x80 != 0 && o.hold(b, rest, addr) {
 			return len(b), len(oob), nil
 		}
+		if len(b) > 0 && b[0]&0x80 == 0 {
+			o.sentShort(len(b), addr)
+		}
 		return o.u.WriteMsgUDP(b, oob, addr)
 	}
 	long := false
@@ -140,12 +143,16 @@ func (o *oobConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (n, oobn int, er
 		}
 	}
 	if !long {
+		o.sentShort(len(b), addr)
 		return o.u.WriteMsgUDP(b, oob, addr)
 	}
 	for i := 0; i < len(b); i += seg {
 		d := b[i:min(i+seg, len(b))]
 		if d[0]&0x80 != 0 && o.hold(d, rest, addr) {
 			continue
+		}
+		if d[0]&0x80 == 0 {
+			o.sentShort(len(d), addr)
 		}
 		if _, _, err := o.u.WriteMsgUDP(d, rest, addr); err != nil {
 			return 0, 0, err
