@@ -16,6 +16,7 @@ import (
 	"github.com/quic-go/quic-go/qlogwriter"
 
 	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/testutil"
 )
 
 // serverGate is the server's socket. Once armed, it takes the first
@@ -73,22 +74,6 @@ func (z *dupCounter) RecordEvent(e qlogwriter.Event) {
 }
 func (z *dupCounter) Close() error                     { return nil }
 func (z *dupCounter) AddProducer() qlogwriter.Recorder { return z }
-
-// storeSignal is a TLS session cache that reports each ticket stored.
-type storeSignal struct {
-	tls.ClientSessionCache
-	put chan struct{}
-}
-
-func (s storeSignal) Put(key string, cs *tls.ClientSessionState) {
-	s.ClientSessionCache.Put(key, cs)
-	if cs != nil {
-		select {
-		case s.put <- struct{}{}:
-		default:
-		}
-	}
-}
 
 // TestFirstFlightCopyQUIC: a quic-go client connects once to a quic-go
 // server over loopback (for a session ticket), then resumes with its
@@ -154,7 +139,7 @@ func testFirstFlightCopyQUIC(t *testing.T, lost bool) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cache := storeSignal{tls.NewLRUClientSessionCache(4), make(chan struct{}, 1)}
+	cache := testutil.NewTicketSignal(4)
 	ctls := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"t"}, ClientSessionCache: cache,
 		CurvePreferences: []tls.CurveID{tls.X25519}} // the ClientHello fits one datagram, as lean's
 	request := bytes.Repeat([]byte("x"), 200)
@@ -189,7 +174,7 @@ func testFirstFlightCopyQUIC(t *testing.T, lost bool) {
 		}
 		if i == 0 {
 			select { // the ticket the second connection resumes with
-			case <-cache.put:
+			case <-cache.Stored:
 			case <-ctx.Done():
 				t.Fatal("no session ticket")
 			}

@@ -14,6 +14,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlog"
 	"github.com/quic-go/quic-go/qlogwriter"
+
+	"github.com/quiot/quiot/internal/testutil"
 )
 
 // copyGate holds the first datagram read, and those after it, until a
@@ -118,7 +120,7 @@ func testFirstFlightCopyQUIC(t *testing.T, wrap func(*net.UDPConn) (net.PacketCo
 		})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cache := signalCache{tls.NewLRUClientSessionCache(4), make(chan struct{}, 1)}
+	cache := testutil.NewTicketSignal(4)
 	ctls := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"t"}, ClientSessionCache: cache,
 		CurvePreferences: []tls.CurveID{tls.X25519}}
 	request := bytes.Repeat([]byte("x"), 200)
@@ -136,25 +138,10 @@ func testFirstFlightCopyQUIC(t *testing.T, wrap func(*net.UDPConn) (net.PacketCo
 			conf.Tracer = func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace { return &drops }
 		}
 		ctr := &quic.Transport{Conn: pc}
-		c, err := ctr.DialEarly(ctx, addr, ctls, conf)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		s, err := c.OpenStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Write(request); err != nil {
-			t.Fatal(err)
-		}
-		_ = s.Close()
-		answer, err := io.ReadAll(s)
-		if err != nil || string(answer) != fmt.Sprint(len(request)) {
-			t.Fatalf("connection %d: answer %q, %v", i, answer, err)
-		}
+		c := exchange(ctx, t, ctr, addr, ctls, conf, request, i)
 		if i == 0 {
 			select { // the ticket the second connection resumes with
-			case <-cache.put:
+			case <-cache.Stored:
 			case <-ctx.Done():
 				t.Fatal("no session ticket")
 			}

@@ -555,7 +555,13 @@ func (c *Conn) release(ap netip.AddrPort, h *handshake, onProbe bool) {
 	slices.SortStableFunc(held, func(a, b heldDatagram) int {
 		return cmp.Compare(hasInitial(a.p), hasInitial(b.p))
 	})
-	for _, d := range held {
+	c.sendAll(held, dst, ap, "quicgov: releasing a held probe")
+}
+
+// sendAll writes ds to dst with the control messages each was written
+// with, and logs a failed write as what (ap: the peer).
+func (c *Conn) sendAll(ds []heldDatagram, dst net.Addr, ap netip.AddrPort, what string) {
+	for _, d := range ds {
 		var err error
 		if c.send != nil {
 			err = c.send(d.p, d.oob, dst)
@@ -563,7 +569,7 @@ func (c *Conn) release(ap netip.AddrPort, h *handshake, onProbe bool) {
 			_, err = c.PacketConn.WriteTo(d.p, dst)
 		}
 		if err != nil {
-			c.log.Debug("quicgov: releasing a held probe", "peer", ap, "err", err)
+			c.log.Debug(what, "peer", ap, "err", err)
 		}
 	}
 }
@@ -595,17 +601,7 @@ func (c *Conn) sendCopies(ap netip.AddrPort, h *handshake) {
 	c.stats.Copied += int64(len(cs))
 	c.mu.Unlock()
 	c.log.Debug("quicgov: first flight copied", "peer", ap, "n", len(cs))
-	for _, d := range cs {
-		var err error
-		if c.send != nil {
-			err = c.send(d.p, d.oob, dst)
-		} else {
-			_, err = c.PacketConn.WriteTo(d.p, dst)
-		}
-		if err != nil {
-			c.log.Debug("quicgov: sending a first-flight copy", "peer", ap, "err", err)
-		}
-	}
+	c.sendAll(cs, dst, ap, "quicgov: sending a first-flight copy")
 }
 
 // hasInitial is 1 for a datagram with an Initial packet, else 0 (the

@@ -17,6 +17,7 @@ import (
 	"github.com/quic-go/quic-go/qlogwriter"
 
 	"github.com/quiot/quiot/internal/certs"
+	"github.com/quiot/quiot/internal/testutil"
 )
 
 // delayConn delivers each datagram it receives delay after it arrived,
@@ -328,22 +329,6 @@ func (z *zeroRTTCounter) RecordEvent(e qlogwriter.Event) {
 func (z *zeroRTTCounter) Close() error                     { return nil }
 func (z *zeroRTTCounter) AddProducer() qlogwriter.Recorder { return z }
 
-// signalCache is a TLS session cache that reports each ticket stored.
-type signalCache struct {
-	tls.ClientSessionCache
-	put chan struct{}
-}
-
-func (s signalCache) Put(key string, cs *tls.ClientSessionState) {
-	s.ClientSessionCache.Put(key, cs)
-	if cs != nil {
-		select {
-		case s.put <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // TestZeroRTTBeforeInitial: a client resumes with a session ticket and
 // sends its request in 0-RTT data; its first datagram (the Initial) is
 // lost, and its 0-RTT datagrams reach the server before the Initial
@@ -367,7 +352,7 @@ func testZeroRTTBeforeInitial(t *testing.T, wrap func(*net.UDPConn) (net.PacketC
 		})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cache := signalCache{tls.NewLRUClientSessionCache(4), make(chan struct{}, 1)}
+	cache := testutil.NewTicketSignal(4)
 	// X25519 alone (as lean tuning, internal/quictune): the ClientHello
 	// fits the first datagram, as on the devices; with the post-quantum
 	// key share it takes two, and the second carries an Initial too.
@@ -385,25 +370,10 @@ func testZeroRTTBeforeInitial(t *testing.T, wrap func(*net.UDPConn) (net.PacketC
 			cpc = ls
 		}
 		ctr := &quic.Transport{Conn: cpc}
-		c, err := ctr.DialEarly(ctx, addr, ctls, &quic.Config{})
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		s, err := c.OpenStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Write(request); err != nil {
-			t.Fatal(err)
-		}
-		_ = s.Close()
-		got, err := io.ReadAll(s)
-		if err != nil || string(got) != fmt.Sprint(len(request)) {
-			t.Fatalf("connection %d: answer %q, %v", i, got, err)
-		}
+		c := exchange(ctx, t, ctr, addr, ctls, &quic.Config{}, request, i)
 		if !lossy {
 			select { // the ticket the second connection resumes with
-			case <-cache.put:
+			case <-cache.Stored:
 			case <-ctx.Done():
 				t.Fatal("no session ticket")
 			}
@@ -430,4 +400,29 @@ func testZeroRTTBeforeInitial(t *testing.T, wrap func(*net.UDPConn) (net.PacketC
 	if z.received.Load() == 0 || st.ZeroRTTMatched == 0 {
 		t.Fatalf("no 0-RTT packet reached the server's connection after its Initial (received %d, handed over %d)", z.received.Load(), st.ZeroRTTMatched)
 	}
+}
+
+// exchange dials addr over tr (connection i of a test), sends request on
+// a stream in 0-RTT data when it can, and fails the test unless the
+// answer is the request's length, as the test servers (serveStreams)
+// write it.
+func exchange(ctx context.Context, t *testing.T, tr *quic.Transport, addr net.Addr, ctls *tls.Config, conf *quic.Config, request []byte, i int) *quic.Conn {
+	t.Helper()
+	c, err := tr.DialEarly(ctx, addr, ctls, conf)
+	if err != nil {
+		t.Fatalf("connection %d: %v", i, err)
+	}
+	s, err := c.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(request); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	answer, err := io.ReadAll(s)
+	if err != nil || string(answer) != fmt.Sprint(len(request)) {
+		t.Fatalf("connection %d: answer %q, %v", i, answer, err)
+	}
+	return c
 }

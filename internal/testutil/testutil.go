@@ -189,3 +189,29 @@ func (c *CountingConn) Reset() {
 	c.DatagramsIn.Store(0)
 	c.DatagramsOut.Store(0)
 }
+
+// TicketSignal is a TLS client session cache that reports on Stored each
+// session ticket it stores: a test that resumes a session waits for it
+// after its first connection.
+type TicketSignal struct {
+	tls.ClientSessionCache
+	// Stored receives a value (without blocking Put: one is kept) when a
+	// ticket is stored.
+	Stored chan struct{}
+}
+
+// NewTicketSignal returns a TicketSignal over an LRU cache of n sessions.
+func NewTicketSignal(n int) TicketSignal {
+	return TicketSignal{tls.NewLRUClientSessionCache(n), make(chan struct{}, 1)}
+}
+
+// Put stores cs under key and reports a ticket on Stored.
+func (s TicketSignal) Put(key string, cs *tls.ClientSessionState) {
+	s.ClientSessionCache.Put(key, cs)
+	if cs != nil {
+		select {
+		case s.Stored <- struct{}{}:
+		default:
+		}
+	}
+}
