@@ -156,22 +156,7 @@ func testFirstFlightCopyQUIC(t *testing.T, lost bool) {
 			pc = hold
 		}
 		ctr := &quic.Transport{Conn: pc}
-		c, err := ctr.DialEarly(ctx, ln.Addr(), ctls, &quic.Config{})
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		s, err := c.OpenStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Write(request); err != nil {
-			t.Fatal(err)
-		}
-		_ = s.Close()
-		answer, err := io.ReadAll(s)
-		if err != nil || string(answer) != fmt.Sprint(len(request)) {
-			t.Fatalf("connection %d: answer %q, %v", i, answer, err)
-		}
+		c := testutil.QUICExchange(ctx, t, ctr, ln.Addr(), ctls, &quic.Config{}, request, i)
 		if i == 0 {
 			select { // the ticket the second connection resumes with
 			case <-cache.Stored:

@@ -138,7 +138,7 @@ func testFirstFlightCopyQUIC(t *testing.T, wrap func(*net.UDPConn) (net.PacketCo
 			conf.Tracer = func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace { return &drops }
 		}
 		ctr := &quic.Transport{Conn: pc}
-		c := exchange(ctx, t, ctr, addr, ctls, conf, request, i)
+		c := testutil.QUICExchange(ctx, t, ctr, addr, ctls, conf, request, i)
 		if i == 0 {
 			select { // the ticket the second connection resumes with
 			case <-cache.Stored:

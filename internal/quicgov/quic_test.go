@@ -370,7 +370,7 @@ func testZeroRTTBeforeInitial(t *testing.T, wrap func(*net.UDPConn) (net.PacketC
 			cpc = ls
 		}
 		ctr := &quic.Transport{Conn: cpc}
-		c := exchange(ctx, t, ctr, addr, ctls, &quic.Config{}, request, i)
+		c := testutil.QUICExchange(ctx, t, ctr, addr, ctls, &quic.Config{}, request, i)
 		if !lossy {
 			select { // the ticket the second connection resumes with
 			case <-cache.Stored:
@@ -400,29 +400,4 @@ func testZeroRTTBeforeInitial(t *testing.T, wrap func(*net.UDPConn) (net.PacketC
 	if z.received.Load() == 0 || st.ZeroRTTMatched == 0 {
 		t.Fatalf("no 0-RTT packet reached the server's connection after its Initial (received %d, handed over %d)", z.received.Load(), st.ZeroRTTMatched)
 	}
-}
-
-// exchange dials addr over tr (connection i of a test), sends request on
-// a stream in 0-RTT data when it can, and fails the test unless the
-// answer is the request's length, as the test servers (serveStreams)
-// write it.
-func exchange(ctx context.Context, t *testing.T, tr *quic.Transport, addr net.Addr, ctls *tls.Config, conf *quic.Config, request []byte, i int) *quic.Conn {
-	t.Helper()
-	c, err := tr.DialEarly(ctx, addr, ctls, conf)
-	if err != nil {
-		t.Fatalf("connection %d: %v", i, err)
-	}
-	s, err := c.OpenStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Write(request); err != nil {
-		t.Fatal(err)
-	}
-	_ = s.Close()
-	answer, err := io.ReadAll(s)
-	if err != nil || string(answer) != fmt.Sprint(len(request)) {
-		t.Fatalf("connection %d: answer %q, %v", i, answer, err)
-	}
-	return c
 }

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -214,4 +215,30 @@ func (s TicketSignal) Put(key string, cs *tls.ClientSessionState) {
 		default:
 		}
 	}
+}
+
+// QUICExchange dials addr over tr (connection i of a test), sends request
+// on a stream (in 0-RTT data when the dial can), closes its side and
+// fails the test unless the peer answers with the request's length in
+// decimal, as the echo-length servers of the QUIC socket wrappers' tests
+// do. It returns the connection, open.
+func QUICExchange(ctx context.Context, t testing.TB, tr *quic.Transport, addr net.Addr, ctls *tls.Config, conf *quic.Config, request []byte, i int) *quic.Conn {
+	t.Helper()
+	c, err := tr.DialEarly(ctx, addr, ctls, conf)
+	if err != nil {
+		t.Fatalf("connection %d: %v", i, err)
+	}
+	s, err := c.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(request); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	answer, err := io.ReadAll(s)
+	if err != nil || string(answer) != strconv.Itoa(len(request)) {
+		t.Fatalf("connection %d: answer %q, %v", i, answer, err)
+	}
+	return c
 }
