@@ -36,15 +36,31 @@ func TestFirstFlightCopies(t *testing.T) {
 		copies  [][]byte
 		want    Stats // beyond the learning's sample
 	}{
-		{name: "known IP: the first flight goes again after the gap", learned: true, steps: []step{
+		{name: "known IP: the first flight and the answers before the copies go again, answers first", learned: true, steps: []step{
 			{0, "recv", cliInitial0RTT, peer1b},
 			{0, "send", srvInitial(cid2), peer1b},
 			{5 * ms, "send", srvHS2, peer1b},
-			{10 * ms, "send", cliShort, peer1b}, // a short header: never copied
-			{30 * ms, "send", cliShort, peer1b}, // the answer: before the copies
+			{10 * ms, "send", cliShort, peer1b}, // 0.5-RTT data
+			{30 * ms, "send", cliShort, peer1b}, // the answer to 0-RTT data
 			{249 * ms, "fire", nil, nil},
 			{250 * ms, "fire", nil, nil},
-		}, copies: [][]byte{srvInitial(cid2), srvHS2}, want: Stats{Copied: 2}},
+			{260 * ms, "send", cliShort, peer1b}, // after the copies: not copied
+		}, copies: [][]byte{cliShort, cliShort, srvInitial(cid2), srvHS2}, want: Stats{Copied: 4}},
+		{name: "at most maxShortCopies short-header datagrams copied", learned: true, steps: []step{
+			{0, "recv", cliInitial0RTT, peer1b},
+			{0, "send", srvInitial(cid2), peer1b},
+			{10 * ms, "send", cliShort, peer1b},
+			{11 * ms, "send", cliShort, peer1b},
+			{12 * ms, "send", cliShort, peer1b},
+			{250 * ms, "fire", nil, nil},
+		}, copies: [][]byte{cliShort, cliShort, srvInitial(cid2)}, want: Stats{Copied: 3}},
+		{name: "no short-header copies once the client's Handshake came", learned: true, steps: []step{
+			{0, "recv", cliInitial0RTT, peer1b},
+			{0, "send", srvInitial(cid2), peer1b},
+			{100 * ms, "recv", cliFinished, peer1b},
+			{110 * ms, "send", cliShort, peer1b},
+			{250 * ms, "fire", nil, nil},
+		}, want: Stats{Samples: 1}},
 		{name: "probes after the gap are held, not copied", learned: true, steps: []step{
 			{0, "recv", cliInitial0RTT, peer1b},
 			{0, "send", srvInitial(cid2), peer1b},
@@ -94,7 +110,7 @@ func TestFirstFlightCopies(t *testing.T) {
 			{0, "send", srvInitial(cid2), peer1b},
 			{10 * ms, "send", bigShort, peer1b}, // sent 2363: 1126 left
 			{250 * ms, "fire", nil, nil},
-		}, want: Stats{CopiesOverBudget: 1}},
+		}, want: Stats{CopiesOverBudget: 2}},
 		{name: "unknown IP: no copies", steps: []step{
 			{0, "send", srvInitial(cid2), peer2},
 			{250 * ms, "fire", nil, nil},

@@ -131,7 +131,7 @@ func (o *oobConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (n, oobn int, er
 			return len(b), len(oob), nil
 		}
 		if len(b) > 0 && b[0]&0x80 == 0 {
-			o.sentShort(len(b), addr)
+			o.sentShort(b, rest, addr)
 		}
 		return o.u.WriteMsgUDP(b, oob, addr)
 	}
@@ -143,7 +143,11 @@ func (o *oobConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (n, oobn int, er
 		}
 	}
 	if !long {
-		o.sentShort(len(b), addr)
+		if o.copying.Load() > 0 {
+			for i := 0; i < len(b); i += seg {
+				o.sentShort(b[i:min(i+seg, len(b))], rest, addr)
+			}
+		}
 		return o.u.WriteMsgUDP(b, oob, addr)
 	}
 	for i := 0; i < len(b); i += seg {
@@ -152,7 +156,7 @@ func (o *oobConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (n, oobn int, er
 			continue
 		}
 		if d[0]&0x80 == 0 {
-			o.sentShort(len(d), addr)
+			o.sentShort(d, rest, addr)
 		}
 		if _, _, err := o.u.WriteMsgUDP(d, rest, addr); err != nil {
 			return 0, 0, err
