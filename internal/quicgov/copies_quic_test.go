@@ -22,13 +22,15 @@ import (
 // copy of the first arrives, then hands them over in the order they came;
 // with lose, the first is lost, and only its copy delivers what it
 // carried. Either way the client reads nothing before the server's copy
-// went. Only quic-go's read loop calls ReadFrom.
+// went. With loseShort, the long-header datagrams before the first
+// short-header one pass, and that one is the datagram lost. Only
+// quic-go's read loop calls ReadFrom.
 type copyGate struct {
 	net.PacketConn
-	lose  bool
-	first []byte
-	queue []fakeRead
-	open  atomic.Bool // the copy came
+	lose, loseShort bool
+	first           []byte
+	queue           []fakeRead
+	open            atomic.Bool // the copy came
 }
 
 func (g *copyGate) ReadFrom(p []byte) (int, net.Addr, error) {
@@ -45,9 +47,11 @@ func (g *copyGate) ReadFrom(p []byte) (int, net.Addr, error) {
 		}
 		d := buf[:n]
 		switch {
+		case g.first == nil && g.loseShort && d[0]&0x80 != 0:
+			return copy(p, d), a, nil
 		case g.first == nil:
 			g.first = d
-			if g.lose {
+			if g.lose || g.loseShort {
 				continue
 			}
 		case bytes.Equal(d, g.first):
@@ -84,6 +88,13 @@ func (z *dropCounter) AddProducer() qlogwriter.Recorder { return z }
 // copy completes the handshake, and the request is answered. Without the
 // copies the connection timed out.
 //
+// "the answer lost": the request takes two 0-RTT datagrams, so the
+// server answers after its first flight, in a short-header datagram of
+// its own; the first such datagram is lost, and the client reads nothing
+// more until its copy comes (without short-header copies, quic-go's
+// retransmission after its probe timeout is another packet, and the
+// connection timed out).
+//
 // "nothing lost": the client reads the server's first datagram only once
 // its copy came too; it drops the copy's packets (duplicate packet
 // numbers, or Initial keys already dropped) and the request is answered
@@ -100,17 +111,26 @@ func TestFirstFlightCopyQUIC(t *testing.T) {
 			return w, governorOf(w)
 		}},
 	} {
-		for _, lost := range []bool{true, false} {
-			name := w.name + ", nothing lost"
-			if lost {
-				name = w.name + ", the first datagram lost"
-			}
-			t.Run(name, func(t *testing.T) { testFirstFlightCopyQUIC(t, w.wrap, lost) })
+		for _, loss := range []copyLoss{lossNone, lossFirst, lossAnswer} {
+			t.Run(w.name+", "+loss.String(), func(t *testing.T) { testFirstFlightCopyQUIC(t, w.wrap, loss) })
 		}
 	}
 }
 
-func testFirstFlightCopyQUIC(t *testing.T, wrap func(*net.UDPConn) (net.PacketConn, *Conn), lost bool) {
+// copyLoss is what the client's side of TestFirstFlightCopyQUIC loses.
+type copyLoss int
+
+const (
+	lossNone   copyLoss = iota // nothing
+	lossFirst                  // the server's first datagram
+	lossAnswer                 // the server's first short-header datagram
+)
+
+func (l copyLoss) String() string {
+	return [...]string{"nothing lost", "the first datagram lost", "the answer lost"}[l]
+}
+
+func testFirstFlightCopyQUIC(t *testing.T, wrap func(*net.UDPConn) (net.PacketConn, *Conn), loss copyLoss) {
 	var got atomic.Int64 // request bytes the server read on the second connection
 	addr, gov := serveStreams(t, wrap, func() *quic.Transport { return &quic.Transport{} }, &quic.Config{Allow0RTT: true},
 		func(s *quic.Stream) {
@@ -124,14 +144,21 @@ func testFirstFlightCopyQUIC(t *testing.T, wrap func(*net.UDPConn) (net.PacketCo
 	ctls := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"t"}, ClientSessionCache: cache,
 		CurvePreferences: []tls.CurveID{tls.X25519}}
 	request := bytes.Repeat([]byte("x"), 200)
+	delay := 25 * time.Millisecond
+	if loss == lossAnswer {
+		// Two 0-RTT datagrams; and copies 50 ms after the first flight
+		// (a quarter of the 200 ms answer time), long after the answer.
+		request = bytes.Repeat([]byte("x"), 1500)
+		delay = 100 * time.Millisecond
+	}
 	var drops dropCounter
 	for i := range 2 {
 		cu, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var pc net.PacketConn = newDelayConn(cu, 25*time.Millisecond)
-		gate := &copyGate{PacketConn: pc, lose: lost}
+		var pc net.PacketConn = newDelayConn(cu, delay)
+		gate := &copyGate{PacketConn: pc, lose: loss == lossFirst, loseShort: loss == lossAnswer}
 		conf := &quic.Config{}
 		if i == 1 {
 			pc = gate
@@ -150,7 +177,7 @@ func testFirstFlightCopyQUIC(t *testing.T, wrap func(*net.UDPConn) (net.PacketCo
 				t.Error("0-RTT not used")
 			}
 			if !gate.open.Load() {
-				t.Error("no copy of the server's first datagram reached the client")
+				t.Error("no copy of the datagram the gate waited for reached the client")
 			}
 		}
 		_ = c.CloseWithError(0, "")
@@ -165,7 +192,7 @@ func testFirstFlightCopyQUIC(t *testing.T, wrap func(*net.UDPConn) (net.PacketCo
 	if n := got.Load(); n != int64(len(request)) {
 		t.Fatalf("the server read %d request bytes, want %d", n, len(request))
 	}
-	if !lost && drops.dup.Load()+drops.noKeys.Load() == 0 {
+	if loss == lossNone && drops.dup.Load()+drops.noKeys.Load() == 0 {
 		t.Fatal("the client dropped none of the copy's packets")
 	}
 }
