@@ -87,7 +87,10 @@ type Options struct {
 	// to the client's 0-RTT data, and when the flight's first datagram is
 	// lost the copy arrives that quarter and one datagram's airtime later
 	// instead of after a probe (docs/TUNING.md, "First-flight copies");
-	// at most maxHeld datagrams a handshake are copied, and only as many
+	// the server's short-header datagrams to the peer before the copies
+	// go (its answer to 0-RTT data) are copied too, first (at most
+	// maxShortCopies); at most maxHeld datagrams a handshake are copied
+	// of the first flight, and only as many
 	// as keep what the server sent the address, copies included, within
 	// three times what it received from it (amplification). Default off.
 	FirstFlightCopies bool
