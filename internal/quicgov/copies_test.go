@@ -32,6 +32,7 @@ func TestFirstFlightCopies(t *testing.T) {
 		name    string
 		off     bool
 		learned bool
+		full    bool // the copies of other handshakes hold all but 100 bytes of maxHeldBytes
 		steps   []step
 		copies  [][]byte
 		want    Stats // beyond the learning's sample
@@ -126,6 +127,11 @@ func TestFirstFlightCopies(t *testing.T) {
 			{250 * ms, "fire", nil, nil},
 			{260 * ms, "fire", nil, nil},
 		}, copies: [][]byte{srvInitial(cid1)}, want: Stats{Copied: 1}},
+		{name: "the copies of all handshakes at their bound: nothing kept", learned: true, full: true, steps: []step{
+			{0, "recv", cliInitial0RTT, peer1b},
+			{0, "send", srvInitial(cid2), peer1b},
+			{250 * ms, "fire", nil, nil},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, Options{FirstFlightCopies: !tc.off})
@@ -134,6 +140,13 @@ func TestFirstFlightCopies(t *testing.T) {
 				h.t0 = h.now.Add(time.Second)
 			}
 			base := h.c.Stats()
+			preset := 0
+			if tc.full {
+				preset = maxHeldBytes - 100
+				h.c.mu.Lock()
+				h.c.copyBytes = preset
+				h.c.mu.Unlock()
+			}
 			var copies [][]byte
 			for i, s := range tc.steps {
 				h.at(s.at)
@@ -151,6 +164,12 @@ func TestFirstFlightCopies(t *testing.T) {
 					copies = append(copies, h.fc.written[before:]...)
 					h.fc.mu.Unlock()
 				}
+			}
+			h.c.mu.Lock()
+			kept := h.c.copyBytes
+			h.c.mu.Unlock()
+			if kept != preset {
+				t.Errorf("%d bytes still counted as kept for copies, want %d", kept-preset, 0)
 			}
 			got := h.c.Stats()
 			got.Samples -= base.Samples

@@ -54,7 +54,8 @@ const (
 	// are dropped (the later probes carry the same handshake data).
 	maxHeld = 4
 	// maxHeldBytes bounds the bytes held over all handshakes; beyond it,
-	// probes pass.
+	// probes pass. First-flight copies have a bound of the same size of
+	// their own; beyond it, datagrams are not kept for copies.
 	maxHeldBytes = 1 << 20
 	// handshakeAge: a handshake entry older than this is forgotten when
 	// the next long-header datagram goes to its address.
@@ -216,6 +217,7 @@ type Conn struct {
 	// is 0, short-header datagrams are written without a look at hs.
 	copying   atomic.Int32
 	heldBytes int
+	copyBytes int // of the datagrams kept for first-flight copies
 	stats     Stats
 
 	// The client's 0-RTT datagrams kept until their Initial (early.go).
@@ -375,8 +377,7 @@ func (c *Conn) sentShort(p, oob []byte, addr net.Addr) {
 	c.mu.Lock()
 	if h, ok := c.hs.peek(ap); ok && h.copyStop != nil {
 		h.sent += len(p)
-		if !h.progressed && h.shortCopies < maxShortCopies {
-			h.copies = append(h.copies, heldDatagram{bytes.Clone(p), bytes.Clone(oob)})
+		if !h.progressed && h.shortCopies < maxShortCopies && c.keepCopy(h, p, oob) {
 			h.shortCopies++
 		}
 	}
@@ -433,8 +434,7 @@ func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
 		hold := time.Duration(float64(rtt) * c.opts.HoldFactor)
 		h = &handshake{dcid: bytes.Clone(dcid), start: now, hold: min(hold, c.opts.MaxHold), answer: rtt}
 		c.hs.put(ap, h)
-		if c.opts.FirstFlightCopies && rtt > 0 {
-			h.copies = []heldDatagram{{bytes.Clone(p), bytes.Clone(oob)}}
+		if c.opts.FirstFlightCopies && rtt > 0 && c.keepCopy(h, p, oob) {
 			h.copyDst = addr
 			h.sent = len(p)
 			h.copyStop = c.afterFunc(max(flightGap, rtt/copyShare), func() { c.sendCopies(ap, h) })
@@ -447,7 +447,7 @@ func (c *Conn) hold(p, oob []byte, addr net.Addr) bool {
 		h.sent += len(p)
 	}
 	if since < flightGap && h.copyStop != nil && !h.progressed && len(h.copies) < maxHeld {
-		h.copies = append(h.copies, heldDatagram{bytes.Clone(p), bytes.Clone(oob)})
+		c.keepCopy(h, p, oob)
 	}
 	switch {
 	case h.hold == 0, h.progressed, h.released, since < flightGap, since >= h.hold,
@@ -620,7 +620,8 @@ func (c *Conn) sendCopies(ap netip.AddrPort, h *handshake) {
 		cs = append(cs, d)
 	}
 	dst := h.copyDst
-	h.copies, h.copyStop = nil, nil
+	c.forgetCopies(h)
+	h.copyStop = nil
 	c.copying.Add(-1)
 	c.stats.Copied += int64(len(cs))
 	c.mu.Unlock()
@@ -637,6 +638,26 @@ func hasInitial(p []byte) int {
 	return 0
 }
 
+// keepCopy keeps datagram p (control messages oob) for h's first-flight
+// copies unless that would take the copies of all handshakes past
+// maxHeldBytes; c.mu is held.
+func (c *Conn) keepCopy(h *handshake, p, oob []byte) bool {
+	if c.copyBytes+len(p) > maxHeldBytes {
+		return false
+	}
+	c.copyBytes += len(p)
+	h.copies = append(h.copies, heldDatagram{bytes.Clone(p), bytes.Clone(oob)})
+	return true
+}
+
+// forgetCopies forgets the datagrams kept for h's copies; c.mu is held.
+func (c *Conn) forgetCopies(h *handshake) {
+	for _, d := range h.copies {
+		c.copyBytes -= len(d.p)
+	}
+	h.copies = nil
+}
+
 // dropHeld forgets what h holds, and the copies of its first flight not
 // sent; c.mu is held.
 func (c *Conn) dropHeld(h *handshake) {
@@ -649,7 +670,7 @@ func (c *Conn) dropHeld(h *handshake) {
 		h.copyStop = nil
 		c.copying.Add(-1)
 	}
-	h.copies = nil
+	c.forgetCopies(h)
 	for _, d := range h.held {
 		c.heldBytes -= len(d.p)
 	}
