@@ -37,11 +37,25 @@ type TestLog struct {
 }
 
 // NewTestLogger accepts a testLogger (e.g. Testing.T) and a prefix (added to messages logged) and returns a Logger
+//
+// quiot: when l has Cleanup (a testing.T or B), the logger stops logging
+// once the test ends: a test server's goroutine that logged after it (the
+// close of a connection already closed, in autopaho's TestReconnect under
+// load) made the testing package panic ("Log in goroutine after Test...
+// has completed").
 func NewTestLogger(l testLogger, prefix string) *TestLog {
-	return &TestLog{
+	t := &TestLog{
 		l:      l,
 		prefix: prefix,
 	}
+	if c, ok := l.(interface{ Cleanup(func()) }); ok {
+		c.Cleanup(func() {
+			t.Lock()
+			defer t.Unlock()
+			t.l = nil
+		})
+	}
+	return t
 }
 
 // Println prints a line to the log
