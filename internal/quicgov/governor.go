@@ -117,6 +117,11 @@ type Stats struct {
 	ReleasedOnProbe int64
 	// Samples counts answer times learned.
 	Samples int64
+	// Unlearned counts handshakes that progressed after their hold was
+	// released (at its end or on the peer's probe, with or without held
+	// datagrams): their answer time measures a repair, not the path, and
+	// is not learned.
+	Unlearned int64
 	// Copied counts first-flight datagrams sent twice
 	// (Options.FirstFlightCopies).
 	Copied int64
@@ -516,6 +521,8 @@ func (c *Conn) received(p []byte, addr net.Addr) {
 	h.progressed = true
 	if !h.released {
 		c.learn(ap.Addr(), now.Sub(h.start))
+	} else {
+		c.stats.Unlearned++
 	}
 	if n := len(h.held); n > 0 {
 		c.log.Debug("quicgov: held probes dropped, handshake progressed", "peer", ap, "n", n)

@@ -198,6 +198,12 @@ func TestGovernor(t *testing.T) {
 			{1100 * ms, "send", srvHandshake(cid2), peer1b, true},
 			{1500 * ms, "fire", nil, nil, false},
 		}, want: Stats{Held: 2, Released: 2, ReleasedOnProbe: 2}, wrote: 4},
+		{name: "the client's Initial probe before anything is held: the handshake teaches nothing", learned: true, steps: []step{
+			{0, "send", srvInitial(cid2), peer1b, true},
+			{1000 * ms, "recv", cliInitial0RTT, peer1b, false},  // lacks the first flight; nothing to release
+			{1100 * ms, "send", srvInitial(cid2), peer1b, true}, // after the release: passes
+			{1300 * ms, "recv", cliFinished, peer1b, false},     // progress, not learned
+		}, want: Stats{Unlearned: 1}, wrote: 2},
 		{name: "the client's Initial before the answer time releases nothing", learned: true, steps: []step{
 			{0, "send", srvInitial(cid2), peer1b, true},
 			{200 * ms, "send", srvInitial(cid2), peer1b, false},
