@@ -852,9 +852,10 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 
 	atomic.AddInt64(&cl.ops.info.BytesReceived, int64(n))
 
-	// Decode the remaining packet values using a fresh copy of the bytes,
-	// otherwise the next packet will change the data of this one.
-	px := append([]byte{}, p[:]...)
+	// quiot: p is the packet's own (made above), so it is decoded as it
+	// is; upstream decoded a second copy of it, one more allocation and
+	// copy of every packet read (QUIOT.md, change 26).
+	px := p
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectDecode(px)
@@ -922,7 +923,7 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 		defer cl.Unlock()
 		if cl.State.outbound.len() == 0 {
 			if cl.Net.outbuf == nil {
-				return buf.WriteTo(cl.Net.Conn)
+				return cl.writeDirect(buf) // quiot: writenow.go
 			}
 
 			// first write to buffer, then flush buffer

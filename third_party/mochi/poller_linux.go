@@ -105,7 +105,7 @@ func (e *epoll) del(fd int) {
 // takeEvents takes the ready events without blocking; false (nothing
 // ready) has Go's poller wait for the instance to become readable.
 func (e *epoll) takeEvents(fd uintptr) bool {
-	e.n, e.err = syscall.EpollWait(int(fd), e.events, 0)
+	e.n, e.err = sysEpollTake(fd, e.events)
 	if e.err == syscall.EINTR {
 		e.n, e.err = 0, nil
 	}
@@ -175,13 +175,16 @@ type rawRead struct {
 
 // do reads into r.b from fd once; true: RawConn.Read never waits.
 func (r *rawRead) do(fd uintptr) bool {
-	r.n, r.err = syscall.Read(int(fd), r.b)
+	r.n, r.err = sysRead(fd, r.b)
 	return true
 }
 
 // read reads from rc's socket what it has now, without waiting: (0, nil)
 // if it has nothing yet, io.EOF at its end.
 func (r *rawRead) read(rc syscall.RawConn, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil // sysRead reads into a buffer with room
+	}
 	if r.fn == nil {
 		r.fn = r.do
 	}

@@ -16,3 +16,14 @@ func sysWrite(fd uintptr, b []byte) (int, error) {
 	}
 	return n, err
 }
+
+// sysRead reads from fd into b with syscall.Read under the race detector,
+// for sysWrite's reason.
+func sysRead(fd uintptr, b []byte) (int, error) {
+	return syscall.Read(int(fd), b)
+}
+
+// sysEpollTake takes the ready events of epfd without waiting.
+func sysEpollTake(epfd uintptr, events []syscall.EpollEvent) (int, error) {
+	return syscall.EpollWait(int(epfd), events, 0)
+}

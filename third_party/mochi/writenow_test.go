@@ -135,3 +135,51 @@ func TestDeliveryWithoutSocketQueued(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, atomic.LoadInt64(&s.Info.InlineWrites))
 }
+
+// countedConn is a TCP connection that counts its Write calls: a write
+// through its socket (RawConn) does not call Write.
+type countedConn struct {
+	*net.TCPConn
+	writes atomic.Int32
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.TCPConn.Write(b)
+}
+
+// A packet WritePacket answers with goes out through the socket, not the
+// connection's Write (change 26); what the socket does not take goes
+// through Write, after it, so the peer reads the packet whole.
+func TestWritePacketWritesRaw(t *testing.T) {
+	s := newServer()
+	conn, peer := tcpPair(t)
+	require.NoError(t, conn.SetWriteBuffer(4096))
+	require.NoError(t, peer.SetReadBuffer(4096))
+	cc := &countedConn{TCPConn: conn}
+	cl := newTCPTestClient(s, cc)
+
+	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 7}
+	require.NoError(t, cl.WritePacket(ack))
+	require.Equal(t, int32(0), cc.writes.Load(), "written through the socket")
+	require.False(t, cl.State.writing.Load(), "writer role given back")
+	got := make([]byte, 4)
+	_, err := io.ReadFull(peer, got)
+	require.NoError(t, err)
+	require.Equal(t, []byte{0x40, 2, 0, 7}, got)
+
+	// 50 KB does not fit the socket's buffers: the rest waits in Write
+	// until the peer reads.
+	payload := make([]byte, 50_000)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	big := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "a/b", Payload: payload}
+	done := make(chan error, 1)
+	go func() { done <- cl.WritePacket(big) }()
+	read := readPublishes(t, peer, 1)
+	require.NoError(t, <-done)
+	require.Equal(t, payload, read[0])
+	require.Equal(t, int32(1), cc.writes.Load(), "the rest written through Write")
+	require.Equal(t, int64(2), atomic.LoadInt64(&s.Info.PacketsSent))
+}
