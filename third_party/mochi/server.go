@@ -917,8 +917,10 @@ func (s *Server) Publish(topic string, payload []byte, retain bool, qos byte) er
 			Retain: retain,
 		},
 		TopicName: topic,
-		Payload:   payload,
-		PacketID:  uint16(qos), // we never process the inbound qos, but we need a packet id for validity checks.
+		// quiot: the deliveries share the payload (publishToClient): a
+		// copy of the caller's, once, which it may reuse on return.
+		Payload:  append([]byte(nil), payload...),
+		PacketID: uint16(qos), // we never process the inbound qos, but we need a packet id for validity checks.
 	})
 }
 
@@ -993,6 +995,8 @@ func (s *Server) Unsubscribe(filter string, subscriptionId int) error {
 
 // InjectPacket injects a packet into the broker as if it were sent from the specified client.
 // InlineClients using this method can publish packets to any topic (including $SYS) and bypass ACL checks.
+// quiot: the deliveries of a PUBLISH share its payload: the caller must not
+// change it after the call (Publish copies it).
 func (s *Server) InjectPacket(cl *Client, pk packets.Packet) error {
 	pk.ProtocolVersion = cl.Properties.ProtocolVersion
 
@@ -1181,7 +1185,15 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		return pk, nil // [MQTT-3.8.3-3]
 	}
 
+	// quiot: the deliveries of a message share its payload, which is
+	// never changed once received (Publish copies its caller's; a caller
+	// of InjectPacket leaves it as it is, and quiot's sessions hook knows
+	// a message by it); upstream's Copy copied it for every subscriber
+	// (QUIOT.md, change 26).
+	payload := pk.Payload
+	pk.Payload = nil
 	out := pk.Copy(false)
+	out.Payload, pk.Payload = payload, payload
 	var shared *packets.Packet // out as queued and, for QoS 1 and 2, held in flight
 	if !s.hooks.OnACLCheck(cl, pk.TopicName, false) {
 		return out, packets.ErrNotAuthorized

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -182,4 +183,42 @@ func TestWritePacketWritesRaw(t *testing.T) {
 	require.Equal(t, payload, read[0])
 	require.Equal(t, int32(1), cc.writes.Load(), "the rest written through Write")
 	require.Equal(t, int64(2), atomic.LoadInt64(&s.Info.PacketsSent))
+}
+
+// The deliveries of a message share its payload; Publish copies its
+// caller's payload once, so the caller may reuse its slice, and
+// InjectPacket keeps the one it is given (change 26).
+func TestDeliveriesSharePayload(t *testing.T) {
+	s := newServer()
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "a/b", Payload: []byte("hello")}
+	var outs []packets.Packet
+	for _, id := range []string{"c1", "c2"} {
+		cl, _, _ := newTestClient()
+		cl.ID = id
+		cl.Net.Conn = nil // nothing written: the packet as it would be queued
+		out, _ := s.publishToClient(cl, packets.Subscription{Filter: "a/b", Qos: 1}, pk)
+		require.Equal(t, pk.Payload, out.Payload)
+		outs = append(outs, out)
+	}
+	require.True(t, &outs[0].Payload[0] == &pk.Payload[0] && &outs[1].Payload[0] == &pk.Payload[0], "a copy of the payload per delivery")
+
+	s2 := newServerWithInlineClient()
+	cl, _, _ := newTestClient()
+	cl.ID = "sub"
+	s2.Clients.Add(cl)
+	s2.Topics.Subscribe("sub", packets.Subscription{Filter: "a/b", Qos: 1})
+	payload := []byte("first")
+	require.NoError(t, s2.Publish("a/b", payload, false, 1))
+	copy(payload, "reuse") // the caller's buffer, reused
+	injected := []byte("second")
+	require.NoError(t, s2.InjectPacket(s2.inlineClient, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "a/b", Payload: injected, PacketID: 1}))
+	var got []string
+	for _, p := range cl.State.Inflight.GetAll(false) {
+		got = append(got, string(p.Payload))
+		if string(p.Payload) == "second" {
+			require.True(t, &p.Payload[0] == &injected[0], "InjectPacket's payload copied")
+		}
+	}
+	slices.Sort(got)
+	require.Equal(t, []string{"first", "second"}, got, "what is in flight changed with Publish's caller's slice")
 }
