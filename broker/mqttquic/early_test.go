@@ -78,6 +78,16 @@ func early0RTTProfile() *quictune.Profile {
 	return pr
 }
 
+// earlyClientProfile is early0RTTProfile for the tests' clients, whose
+// handshakes are real ones: with the broker's 1 s timeout on the client
+// too, a host stalled for a second failed a wake-up ("no recent network
+// activity", TestEarlyWakeUpReplayed in a loaded fresh-clone make test).
+func earlyClientProfile() *quictune.Profile {
+	pr := early0RTTProfile()
+	pr.HandshakeIdleTimeout = quictune.Duration(10 * time.Second)
+	return pr
+}
+
 // publishWithID sends a QoS 1 PUBLISH carrying message id id and the
 // current send time, and returns the PUBACK's reason code.
 func (c *rawClient) publishWithID(topic, payload, id string) byte {
@@ -259,7 +269,7 @@ func TestEarlyWakeUpReplayed(t *testing.T) {
 	wake := func(i int, pc net.PacketConn) bool {
 		t.Helper()
 		c, err := client.New(client.Options{Broker: quicURL(b.mqtt), RootCAs: b.pki.Pool(), Logger: discard(),
-			Tuning: early0RTTProfile(), SessionCache: cache, TokenStore: tokens, PacketConn: pc, ClientID: "wake-dev"})
+			Tuning: earlyClientProfile(), SessionCache: cache, TokenStore: tokens, PacketConn: pc, ClientID: "wake-dev"})
 		if err != nil {
 			t.Fatal(err)
 		}

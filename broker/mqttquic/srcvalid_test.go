@@ -280,7 +280,7 @@ func TestEarlyWakeUpThroughRetry(t *testing.T) {
 	cache := tls.NewLRUClientSessionCache(4)
 	for i := range 2 {
 		c, err := client.New(client.Options{Broker: quicURL(s), RootCAs: p.Pool(), Logger: discard(),
-			Tuning: early0RTTProfile(), SessionCache: cache, ClientID: "retry-dev"})
+			Tuning: earlyClientProfile(), SessionCache: cache, ClientID: "retry-dev"})
 		if err != nil {
 			t.Fatal(err)
 		}
