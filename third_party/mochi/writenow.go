@@ -135,7 +135,7 @@ func (cl *Client) flushPending() {
 // a publisher's messages, SUBACK, PINGRESP); through net.Conn.Write each
 // entered a system call the scheduler sees, and when its monitor thread
 // slept because every processor was idle that woke it and set it ticking
-// at its shortest interval again: a quarter of the broker's context
+// at its shortest interval again: the monitor was about a third of the context
 // switches at 1000 MQTT/TCP subscribers (QUIOT.md, change 26).
 func (cl *Client) writeDirect(buf *bytes.Buffer) (int64, error) {
 	if !cl.State.writing.CompareAndSwap(false, true) {
