@@ -44,19 +44,29 @@ func dialTransport(t testing.TB, b *bridged, tr string, ver byte) *rawConn {
 // bidirectional stream, as a net.Conn.
 func dialQUICStream(t testing.TB, s *Server, p *testPKI) net.Conn {
 	t.Helper()
+	c, err := dialQUICStreamErr(s, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// dialQUICStreamErr is dialQUICStream returning the error of a
+// connection the broker refused while it was being opened.
+func dialQUICStreamErr(s *Server, p *testPKI) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), rawTimeout)
 	defer cancel()
 	tc := &tls.Config{RootCAs: p.Pool(), ServerName: "localhost", NextProtos: []string{"mqtt"}}
 	qc, err := quic.DialAddr(ctx, s.QUICAddr().String(), tc, &quic.Config{})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	st, err := qc.OpenStreamSync(ctx)
 	if err != nil {
 		_ = qc.CloseWithError(0, "")
-		t.Fatal(err)
+		return nil, err
 	}
-	return streamconn.New(qc, st, true)
+	return streamconn.New(qc, st, true), nil
 }
 
 // Reason codes MQTT 5 allows in each acknowledgement (3.4.2.1, 3.5.2.1).
