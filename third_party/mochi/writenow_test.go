@@ -154,6 +154,7 @@ func (c *countedConn) Write(b []byte) (int, error) {
 // through Write, after it, so the peer reads the packet whole.
 func TestWritePacketWritesRaw(t *testing.T) {
 	s := newServer()
+	defer s.Close()
 	conn, peer := tcpPair(t)
 	require.NoError(t, conn.SetWriteBuffer(4096))
 	require.NoError(t, peer.SetReadBuffer(4096))
@@ -190,6 +191,7 @@ func TestWritePacketWritesRaw(t *testing.T) {
 // InjectPacket keeps the one it is given (change 26).
 func TestDeliveriesSharePayload(t *testing.T) {
 	s := newServer()
+	defer s.Close()
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "a/b", Payload: []byte("hello")}
 	var outs []packets.Packet
 	for _, id := range []string{"c1", "c2"} {
@@ -203,6 +205,7 @@ func TestDeliveriesSharePayload(t *testing.T) {
 	require.True(t, &outs[0].Payload[0] == &pk.Payload[0] && &outs[1].Payload[0] == &pk.Payload[0], "a copy of the payload per delivery")
 
 	s2 := newServerWithInlineClient()
+	defer s2.Close()
 	cl, _, _ := newTestClient()
 	cl.ID = "sub"
 	s2.Clients.Add(cl)
