@@ -21,6 +21,7 @@ import (
 	"github.com/quiot/quiot/broker/node"
 	"github.com/quiot/quiot/internal/certs"
 	"github.com/quiot/quiot/internal/gctune"
+	"github.com/quiot/quiot/internal/proctune"
 	"github.com/quiot/quiot/internal/quictune"
 	"github.com/quiot/quiot/internal/sdnotify"
 )
@@ -44,6 +45,7 @@ type brokerCmd struct {
 	gc      gcFlags
 	limits  limitFlags
 	mqtt    mqttFlags
+	procs   procsFlags
 	service serviceFlags
 	web     webFlags
 }
@@ -56,6 +58,7 @@ func (c *brokerCmd) register(fs *flag.FlagSet) {
 	c.gc.register(fs)
 	c.limits.register(fs)
 	c.mqtt.register(fs)
+	c.procs.register(fs)
 	c.service.register(fs)
 	c.web.register(fs)
 }
@@ -74,6 +77,9 @@ func (c *brokerCmd) config(stdout io.Writer, log *slog.Logger) (node.Config, err
 	cfg.Cluster = c.cluster.config()
 	if c.gc.opts, err = c.gc.options(); err != nil {
 		return cfg, fmt.Errorf("gc: %w", err)
+	}
+	if err := c.procs.parse(); err != nil {
+		return cfg, err
 	}
 	if err := c.limits.apply(&cfg.HTTP.Limits); err != nil {
 		return cfg, err
@@ -335,6 +341,9 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	}
 	gctune.Apply(c.gc.opts)
+	ctx, stopProcs := context.WithCancel(ctx)
+	defer stopProcs()
+	log.Info("processors", "setting", applyProcs(ctx, c.procs.mode, proctune.Options{}, log).String())
 	// SIGHUP reloads the ACL file and the bridge tables (broker/node);
 	// without --auth and bridges it is logged and ignored.
 	hup := make(chan os.Signal, 1)

@@ -24,7 +24,7 @@ var flagLayouts = map[string]cli.Help{
 				"cluster-ca", "cluster-cert", "cluster-key", "cluster-hold-messages", "cluster-hold-bytes",
 				"cluster-receive-bytes", "cluster-ack-timeout", "cluster-reconnect-wait", "cluster-max-reconnect-wait"}},
 			{Title: "Metrics and logging", Flags: []string{"metrics-listen", "metrics-trace", "log-level"}},
-			{Title: "Tuning", Flags: []string{"tuning", "stream-inflight", "gc-percent", "memory-limit", "shutdown-grace"}},
+			{Title: "Tuning", Flags: []string{"tuning", "stream-inflight", "gc-percent", "memory-limit", "procs", "shutdown-grace"}},
 			{Title: "Configuration", Flags: []string{"config", "check-config"}},
 		},
 		Examples: []cli.Example{
