@@ -9,7 +9,7 @@ DIST     := dist
 # In the forked MQTT server (third_party/mochi) only quiot's own tests do:
 # some of upstream's tests race with themselves (TestServerProcessPublishACLCheckDeny
 # fails 2 runs in 12 under -race on the verbatim copy too).
-MOCHI_RACE_TESTS ?= TestNextImmediateBesideSet|TestPublishToClientQoS0Bytes|TestClientWriterOnDemand|TestNextPacketIDBesideBlockedWrite|TestMatchRetained|TestRetainedIndexOrder|TestRetainedReplay|TestFewRetainedBesideRetain|TestResendCreditTakenBeforeDeliveries|TestDelivery|TestPoll|TestPeekPacket|TestReadMore
+MOCHI_RACE_TESTS ?= TestNextImmediateBesideSet|TestPublishToClientQoS0Bytes|TestClientWriterOnDemand|TestNextPacketIDBesideBlockedWrite|TestMatchRetained|TestRetainedIndexOrder|TestRetainedReplay|TestFewRetainedBesideRetain|TestResendCreditTakenBeforeDeliveries|TestDelivery|TestPoll|TestPeekPacket|TestReadMore|TestDeliveries|TestSweep
 # Tests the race pass leaves out (go test -skip): they run in the pass without
 # -race, and are mostly a fixed wait: device/client's TestFaultBlackout cuts
 # the link for 30 s (TestFaultLoss, TestSpooledRestart and
@@ -17,9 +17,9 @@ MOCHI_RACE_TESTS ?= TestNextImmediateBesideSet|TestPublishToClientQoS0Bytes|Test
 # -race). broker/bridge's TestQuiotUpstreamNBIoTBlackout skips itself there.
 RACE_SKIP ?= ^TestFaultBlackout$$
 # mochi's tests that also run built for ARMv6 under qemu (test-fork).
-MOCHI_ARM_TESTS ?= ^(TestClient|TestNewClient|TestInflight|TestNewInflights|TestPoll|TestPeekPacket|TestReadMore|TestWritePacketWritesRaw)
+MOCHI_ARM_TESTS ?= ^(TestClient|TestNewClient|TestInflight|TestNewInflights|TestPoll|TestPeekPacket|TestReadMore|TestWritePacketWritesRaw|TestSweep)
 MOCHI_ARM_SKIP ?= ^TestClientWritePacketBuffer$$
-RACE_PKGS ?= ./broker/... ./device/bench/... ./device/client/... ./internal/spool/... ./internal/netimpair/... ./internal/wire/... ./probe/capture/... ./probe/measure/... ./probe/watch/... ./internal/qmetrics/... ./internal/sysstat/... ./internal/streamconn/... ./probe/ovs/... ./internal/probehold/... ./internal/quicgov/...
+RACE_PKGS ?= ./broker/... ./device/bench/... ./device/client/... ./internal/spool/... ./internal/netimpair/... ./internal/wire/... ./probe/capture/... ./probe/measure/... ./probe/watch/... ./internal/qmetrics/... ./internal/sysstat/... ./internal/streamconn/... ./probe/ovs/... ./internal/probehold/... ./internal/quicgov/... ./internal/proctune/...
 
 .PHONY: all build quiot pi arm64 test test-go test-fork unit race lint fuzz demo deps deb lab bench clean
 

@@ -44,6 +44,7 @@ type ReadFn func(*Client, packets.Packet) error
 type Clients struct {
 	internal map[string]*Client // clients known by the broker, keyed on client id.
 	sync.RWMutex
+	gen atomic.Uint64 // quiot: changed by every Add and Delete (deliveries.go)
 }
 
 // NewClients returns an instance of Clients.
@@ -58,6 +59,7 @@ func (cl *Clients) Add(val *Client) {
 	cl.Lock()
 	defer cl.Unlock()
 	cl.internal[val.ID] = val
+	cl.gen.Add(1)
 }
 
 // GetAll returns all the clients.
@@ -106,6 +108,7 @@ func (cl *Clients) Delete(id string) {
 	cl.Lock()
 	defer cl.Unlock()
 	delete(cl.internal, id)
+	cl.gen.Add(1)
 }
 
 // GetByListener returns clients matching a listener id.

@@ -160,6 +160,7 @@ type Server struct {
 	replays      replays              // quiot: retained replays waiting for room (retained.go)
 	clientOps    atomic.Pointer[ops]  // quiot: the ops the clients of NewClient share (sharedOps)
 	poll         *poller              // quiot: reads polled clients (poller.go); nil without Options.PollReads
+	deliveries   deliveryCache        // quiot: the subscribers of topics with many (deliveries.go)
 }
 
 // loop contains interval tickers for the system events loop.
@@ -1157,7 +1158,18 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 		}
 	}
 
-	subscribers := s.Topics.Subscribers(pk.TopicName)
+	list, subscribers := s.deliveriesTo(pk.TopicName)
+	if list != nil { // quiot: deliveries.go
+		for _, in := range list.inline {
+			in.Handler(s.inlineClient, in.Subscription, pk)
+		}
+		for _, d := range list.subs {
+			if _, err := s.publishToClient(d.cl, d.sub, pk); err != nil {
+				s.Log.Debug("failed publishing packet", "error", err, "client", d.cl.ID, "packet", pk)
+			}
+		}
+		return
+	}
 	if len(subscribers.Shared) > 0 {
 		subscribers = s.hooks.OnSelectSubscribers(subscribers, pk)
 		if len(subscribers.SharedSelected) == 0 {
@@ -1872,8 +1884,13 @@ func (s *Server) loadRetained(v []storage.Message) {
 
 // clearExpiredClients deletes all clients which have been disconnected for longer
 // than their given expiry intervals.
+//
+// quiot: it walks a slice of the clients (Clients.list), not a copy of
+// the whole table as a map (GetAll), which hashed every client's ID into
+// a new map every second (change 27).
 func (s *Server) clearExpiredClients(dt int64) {
-	for id, client := range s.Clients.GetAll() {
+	for _, client := range s.Clients.list() {
+		id := client.ID
 		disconnected := client.StopTime()
 		if disconnected == 0 {
 			continue

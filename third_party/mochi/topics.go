@@ -411,6 +411,7 @@ func (s *Subscribers) MergeSharedSelected() {
 
 // TopicsIndex is a prefix/trie tree containing topic subscribers and retained messages.
 type TopicsIndex struct {
+	gen      atomic.Uint64 // quiot: changed by every change of a subscription (deliveries.go)
 	Retained *packets.Packets
 	root     *particle     // a leaf containing a message and more leaves.
 	order    retainedIndex // quiot: the retained messages in the order retained (retained.go)
@@ -432,6 +433,7 @@ func NewTopicsIndex() *TopicsIndex {
 func (x *TopicsIndex) InlineSubscribe(subscription InlineSubscription) bool {
 	x.root.Lock()
 	defer x.root.Unlock()
+	defer x.gen.Add(1) // quiot: under the lock, after the change (deliveries.go)
 
 	var existed bool
 	n := x.set(subscription.Filter, 0)
@@ -446,6 +448,7 @@ func (x *TopicsIndex) InlineSubscribe(subscription InlineSubscription) bool {
 func (x *TopicsIndex) InlineUnsubscribe(id int, filter string) bool {
 	x.root.Lock()
 	defer x.root.Unlock()
+	defer x.gen.Add(1) // quiot: under the lock, after the change (deliveries.go)
 
 	particle := x.seek(filter, 0)
 	if particle == nil {
@@ -465,6 +468,7 @@ func (x *TopicsIndex) InlineUnsubscribe(id int, filter string) bool {
 func (x *TopicsIndex) Subscribe(client string, subscription packets.Subscription) bool {
 	x.root.Lock()
 	defer x.root.Unlock()
+	defer x.gen.Add(1) // quiot: under the lock, after the change (deliveries.go)
 
 	var existed bool
 	prefix, _ := isolateParticle(subscription.Filter, 0)
@@ -487,6 +491,7 @@ func (x *TopicsIndex) Subscribe(client string, subscription packets.Subscription
 func (x *TopicsIndex) Unsubscribe(filter, client string) bool {
 	x.root.Lock()
 	defer x.root.Unlock()
+	defer x.gen.Add(1) // quiot: under the lock, after the change (deliveries.go)
 
 	var d int
 	prefix, _ := isolateParticle(filter, 0)
