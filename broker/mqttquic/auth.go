@@ -84,7 +84,7 @@ type identity struct {
 	// subscribing is non-zero while a SUBSCRIBE of the session is
 	// processed (its ACL checks are for filters, not deliveries, and do
 	// not count against the queue quota). Beside gone: an identity is
-	// 96 bytes, in the 96-byte size class (112 with each in 8 bytes of
+	// 112 bytes, in the 112-byte size class (120 with each in 8 bytes of
 	// its own).
 	subscribing atomic.Int32
 	id          string // "" = anonymous
