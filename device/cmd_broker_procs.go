@@ -18,7 +18,7 @@ type procsFlags struct {
 }
 
 func (f *procsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.value, "procs", "auto", "processors running the broker's Go code (GOMAXPROCS): auto = one while the broker uses under 75% of a core, all above (a GOMAXPROCS environment variable wins); all = every core; or a number")
+	fs.StringVar(&f.value, "procs", "auto", "processors running the broker's Go code (GOMAXPROCS): auto = all at start, one after 3 s under 40% of a core, all again at 75% (a GOMAXPROCS environment variable wins); all = every core; or a number")
 }
 
 // parse checks --procs; it runs after the configuration file is read.

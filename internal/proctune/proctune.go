@@ -11,8 +11,10 @@
 // fan-out finds them together (mosquitto: about 21). On one processor
 // the broker used 8-10 % less CPU for the same load with the same
 // latencies (docs/BENCH.md, "One processor while the load fits one").
-// A broker that needs more than a core (many QUIC or TLS handshakes, a
-// large HTTP/3 fan-out) gets them back within an interval.
+// The broker starts on every processor and goes to one after
+// DefaultDownAfter quiet intervals; a broker that needs more than a core
+// (many QUIC or TLS handshakes, a large HTTP/3 fan-out) gets them back
+// within an interval.
 package proctune
 
 import (
@@ -120,10 +122,11 @@ type Controller struct {
 	low   int // intervals in a row below Down, on Max processors
 }
 
-// NewController starts at one processor (an idle broker needs no more);
-// most is the runtime's default GOMAXPROCS.
+// NewController starts at most processors, the runtime's default
+// GOMAXPROCS (a broker starting up, with its clients connecting, may use
+// them); Down and DownAfter take it to one.
 func NewController(o Options, most int) *Controller {
-	return &Controller{o: o.withDefaults(), most: most, procs: 1}
+	return &Controller{o: o.withDefaults(), most: most, procs: max(most, 1)}
 }
 
 // Procs is the number of processors the controller has chosen.

@@ -77,7 +77,6 @@ func Apply(ctx context.Context, m Mode, o Options, log *slog.Logger) Applied {
 
 	o = o.withDefaults()
 	c := NewController(o, most)
-	runtime.GOMAXPROCS(c.Procs())
 	tk := time.NewTicker(o.Interval)
 	go func() {
 		defer func() {
