@@ -266,6 +266,12 @@ func (p *poller) add(ps *pollState, on bool) error {
 	if err != nil {
 		return fmt.Errorf("poll client socket: %w", err)
 	}
+	if old := p.fds[ps.fd]; old != nil && old != ps {
+		// quiot (change 27): the number is another socket's now, so old's
+		// was closed under it, before a sweep found it (they look every
+		// closedEvery seconds): it ends here rather than be forgotten.
+		go p.stopped(old)
+	}
 	p.fds[ps.fd] = ps
 	return nil
 }

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"os"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -96,4 +97,37 @@ func TestSweepEndsLate(t *testing.T) {
 		t.Fatalf("ended %s", got)
 	default:
 	}
+}
+
+// TestAddEndsStaleClientOnReusedNumber: a socket closed under its client
+// left the poll without an event; when a new socket gets its number
+// before a sweep found it, adding the new one ends the old client (it
+// was overwritten in the poller's table and never ended).
+func TestAddEndsStaleClientOnReusedNumber(t *testing.T) {
+	ep, err := newEpoll()
+	require.NoError(t, err)
+	defer ep.close()
+	p := &poller{fds: map[int]*pollState{}, ep: ep}
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer w.Close()
+	rc, err := r.SyscallConn()
+	require.NoError(t, err)
+	ended := make(chan error, 1)
+	old := &pollState{p: p, cl: &Client{}, rc: rc, pd: &Polled{then: []func(error) error{func(err error) error { ended <- err; return nil }}}}
+	old.st.Store(psIdle)
+	require.NoError(t, p.add(old, true))
+	p.ep.del(old.fd) // as closing the socket would
+	fresh := &pollState{p: p, cl: &Client{}, rc: rc, pd: &Polled{}}
+	require.NoError(t, p.add(fresh, true))
+	select {
+	case err := <-ended:
+		require.ErrorIs(t, err, ErrConnectionClosed)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the client whose number was reused did not end")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.Same(t, fresh, p.fds[fresh.fd])
 }
